@@ -1,0 +1,59 @@
+package limiter_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/edgegate/gateway/limiter"
+	"github.com/edgegate/gateway/limiter/limitertest"
+)
+
+func TestMemoryConformance(t *testing.T) {
+	limitertest.Run(t, func(t *testing.T, clock limiter.Clock) limitertest.Backend {
+		m := limiter.NewMemory(limiter.MemoryOptions{Clock: clock})
+		t.Cleanup(func() { m.Close() })
+		return m
+	})
+}
+
+func TestMemoryEvictsLeastRecentlyUsedWhenFull(t *testing.T) {
+	clock := limitertest.NewClock()
+	m := limiter.NewMemory(limiter.MemoryOptions{Clock: clock, MaxEntries: 64})
+	t.Cleanup(func() { m.Close() })
+	p := limitertest.FixedWindow(1, time.Minute)
+	for i := 0; i < 1000; i++ {
+		m.Evaluate(context.Background(), limiter.Request{Policy: p, Subject: fmt.Sprint("s", i), Cost: 1})
+	}
+	if n := m.Len(); n > 64 {
+		t.Fatalf("%d keys held, cap is 64", n)
+	}
+	if m.Evictions() == 0 {
+		t.Fatal("no eviction counted")
+	}
+}
+
+func TestMemorySweepDropsExpiredKeys(t *testing.T) {
+	clock := limitertest.NewClock()
+	m := limiter.NewMemory(limiter.MemoryOptions{Clock: clock})
+	t.Cleanup(func() { m.Close() })
+	p := limitertest.FixedWindow(1, time.Second)
+	p.Dedup = limiter.Dedup{}
+	for i := 0; i < 100; i++ {
+		m.Evaluate(context.Background(), limiter.Request{Policy: p, Subject: fmt.Sprint("s", i), Cost: 1})
+	}
+	clock.Advance(time.Second + p.CleanupGrace - time.Millisecond)
+	m.Sweep()
+	if n := m.Len(); n != 100 {
+		t.Fatalf("%d keys before their TTL, want 100", n)
+	}
+	clock.Advance(time.Millisecond)
+	m.Sweep()
+	if n := m.Len(); n != 0 {
+		t.Fatalf("%d keys after their TTL, want 0", n)
+	}
+	if m.Evictions() != 0 {
+		t.Fatalf("expiry counted as %d evictions", m.Evictions())
+	}
+}

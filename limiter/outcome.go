@@ -1,0 +1,152 @@
+package limiter
+
+import (
+	"context"
+	"time"
+)
+
+// Outcome is the result of one evaluation. It is sealed: the only
+// implementations are Evaluated, Unavailable, Indeterminate and Incompatible,
+// and a caller maps them with one type switch.
+type Outcome interface {
+	outcome()
+}
+
+// Evaluated means the limiter decided. Allowed or denied is in the Decision.
+type Evaluated struct {
+	Decision
+}
+
+// Unavailable means no decision was made and, as far as the limiter knows,
+// nothing was charged.
+type Unavailable struct {
+	Category UnavailableCategory
+	Err      error
+}
+
+// Indeterminate means a command was sent and its effect is unknown: the
+// budget may have been consumed. It is never reported as Unavailable, whose
+// categories promise that nothing was sent or nothing could be decided.
+type Indeterminate struct {
+	Err error
+}
+
+// Incompatible means the request and the configured policy, or the stored
+// state, do not fit together. It is a configuration error, not a fault.
+type Incompatible struct {
+	Reason IncompatibleReason
+	Err    error
+}
+
+func (Evaluated) outcome()     {}
+func (Unavailable) outcome()   {}
+func (Indeterminate) outcome() {}
+func (Incompatible) outcome()  {}
+
+// UnavailableCategory says why no decision was made.
+type UnavailableCategory uint8
+
+const (
+	// AdmissionRejected: the deadline was already spent before any work.
+	AdmissionRejected UnavailableCategory = iota + 1
+	// UnavailableBeforeSend: the backend could not be reached; nothing was sent.
+	UnavailableBeforeSend
+	// ClockUnsafe: stored state is further in the future than the policy's
+	// max_clock_regression allows.
+	ClockUnsafe
+)
+
+func (c UnavailableCategory) String() string {
+	switch c {
+	case AdmissionRejected:
+		return "admission_rejected"
+	case UnavailableBeforeSend:
+		return "unavailable_before_send"
+	case ClockUnsafe:
+		return "clock_unsafe"
+	}
+	return "unknown"
+}
+
+// IncompatibleReason says which configuration error was found.
+type IncompatibleReason uint8
+
+const (
+	UnknownPolicy IncompatibleReason = iota + 1
+	CostOutOfRange
+	StateUnreadable
+)
+
+func (r IncompatibleReason) String() string {
+	switch r {
+	case UnknownPolicy:
+		return "unknown_policy"
+	case CostOutOfRange:
+		return "cost_out_of_range"
+	case StateUnreadable:
+		return "state_unreadable"
+	}
+	return "unknown"
+}
+
+// Certainty says whether a decision is exact for its algorithm.
+type Certainty uint8
+
+const (
+	Certain Certainty = iota
+	// Approximate: the sliding counter weighs the previous window by the
+	// fraction that still overlaps; it never keeps a log of requests.
+	Approximate
+)
+
+func (c Certainty) String() string {
+	if c == Approximate {
+		return "approximate"
+	}
+	return "certain"
+}
+
+// Decision is what the limiter decided for one request.
+//
+// For a denial, RetryAfter is the earliest time after which the same request
+// could be allowed, and ResetAfter is never shorter than RetryAfter. For an
+// allowed request RetryAfter is zero.
+type Decision struct {
+	Allowed    bool
+	Limit      int64 // the policy's quota
+	Remaining  int64 // what is left after this request
+	ResetAfter time.Duration
+	RetryAfter time.Duration
+	Certainty  Certainty
+}
+
+// Request is one question to the limiter. Subject is a pseudonym, never a
+// raw identity. The deadline travels in the context.
+type Request struct {
+	Policy       *Policy
+	Subject      string
+	Cost         int64
+	EvaluationID string
+}
+
+// DefaultDeadline is how long the gateway lets one evaluation take.
+const DefaultDeadline = 750 * time.Millisecond
+
+// admit runs the checks every backend makes before it touches state.
+// It returns nil when the request may be evaluated. The deadline is wall-clock
+// time, whatever clock the algorithms read.
+func admit(ctx context.Context, req Request) Outcome {
+	if req.Policy == nil {
+		return Incompatible{Reason: UnknownPolicy}
+	}
+	if req.Cost < 1 || req.Cost > req.Policy.MaxCost {
+		return Incompatible{Reason: CostOutOfRange}
+	}
+	if err := ctx.Err(); err != nil {
+		return Unavailable{Category: AdmissionRejected, Err: err}
+	}
+	if d, ok := ctx.Deadline(); ok && time.Until(d) <= 0 {
+		return Unavailable{Category: AdmissionRejected, Err: context.DeadlineExceeded}
+	}
+	return nil
+}
