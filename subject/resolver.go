@@ -1,0 +1,270 @@
+// Package subject works out who is asking and turns it into a pseudonym.
+//
+// Raw identities (addresses, API keys, principals) never leave this package:
+// Resolve returns the kind and the pseudonym only.
+package subject
+
+import (
+	"crypto/sha256"
+	"errors"
+	"net/http"
+	"net/netip"
+	"strings"
+)
+
+// Kind is a source of identity.
+type Kind uint8
+
+const (
+	Principal Kind = iota + 1
+	APIKey
+	ClientIP
+)
+
+func (k Kind) String() string {
+	switch k {
+	case Principal:
+		return "principal"
+	case APIKey:
+		return "api_key"
+	case ClientIP:
+		return "client_ip"
+	}
+	return "none"
+}
+
+// ParseKind maps a configuration name to a Kind.
+func ParseKind(s string) (Kind, bool) {
+	for _, k := range []Kind{Principal, APIKey, ClientIP} {
+		if k.String() == s {
+			return k, true
+		}
+	}
+	return 0, false
+}
+
+// KeyHash is the SHA-256 of an API key. The gateway knows keys only by hash.
+type KeyHash [sha256.Size]byte
+
+// Options configures a Resolver.
+type Options struct {
+	// TrustedProxies are the peers whose forwarding and principal headers are
+	// believed. Everyone else's are ignored.
+	TrustedProxies []netip.Prefix
+	// ForwardedHeader lists client addresses, X-Forwarded-For style: each hop
+	// appends the address it saw. Default X-Forwarded-For.
+	ForwardedHeader string
+	// PrincipalHeader carries an identity asserted by a trusted proxy.
+	PrincipalHeader string
+	// APIKeyHeader carries an API key; only keys in KnownKeys count.
+	APIKeyHeader string
+	KnownKeys    map[KeyHash]struct{}
+	// IPv6Prefix groups IPv6 clients into one subject per prefix. Default 64.
+	IPv6Prefix    int
+	Pseudonymizer *Pseudonymizer
+}
+
+// Resolver resolves requests to subjects. It is immutable and safe for
+// concurrent use.
+type Resolver struct {
+	trusted         []netip.Prefix
+	forwardedHeader string
+	principalHeader string
+	apiKeyHeader    string
+	knownKeys       map[KeyHash]struct{}
+	ipv6Prefix      int
+	pseudonymizer   *Pseudonymizer
+}
+
+// Subject is who is asking, as far as anything outside this package may know.
+type Subject struct {
+	Kind      Kind
+	Pseudonym string
+}
+
+var (
+	// ErrAmbiguousCredential: a credential header appears more than once, so
+	// the gateway and the upstream could disagree on who is asking.
+	ErrAmbiguousCredential = errors.New("credential header sent more than once")
+	// ErrUnidentified: none of the route's sources identified the request.
+	ErrUnidentified = errors.New("no subject source identified the request")
+)
+
+// NewResolver returns a ready Resolver.
+func NewResolver(opts Options) (*Resolver, error) {
+	if opts.Pseudonymizer == nil {
+		return nil, errors.New("subject: no pseudonymizer")
+	}
+	if opts.ForwardedHeader == "" {
+		opts.ForwardedHeader = "X-Forwarded-For"
+	}
+	if opts.IPv6Prefix == 0 {
+		opts.IPv6Prefix = 64
+	}
+	if opts.IPv6Prefix < 1 || opts.IPv6Prefix > 128 {
+		return nil, errors.New("subject: ipv6_prefix must be between 1 and 128")
+	}
+	trusted := make([]netip.Prefix, len(opts.TrustedProxies))
+	for i, p := range opts.TrustedProxies {
+		trusted[i] = p.Masked()
+	}
+	return &Resolver{
+		trusted:         trusted,
+		forwardedHeader: http.CanonicalHeaderKey(opts.ForwardedHeader),
+		principalHeader: http.CanonicalHeaderKey(opts.PrincipalHeader),
+		apiKeyHeader:    http.CanonicalHeaderKey(opts.APIKeyHeader),
+		knownKeys:       opts.KnownKeys,
+		ipv6Prefix:      opts.IPv6Prefix,
+		pseudonymizer:   opts.Pseudonymizer,
+	}, nil
+}
+
+// PrincipalHeader and ForwardedHeader name the headers that only a trusted
+// peer may send; the proxy drops them from everyone else.
+func (r *Resolver) PrincipalHeader() string { return r.principalHeader }
+func (r *Resolver) ForwardedHeader() string { return r.forwardedHeader }
+
+// Resolve tries sources in order and pseudonymizes the first that identifies
+// the request, together with the operation ID.
+func (r *Resolver) Resolve(req *http.Request, sources []Kind, operationID string) (Subject, error) {
+	peer := PeerAddr(req)
+	peerTrusted := r.Trusted(peer)
+	for _, k := range sources {
+		if h := r.header(k); h != "" && len(req.Header[h]) > 1 && (k != Principal || peerTrusted) {
+			return Subject{}, ErrAmbiguousCredential
+		}
+	}
+	for _, k := range sources {
+		var identity string
+		switch k {
+		case Principal:
+			if !peerTrusted || r.principalHeader == "" {
+				continue
+			}
+			identity = strings.TrimSpace(req.Header.Get(r.principalHeader))
+		case APIKey:
+			if r.apiKeyHeader == "" {
+				continue
+			}
+			key := req.Header.Get(r.apiKeyHeader)
+			if key == "" {
+				continue
+			}
+			sum := KeyHash(sha256.Sum256([]byte(key)))
+			if _, known := r.knownKeys[sum]; !known {
+				continue // an unknown key never earns a bucket of its own
+			}
+			identity = string(sum[:])
+		case ClientIP:
+			identity = r.clientIdentity(r.clientAddr(req, peer, peerTrusted))
+		}
+		if identity == "" {
+			continue
+		}
+		return Subject{Kind: k, Pseudonym: r.pseudonymizer.Pseudonym(k, identity, operationID)}, nil
+	}
+	return Subject{}, ErrUnidentified
+}
+
+func (r *Resolver) header(k Kind) string {
+	switch k {
+	case Principal:
+		return r.principalHeader
+	case APIKey:
+		return r.apiKeyHeader
+	}
+	return ""
+}
+
+// Trusted reports whether addr is a trusted proxy.
+func (r *Resolver) Trusted(addr netip.Addr) bool {
+	if !addr.IsValid() {
+		return false
+	}
+	for _, p := range r.trusted {
+		if p.Contains(addr) {
+			return true
+		}
+	}
+	return false
+}
+
+// ClientAddr is the address of the client as the gateway believes it: the
+// peer, or, when the peer is a trusted proxy, the right-most address of the
+// forwarded header that is not itself a trusted proxy. It is for the
+// upstream's X-Forwarded-For, never for logs or the limiter.
+func (r *Resolver) ClientAddr(req *http.Request) netip.Addr {
+	peer := PeerAddr(req)
+	return r.clientAddr(req, peer, r.Trusted(peer))
+}
+
+func (r *Resolver) clientAddr(req *http.Request, peer netip.Addr, peerTrusted bool) netip.Addr {
+	if !peerTrusted {
+		return peer
+	}
+	client := peer
+	// Several field lines are one list; walk it from the right, where the
+	// hops we trust wrote, and stop at the first hop we do not trust.
+	lines := req.Header[r.forwardedHeader]
+	for i := len(lines) - 1; i >= 0; i-- {
+		list := lines[i]
+		for list != "" {
+			var hop string
+			if j := strings.LastIndexByte(list, ','); j >= 0 {
+				hop, list = list[j+1:], list[:j]
+			} else {
+				hop, list = list, ""
+			}
+			hop = strings.TrimSpace(hop)
+			if hop == "" {
+				continue
+			}
+			addr, ok := parseHop(hop)
+			if !ok {
+				// A trusted hop wrote something that is not an address: the
+				// last hop we could read stands for the client.
+				return client
+			}
+			client = addr
+			if !r.Trusted(addr) {
+				return client
+			}
+		}
+	}
+	return client
+}
+
+func parseHop(s string) (netip.Addr, bool) {
+	if a, err := netip.ParseAddr(s); err == nil {
+		return a.Unmap(), true
+	}
+	if ap, err := netip.ParseAddrPort(s); err == nil {
+		return ap.Addr().Unmap(), true
+	}
+	return netip.Addr{}, false
+}
+
+// clientIdentity is the canonical form of an address: IPv4 as is, IPv6 as
+// the configured prefix, so one host cannot hop through its /64.
+func (r *Resolver) clientIdentity(a netip.Addr) string {
+	if !a.IsValid() {
+		return ""
+	}
+	if a.Is6() {
+		p, err := a.WithZone("").Prefix(r.ipv6Prefix)
+		if err != nil {
+			return ""
+		}
+		return p.String()
+	}
+	return a.String()
+}
+
+// PeerAddr is the TCP peer of req.
+func PeerAddr(req *http.Request) netip.Addr {
+	ap, err := netip.ParseAddrPort(req.RemoteAddr)
+	if err != nil {
+		return netip.Addr{}
+	}
+	return ap.Addr().Unmap()
+}

@@ -1,0 +1,163 @@
+package subject_test
+
+import (
+	"crypto/sha256"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"strings"
+	"testing"
+
+	"github.com/edgegate/gateway/subject"
+)
+
+const fakeSecret = "test-only-fake-hmac-secret-0123456789abcdef"
+
+func newResolver(t *testing.T) *subject.Resolver {
+	t.Helper()
+	p, err := subject.NewPseudonymizer(map[int][]byte{1: []byte(fakeSecret)}, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := subject.NewResolver(subject.Options{
+		TrustedProxies:  []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")},
+		PrincipalHeader: "X-Auth-Principal",
+		APIKeyHeader:    "X-API-Key",
+		KnownKeys:       map[subject.KeyHash]struct{}{sha256.Sum256([]byte("known-key-1")): {}, sha256.Sum256([]byte("known-key-2")): {}},
+		Pseudonymizer:   p,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func request(peer string, headers ...string) *http.Request {
+	r := httptest.NewRequest("GET", "/", nil)
+	r.RemoteAddr = peer
+	for i := 0; i+1 < len(headers); i += 2 {
+		r.Header.Add(headers[i], headers[i+1])
+	}
+	return r
+}
+
+var all = []subject.Kind{subject.Principal, subject.APIKey, subject.ClientIP}
+
+func TestResolve(t *testing.T) {
+	r := newResolver(t)
+	resolve := func(req *http.Request) subject.Subject {
+		t.Helper()
+		s, err := r.Resolve(req, all, "op")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	direct := resolve(request("203.0.113.7:5000"))
+	cases := []struct {
+		name string
+		req  *http.Request
+		kind subject.Kind
+		same *subject.Subject // the subject this one must equal
+	}{
+		{"an untrusted peer's forwarded header is ignored", request("203.0.113.7:5000", "X-Forwarded-For", "198.51.100.1"), subject.ClientIP, &direct},
+		{"an untrusted peer's principal is ignored", request("203.0.113.7:5000", "X-Auth-Principal", "admin"), subject.ClientIP, &direct},
+		{"a trusted proxy's forwarded client is the subject", request("10.1.1.1:5000", "X-Forwarded-For", "203.0.113.7"), subject.ClientIP, &direct},
+		{"a forged left-most hop behind a trusted proxy is ignored", request("10.1.1.1:5000", "X-Forwarded-For", "198.51.100.99, 203.0.113.7"), subject.ClientIP, &direct},
+		{"several field lines are one list", request("10.1.1.1:5000", "X-Forwarded-For", "198.51.100.99", "X-Forwarded-For", "203.0.113.7, 10.2.2.2"), subject.ClientIP, &direct},
+		{"an unknown api key falls through to the address", request("203.0.113.7:5000", "X-API-Key", "guess"), subject.ClientIP, &direct},
+		{"a known api key is its own subject", request("203.0.113.7:5000", "X-API-Key", "known-key-1"), subject.APIKey, nil},
+		{"a trusted principal wins", request("10.1.1.1:5000", "X-Auth-Principal", "alice", "X-API-Key", "known-key-1"), subject.Principal, nil},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			s := resolve(c.req)
+			if s.Kind != c.kind {
+				t.Fatalf("kind %v, want %v", s.Kind, c.kind)
+			}
+			if c.same != nil && s != *c.same {
+				t.Fatalf("subject %v, want %v", s, *c.same)
+			}
+			if !strings.HasPrefix(s.Pseudonym, "v1:") || len(s.Pseudonym) != 3+64 {
+				t.Fatalf("pseudonym %q is not v1:<64 hex>", s.Pseudonym)
+			}
+		})
+	}
+	t.Run("two known keys get one subject each", func(t *testing.T) {
+		a := resolve(request("203.0.113.7:5000", "X-API-Key", "known-key-1"))
+		b := resolve(request("203.0.113.7:5000", "X-API-Key", "known-key-2"))
+		if a == b {
+			t.Fatal("two keys share a subject")
+		}
+	})
+	t.Run("ipv6 clients are grouped by prefix", func(t *testing.T) {
+		a := resolve(request("[2001:db8:1:2::1]:5000"))
+		b := resolve(request("[2001:db8:1:2:ffff::9]:5000"))
+		c := resolve(request("[2001:db8:1:3::1]:5000"))
+		if a != b || a == c {
+			t.Fatalf("same /64: %v %v; other /64: %v", a, b, c)
+		}
+	})
+	t.Run("operations do not share pseudonyms", func(t *testing.T) {
+		other, _ := r.Resolve(request("203.0.113.7:5000"), all, "other-op")
+		if other == direct {
+			t.Fatal("two operations share a pseudonym")
+		}
+	})
+	t.Run("duplicate credential headers are ambiguous", func(t *testing.T) {
+		for _, req := range []*http.Request{
+			request("203.0.113.7:5000", "X-API-Key", "known-key-1", "X-API-Key", "known-key-2"),
+			request("10.1.1.1:5000", "X-Auth-Principal", "alice", "X-Auth-Principal", "bob"),
+		} {
+			if _, err := r.Resolve(req, all, "op"); !errors.Is(err, subject.ErrAmbiguousCredential) {
+				t.Fatalf("err %v, want ErrAmbiguousCredential", err)
+			}
+		}
+	})
+	t.Run("no source means unidentified", func(t *testing.T) {
+		_, err := r.Resolve(request("203.0.113.7:5000", "X-API-Key", "guess"), []subject.Kind{subject.APIKey}, "op")
+		if !errors.Is(err, subject.ErrUnidentified) {
+			t.Fatalf("err %v, want ErrUnidentified", err)
+		}
+	})
+	t.Run("no raw identity in the pseudonym", func(t *testing.T) {
+		for _, s := range []string{direct.Pseudonym, resolve(request("10.1.1.1:5000", "X-Auth-Principal", "alice")).Pseudonym} {
+			if strings.Contains(s, "203.0.113.7") || strings.Contains(s, "alice") {
+				t.Fatalf("pseudonym %q holds a raw identity", s)
+			}
+		}
+	})
+}
+
+func TestPseudonymFraming(t *testing.T) {
+	p, err := subject.NewPseudonymizer(map[int][]byte{2: []byte(fakeSecret)}, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Without length framing these two would hash the same bytes.
+	a := p.Pseudonym(subject.Principal, "ab", "c")
+	b := p.Pseudonym(subject.Principal, "a", "bc")
+	if a == b {
+		t.Fatal("framing does not separate fields")
+	}
+	if !strings.HasPrefix(a, "v2:") {
+		t.Fatalf("pseudonym %q does not carry version 2", a)
+	}
+	if _, err := subject.NewPseudonymizer(map[int][]byte{1: []byte("short")}, 1); err == nil {
+		t.Fatal("a short secret was accepted")
+	}
+	if _, err := subject.NewPseudonymizer(map[int][]byte{1: []byte(fakeSecret)}, 2); err == nil {
+		t.Fatal("an active version without a key was accepted")
+	}
+}
+
+func BenchmarkResolveClientIP(b *testing.B) {
+	p, _ := subject.NewPseudonymizer(map[int][]byte{1: []byte(fakeSecret)}, 1)
+	r, _ := subject.NewResolver(subject.Options{Pseudonymizer: p, TrustedProxies: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}})
+	req := request("10.1.1.1:5000", "X-Forwarded-For", "198.51.100.99, 203.0.113.7")
+	b.ReportAllocs()
+	for b.Loop() {
+		r.Resolve(req, all, "orders.read")
+	}
+}
