@@ -1,0 +1,112 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"sync"
+	"time"
+
+	"github.com/edgegate/gateway/subject"
+)
+
+// NewTransport is the transport shared by every route: a pool of idle
+// connections per upstream, bounded dial and response-header waits, and
+// never a proxy from the environment.
+func NewTransport() *http.Transport {
+	return &http.Transport{
+		Proxy: nil,
+		DialContext: (&net.Dialer{
+			Timeout:   5 * time.Second,
+			KeepAlive: 30 * time.Second,
+		}).DialContext,
+		ForceAttemptHTTP2:     true,
+		MaxIdleConns:          1024,
+		MaxIdleConnsPerHost:   128,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   5 * time.Second,
+		ResponseHeaderTimeout: 60 * time.Second,
+		ExpectContinueTimeout: time.Second,
+	}
+}
+
+// copyBuffers lends ReverseProxy its body copy buffers, which it would
+// otherwise allocate, 32 KiB at a time, for every request.
+var copyBuffers = &bufferPool{pool: sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}}
+
+type bufferPool struct{ pool sync.Pool }
+
+func (p *bufferPool) Get() []byte  { return *p.pool.Get().(*[]byte) }
+func (p *bufferPool) Put(b []byte) { p.pool.Put(&b) }
+
+// clientAddressHeaders are headers some upstreams read as the client's
+// address. Rewrite already drops Forwarded and X-Forwarded-*; these pass
+// unless we drop them, so they go unless the peer is a trusted proxy.
+var clientAddressHeaders = []string{
+	"X-Real-Ip", "True-Client-Ip", "Cf-Connecting-Ip", "Fastly-Client-Ip",
+	"X-Client-Ip", "X-Cluster-Client-Ip", "Client-Ip", "X-Original-Forwarded-For",
+	"X-Forwarded-Port", "X-Forwarded-Server", "X-Forwarded-Scheme", "X-Forwarded-Ssl",
+	"X-Original-Url", "X-Rewrite-Url", "X-Original-Host",
+}
+
+// newForwarder builds the ReverseProxy of one route. It uses Rewrite, not
+// Director: hop-by-hop headers and the client's forwarding headers are gone
+// before Rewrite runs, so a client cannot strip what the gateway adds.
+func newForwarder(rt *route, resolver *subject.Resolver, transport http.RoundTripper, logger *slog.Logger) http.Handler {
+	target := rt.Upstream
+	principal, forwarded := resolver.PrincipalHeader(), resolver.ForwardedHeader()
+	return &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			peer := subject.PeerAddr(pr.In)
+			trusted := resolver.Trusted(peer)
+			if trusted {
+				// Keep the chain the trusted proxies built; SetXForwarded appends the peer.
+				if v := pr.In.Header["X-Forwarded-For"]; len(v) > 0 {
+					pr.Out.Header["X-Forwarded-For"] = v
+				}
+			} else {
+				for _, h := range clientAddressHeaders {
+					delete(pr.Out.Header, h)
+				}
+				if principal != "" {
+					delete(pr.Out.Header, principal)
+				}
+				delete(pr.Out.Header, forwarded)
+			}
+			pr.SetURL(target)
+			// SetURL joins the target's path with the inbound one; the
+			// inbound one is already the normalized, matched path.
+			pr.SetXForwarded()
+			if trusted {
+				if p := pr.In.Header.Get("X-Forwarded-Proto"); p == "http" || p == "https" {
+					pr.Out.Header.Set("X-Forwarded-Proto", p)
+				}
+			}
+		},
+		Transport:     transport,
+		BufferPool:    copyBuffers,
+		FlushInterval: 100 * time.Millisecond,
+		ErrorLog:      slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			if r.Context().Err() != nil {
+				// The client went away; nobody is left to answer.
+				return
+			}
+			var maxBytes *http.MaxBytesError
+			var netErr net.Error
+			switch {
+			case errors.As(err, &maxBytes):
+				writeProblem(w, problemTooLarge)
+			case errors.Is(err, context.DeadlineExceeded) || errors.As(err, &netErr) && netErr.Timeout():
+				logger.LogAttrs(r.Context(), slog.LevelWarn, "upstream timed out", slog.String("route", rt.OperationID), slog.String("error", err.Error()))
+				writeProblem(w, problemUpstreamTimeout)
+			default:
+				logger.LogAttrs(r.Context(), slog.LevelWarn, "upstream failed", slog.String("route", rt.OperationID), slog.String("error", err.Error()))
+				writeProblem(w, problemUpstreamFailed)
+			}
+		},
+	}
+}

@@ -1,0 +1,337 @@
+// Package proxy is the request path: route, identify, limit, forward.
+//
+// A request is decided before anything reaches the upstream: only an
+// Evaluated, allowed outcome is forwarded. The configuration the request path
+// reads is compiled once and swapped atomically on reload; a request keeps
+// the configuration it started with.
+package proxy
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/felixge/httpsnoop"
+
+	"github.com/edgegate/gateway/limiter"
+	"github.com/edgegate/gateway/subject"
+)
+
+// Limiter is what the request path asks. Backends live in package limiter.
+type Limiter interface {
+	Evaluate(ctx context.Context, req limiter.Request) limiter.Outcome
+}
+
+// Route is one route block, compiled.
+type Route struct {
+	OperationID string
+	Host        string   // exact, lower case, no port; empty matches any host
+	Path        string   // normalized prefix, matched on whole segments
+	Methods     []string // empty allows every method
+	Upstream    *url.URL
+	Policy      *limiter.Policy // nil: no limit
+	Subject     []subject.Kind
+	Cost        int64
+}
+
+// Config is everything the request path reads. It is immutable once passed
+// to NewHandler or Swap.
+type Config struct {
+	Routes            []Route
+	Resolver          *subject.Resolver
+	Limiter           Limiter
+	Deadline          time.Duration // default limiter.DefaultDeadline
+	FailureRetryAfter time.Duration // Retry-After on 503; default 1s
+}
+
+// Options are the parts of a Handler that do not change on reload.
+type Options struct {
+	Logger    *slog.Logger // access log and errors; nil discards
+	AccessLog bool
+	Metrics   *Metrics // nil: no metrics
+	// Transport reaches the upstreams; nil uses NewTransport().
+	Transport http.RoundTripper
+}
+
+// Handler serves the public listener.
+type Handler struct {
+	opts      Options
+	current   atomic.Pointer[compiled]
+	evalIDs   evaluationIDs
+	transport http.RoundTripper
+}
+
+type compiled struct {
+	router            router
+	resolver          *subject.Resolver
+	limiter           Limiter
+	deadline          time.Duration
+	failureRetryAfter string
+}
+
+type route struct {
+	Route
+	policyName   string   // the policy name as a Structured Field string
+	policyHeader []string // RateLimit-Policy value, shared by every response
+	problem429   []byte
+	forward      http.Handler
+}
+
+// NewHandler compiles cfg and returns a ready Handler.
+func NewHandler(opts Options, cfg Config) (*Handler, error) {
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	h := &Handler{opts: opts, transport: opts.Transport, evalIDs: newEvaluationIDs()}
+	if h.transport == nil {
+		h.transport = NewTransport()
+	}
+	if err := h.Swap(cfg); err != nil {
+		return nil, err
+	}
+	return h, nil
+}
+
+// Swap compiles cfg and makes it the configuration of every request that
+// starts from now on. On error the current configuration stays.
+func (h *Handler) Swap(cfg Config) error {
+	c, err := h.compile(cfg)
+	if err != nil {
+		return err
+	}
+	h.current.Store(c)
+	return nil
+}
+
+func (h *Handler) compile(cfg Config) (*compiled, error) {
+	if cfg.Limiter == nil || cfg.Resolver == nil {
+		return nil, errors.New("proxy: config needs a limiter and a resolver")
+	}
+	if cfg.Deadline <= 0 {
+		cfg.Deadline = limiter.DefaultDeadline
+	}
+	if cfg.FailureRetryAfter <= 0 {
+		cfg.FailureRetryAfter = time.Second
+	}
+	routes := make([]*route, 0, len(cfg.Routes))
+	seen := map[string]bool{}
+	for i := range cfg.Routes {
+		r := &route{Route: cfg.Routes[i]}
+		if seen[r.OperationID] {
+			return nil, fmt.Errorf("proxy: duplicate route %q", r.OperationID)
+		}
+		seen[r.OperationID] = true
+		if r.Upstream == nil {
+			return nil, fmt.Errorf("proxy: route %q has no upstream", r.OperationID)
+		}
+		for _, o := range routes {
+			if o.Host == r.Host && o.Path == r.Path && methodsOverlap(o.Methods, r.Methods) {
+				return nil, fmt.Errorf("proxy: routes %q and %q match the same requests", o.OperationID, r.OperationID)
+			}
+		}
+		if r.Policy != nil {
+			if err := r.Policy.Validate(); err != nil {
+				return nil, err
+			}
+			if r.Cost < 1 {
+				r.Cost = 1
+			}
+			r.policyName = sfString(r.Policy.Name)
+			r.policyHeader = policyHeader(r.Policy)
+			r.problem429 = quotaProblem(r.Policy.Name)
+		}
+		r.forward = newForwarder(r, cfg.Resolver, h.transport, h.opts.Logger)
+		routes = append(routes, r)
+	}
+	return &compiled{
+		router:            newRouter(routes),
+		resolver:          cfg.Resolver,
+		limiter:           cfg.Limiter,
+		deadline:          cfg.Deadline,
+		failureRetryAfter: strconv.FormatInt(ceilSeconds(cfg.FailureRetryAfter), 10),
+	}, nil
+}
+
+// exchange is what one request leaves for the access log and the metrics.
+type exchange struct {
+	route       string
+	subjectKind subject.Kind
+	pseudonym   string
+	outcome     string
+	upstream    time.Duration
+}
+
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	c := h.current.Load()
+	var x exchange
+	m := httpsnoop.CaptureMetricsFn(w, func(w http.ResponseWriter) { h.serve(w, r, c, &x) })
+	if h.opts.Metrics != nil {
+		h.opts.Metrics.observeRequest(x.route, x.outcome, m.Code)
+	}
+	if h.opts.AccessLog {
+		h.opts.Logger.LogAttrs(r.Context(), slog.LevelInfo, "request",
+			slog.String("route", x.route),
+			slog.String("method", r.Method),
+			slog.String("subject_kind", x.subjectKind.String()),
+			slog.String("pseudonym", x.pseudonym),
+			slog.String("outcome", x.outcome),
+			slog.Int("status", m.Code),
+			slog.Int64("bytes", m.Written),
+			slog.Duration("duration", m.Duration),
+			slog.Duration("upstream_duration", x.upstream),
+		)
+	}
+}
+
+// serve is the request path, in order. Every branch that does not forward
+// writes its own answer; only an allowed decision reaches the upstream.
+func (h *Handler) serve(w http.ResponseWriter, r *http.Request, c *compiled, x *exchange) {
+	path, err := NormalizePath(r.URL.EscapedPath())
+	if err != nil {
+		x.outcome = "rejected"
+		writeProblem(w, problemBadPath)
+		return
+	}
+	rt, allow := c.router.match(canonicalHost(r.Host), path, r.Method)
+	if rt == nil {
+		if len(allow) > 0 {
+			x.outcome = "rejected"
+			w.Header()["Allow"] = allow
+			writeProblem(w, problemMethodNotAllowed)
+			return
+		}
+		x.outcome = "no_route"
+		writeProblem(w, problemNoRoute)
+		return
+	}
+	x.route = rt.OperationID
+
+	if rt.Policy == nil {
+		x.outcome = "unlimited"
+	} else if !h.limit(w, r, c, rt, x) {
+		return
+	}
+
+	// The path forwarded is the one that was matched.
+	if path != r.URL.EscapedPath() {
+		r.URL.RawPath = path
+		r.URL.Path, _ = url.PathUnescape(path)
+	}
+	start := time.Now()
+	rt.forward.ServeHTTP(w, r)
+	x.upstream = time.Since(start)
+	if x.outcome == "" {
+		x.outcome = "allowed"
+	}
+}
+
+// limit asks the limiter and answers for every outcome but an allowed one.
+// It reports whether the request may go on.
+func (h *Handler) limit(w http.ResponseWriter, r *http.Request, c *compiled, rt *route, x *exchange) bool {
+	s, err := c.resolver.Resolve(r, rt.Subject, rt.OperationID)
+	switch {
+	case errors.Is(err, subject.ErrAmbiguousCredential):
+		x.outcome = "rejected"
+		writeProblem(w, problemAmbiguousCredential)
+		return false
+	case err != nil:
+		x.outcome = "unidentified"
+		writeProblem(w, problemUnidentified)
+		return false
+	}
+	x.subjectKind, x.pseudonym = s.Kind, s.Pseudonym
+
+	ctx, cancel := context.WithTimeout(r.Context(), c.deadline)
+	start := time.Now()
+	o := c.limiter.Evaluate(ctx, limiter.Request{
+		Policy:       rt.Policy,
+		Subject:      s.Pseudonym,
+		Cost:         rt.Cost,
+		EvaluationID: h.evalIDs.next(),
+	})
+	cancel()
+	took := time.Since(start)
+
+	x.outcome = outcomeName(o)
+	if h.opts.Metrics != nil {
+		h.opts.Metrics.LimiterDuration.WithLabelValues(x.outcome).Observe(took.Seconds())
+	}
+	switch o := o.(type) {
+	case limiter.Evaluated:
+		setRateLimitHeaders(w.Header(), rt, o.Decision)
+		if o.Allowed {
+			return true
+		}
+		writeQuotaExceeded(w, rt, o.Decision)
+	case limiter.Incompatible:
+		h.opts.Logger.LogAttrs(r.Context(), slog.LevelError, "limiter configuration error",
+			slog.String("route", rt.OperationID), slog.String("policy", rt.Policy.Name),
+			slog.String("reason", o.Reason.String()), errAttr(o.Err))
+		writeUnavailable(w, c.failureRetryAfter)
+	case limiter.Unavailable:
+		writeUnavailable(w, c.failureRetryAfter)
+	default: // Indeterminate, and anything a backend adds later: fail closed.
+		writeUnavailable(w, c.failureRetryAfter)
+	}
+	return false
+}
+
+func outcomeName(o limiter.Outcome) string {
+	switch o := o.(type) {
+	case limiter.Evaluated:
+		if o.Allowed {
+			return "allowed"
+		}
+		return "denied"
+	case limiter.Unavailable:
+		return "unavailable_" + o.Category.String()
+	case limiter.Indeterminate:
+		return "indeterminate"
+	case limiter.Incompatible:
+		return "incompatible"
+	}
+	return "unknown"
+}
+
+func errAttr(err error) slog.Attr {
+	if err == nil {
+		return slog.Attr{}
+	}
+	return slog.String("error", err.Error())
+}
+
+// Ready reports whether the current limiter can decide, for /readyz.
+func (h *Handler) Ready(ctx context.Context) error {
+	if r, ok := h.current.Load().limiter.(interface{ Ready(context.Context) error }); ok {
+		return r.Ready(ctx)
+	}
+	return nil
+}
+
+// evaluationIDs hands out IDs that are unique across gateway instances (a
+// random prefix per process) without a system call per request.
+type evaluationIDs struct {
+	prefix string
+	n      atomic.Uint64
+}
+
+func newEvaluationIDs() evaluationIDs {
+	var b [12]byte
+	rand.Read(b[:])
+	return evaluationIDs{prefix: hex.EncodeToString(b[:]) + "-"}
+}
+
+func (e *evaluationIDs) next() string {
+	var buf [48]byte
+	b := append(buf[:0], e.prefix...)
+	b = strconv.AppendUint(b, e.n.Add(1), 36)
+	return string(b)
+}

@@ -1,0 +1,673 @@
+package proxy_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/edgegate/gateway/limiter"
+	"github.com/edgegate/gateway/limiter/limitertest"
+	"github.com/edgegate/gateway/proxy"
+	"github.com/edgegate/gateway/subject"
+)
+
+const fakeSecret = "test-only-fake-hmac-secret-0123456789abcdef"
+
+// upstream records what reached it.
+type upstream struct {
+	*httptest.Server
+	mu       sync.Mutex
+	requests []*http.Request
+}
+
+func newUpstream(t *testing.T) *upstream {
+	u := &upstream{}
+	u.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		u.mu.Lock()
+		u.requests = append(u.requests, r.Clone(context.Background()))
+		u.mu.Unlock()
+		w.Header().Set("X-Upstream-Path", r.URL.EscapedPath())
+		fmt.Fprintf(w, "hello from %s", r.URL.Path)
+	}))
+	t.Cleanup(u.Close)
+	return u
+}
+
+func (u *upstream) count() int {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return len(u.requests)
+}
+
+func (u *upstream) last() *http.Request {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.requests[len(u.requests)-1]
+}
+
+func (u *upstream) url(t *testing.T) *url.URL {
+	p, err := url.Parse(u.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+type gateway struct {
+	*httptest.Server
+	clock   *limitertest.Clock
+	handler *proxy.Handler
+	logs    *syncBuffer
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+type setup struct {
+	routes  []proxy.Route
+	trusted []string
+	limiter proxy.Limiter
+}
+
+func newResolver(t testing.TB, trusted []string) *subject.Resolver {
+	p, err := subject.NewPseudonymizer(map[int][]byte{1: []byte(fakeSecret)}, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var prefixes []netip.Prefix
+	for _, s := range trusted {
+		prefixes = append(prefixes, netip.MustParsePrefix(s))
+	}
+	r, err := subject.NewResolver(subject.Options{
+		TrustedProxies:  prefixes,
+		PrincipalHeader: "X-Auth-Principal",
+		APIKeyHeader:    "X-API-Key",
+		KnownKeys: map[subject.KeyHash]struct{}{
+			sha256.Sum256([]byte("known-key-one")): {},
+			sha256.Sum256([]byte("known-key-two")): {},
+		},
+		Pseudonymizer: p,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func newGateway(t *testing.T, s setup) *gateway {
+	t.Helper()
+	g := &gateway{clock: limitertest.NewClock(), logs: &syncBuffer{}}
+	lim := s.limiter
+	if lim == nil {
+		m := limiter.NewMemory(limiter.MemoryOptions{Clock: g.clock})
+		t.Cleanup(func() { m.Close() })
+		lim = m
+	}
+	h, err := proxy.NewHandler(proxy.Options{
+		Logger:    slog.New(slog.NewJSONHandler(g.logs, nil)),
+		AccessLog: true,
+	}, proxy.Config{Routes: s.routes, Resolver: newResolver(t, s.trusted), Limiter: lim})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.handler = h
+	g.Server = httptest.NewServer(h)
+	t.Cleanup(g.Close)
+	return g
+}
+
+func route(id, path string, up *upstream, t *testing.T, p *limiter.Policy) proxy.Route {
+	return proxy.Route{
+		OperationID: id, Path: path, Upstream: up.url(t), Policy: p,
+		Subject: []subject.Kind{subject.Principal, subject.APIKey, subject.ClientIP}, Cost: 1,
+	}
+}
+
+func policy(p *limiter.Policy, name string) *limiter.Policy {
+	p.Name = name
+	return p
+}
+
+func (g *gateway) get(t *testing.T, path string, headers ...string) *http.Response {
+	t.Helper()
+	req, err := http.NewRequest("GET", g.URL+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Add(headers[i], headers[i+1])
+	}
+	return do(t, req)
+}
+
+func do(t *testing.T, req *http.Request) *http.Response {
+	t.Helper()
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	res.Body = io.NopCloser(bytes.NewReader(body))
+	return res
+}
+
+// raw sends a request target as written, so no client library cleans it.
+func (g *gateway) raw(t *testing.T, requestLine string, headers ...string) *http.Response {
+	t.Helper()
+	c, err := net.Dial("tcp", g.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	var b strings.Builder
+	b.WriteString(requestLine + "\r\nHost: gw.test\r\nConnection: close\r\n")
+	for i := 0; i+1 < len(headers); i += 2 {
+		b.WriteString(headers[i] + ": " + headers[i+1] + "\r\n")
+	}
+	b.WriteString("\r\n")
+	if _, err := io.WriteString(c, b.String()); err != nil {
+		t.Fatal(err)
+	}
+	res, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	res.Body = io.NopCloser(bytes.NewReader(body))
+	return res
+}
+
+func statuses(t *testing.T, g *gateway, path string, n int, headers ...string) []int {
+	t.Helper()
+	var got []int
+	for i := 0; i < n; i++ {
+		got = append(got, g.get(t, path, headers...).StatusCode)
+	}
+	return got
+}
+
+func wantStatuses(t *testing.T, got []int, want ...int) {
+	t.Helper()
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("statuses %v, want %v", got, want)
+	}
+}
+
+func TestAlgorithmsOverHTTP(t *testing.T) {
+	cases := []struct {
+		name       string
+		policy     *limiter.Policy
+		advance    time.Duration
+		retryAfter string
+		policyHdr  string
+	}{
+		{"fixed window", limitertest.FixedWindow(2, time.Minute), time.Minute, "60", `"p";q=2;w=60`},
+		{"sliding counter", limitertest.SlidingCounter(2, time.Minute), 2 * time.Minute, "61", `"p";q=2;w=60`},
+		{"token bucket", limitertest.TokenBucket(2, 1, time.Second), time.Second, "1", `"p";q=2;w=2`},
+	}
+	for _, c := range cases {
+		t.Run(c.name+" allows the quota, denies with Retry-After, then refills", func(t *testing.T) {
+			up := newUpstream(t)
+			g := newGateway(t, setup{routes: []proxy.Route{route("orders.read", "/orders", up, t, policy(c.policy, "p"))}})
+			first := g.get(t, "/orders")
+			if first.StatusCode != 200 {
+				t.Fatalf("first request: %d", first.StatusCode)
+			}
+			if got := first.Header.Get("RateLimit-Policy"); got != c.policyHdr {
+				t.Fatalf("RateLimit-Policy %q, want %q", got, c.policyHdr)
+			}
+			if got := first.Header.Get("RateLimit"); !strings.HasPrefix(got, `"p";r=1;t=`) {
+				t.Fatalf("RateLimit %q, want r=1", got)
+			}
+			if s := g.get(t, "/orders").StatusCode; s != 200 {
+				t.Fatalf("second request: %d", s)
+			}
+			denied := g.get(t, "/orders")
+			if denied.StatusCode != 429 {
+				t.Fatalf("third request: %d, want 429", denied.StatusCode)
+			}
+			if got := denied.Header.Get("Retry-After"); got != c.retryAfter {
+				t.Fatalf("Retry-After %q, want %q", got, c.retryAfter)
+			}
+			if got := denied.Header.Get("RateLimit"); !strings.HasPrefix(got, `"p";r=0;t=`) {
+				t.Fatalf("RateLimit on 429 %q", got)
+			}
+			if got := denied.Header.Get("Content-Type"); got != "application/problem+json" {
+				t.Fatalf("Content-Type %q", got)
+			}
+			var body map[string]any
+			json.NewDecoder(denied.Body).Decode(&body)
+			if body["type"] != "https://iana.org/assignments/http-problem-types#quota-exceeded" || fmt.Sprint(body["violated-policies"]) != "[p]" {
+				t.Fatalf("problem body %v", body)
+			}
+			if up.count() != 2 {
+				t.Fatalf("upstream saw %d requests, want 2", up.count())
+			}
+			g.clock.Advance(c.advance)
+			if s := g.get(t, "/orders").StatusCode; s != 200 {
+				t.Fatalf("after refill: %d", s)
+			}
+		})
+	}
+}
+
+func TestHeaderValuesFollowTheClock(t *testing.T) {
+	up := newUpstream(t)
+	g := newGateway(t, setup{routes: []proxy.Route{route("r", "/", up, t, policy(limitertest.FixedWindow(1, time.Minute), "per-client"))}})
+	res := g.get(t, "/")
+	if got := res.Header.Get("RateLimit"); got != `"per-client";r=0;t=60` {
+		t.Fatalf("RateLimit %q", got)
+	}
+	g.clock.Advance(17*time.Second + 500*time.Millisecond)
+	res = g.get(t, "/")
+	// 42.5s are left; both values round up.
+	if res.Header.Get("Retry-After") != "43" || res.Header.Get("RateLimit") != `"per-client";r=0;t=43` {
+		t.Fatalf("Retry-After %q RateLimit %q", res.Header.Get("Retry-After"), res.Header.Get("RateLimit"))
+	}
+	g.clock.Advance(42*time.Second + 499*time.Millisecond)
+	res = g.get(t, "/")
+	if res.Header.Get("Retry-After") != "1" {
+		t.Fatalf("1ms before the reset Retry-After is %q, want 1", res.Header.Get("Retry-After"))
+	}
+}
+
+func TestRouting(t *testing.T) {
+	up := newUpstream(t)
+	api := route("api", "/api", up, t, policy(limitertest.FixedWindow(1, time.Minute), "api"))
+	orders := route("orders", "/api/orders", up, t, policy(limitertest.FixedWindow(1, time.Minute), "orders"))
+	hosted := route("hosted", "/api", up, t, policy(limitertest.FixedWindow(1, time.Minute), "hosted"))
+	hosted.Host = "api.example.com"
+	reads := route("reads", "/reads", up, t, nil)
+	reads.Methods = []string{"GET", "HEAD"}
+	g := newGateway(t, setup{routes: []proxy.Route{api, orders, hosted, reads}})
+
+	t.Run("no route is a 404 problem", func(t *testing.T) {
+		res := g.get(t, "/nothing")
+		var body map[string]any
+		json.NewDecoder(res.Body).Decode(&body)
+		if res.StatusCode != 404 || body["type"] != "urn:edge-gateway:problem:no-route" {
+			t.Fatalf("%d %v", res.StatusCode, body)
+		}
+	})
+	t.Run("the longest prefix wins and operations do not share budgets", func(t *testing.T) {
+		if res := g.get(t, "/api/orders/7"); res.StatusCode != 200 || res.Header.Get("RateLimit-Policy") != `"orders";q=1;w=60` {
+			t.Fatalf("%d %q", res.StatusCode, res.Header.Get("RateLimit-Policy"))
+		}
+		if res := g.get(t, "/api/ordersx"); res.StatusCode != 200 || res.Header.Get("RateLimit-Policy") != `"api";q=1;w=60` {
+			t.Fatalf("/api/ordersx is not on whole segments of /api/orders: %d %q", res.StatusCode, res.Header.Get("RateLimit-Policy"))
+		}
+		wantStatuses(t, statuses(t, g, "/api/orders", 1), 429)
+		wantStatuses(t, statuses(t, g, "/api/x", 1), 429)
+	})
+	t.Run("a route with a host beats one without", func(t *testing.T) {
+		req, _ := http.NewRequest("GET", g.URL+"/api", nil)
+		req.Host = "API.Example.com:8080"
+		if res := do(t, req); res.StatusCode != 200 || res.Header.Get("RateLimit-Policy") != `"hosted";q=1;w=60` {
+			t.Fatalf("%d %q", res.StatusCode, res.Header.Get("RateLimit-Policy"))
+		}
+	})
+	t.Run("methods outside the route get 405 with Allow", func(t *testing.T) {
+		if s := g.get(t, "/reads").StatusCode; s != 200 {
+			t.Fatalf("GET: %d", s)
+		}
+		req, _ := http.NewRequest("DELETE", g.URL+"/reads", nil)
+		res := do(t, req)
+		if res.StatusCode != 405 || strings.Join(res.Header.Values("Allow"), ",") != "GET,HEAD" {
+			t.Fatalf("DELETE: %d Allow=%v", res.StatusCode, res.Header.Values("Allow"))
+		}
+	})
+}
+
+func TestForgedIdentitiesEarnNoBucket(t *testing.T) {
+	up := newUpstream(t)
+	one := func() *limiter.Policy { return policy(limitertest.FixedWindow(1, time.Minute), "one") }
+
+	t.Run("forwarded and principal headers from an untrusted peer", func(t *testing.T) {
+		g := newGateway(t, setup{routes: []proxy.Route{route("r", "/", up, t, one())}, trusted: []string{"10.0.0.0/8"}})
+		wantStatuses(t, statuses(t, g, "/", 1, "X-Forwarded-For", "198.51.100.1"), 200)
+		wantStatuses(t, statuses(t, g, "/", 1, "X-Forwarded-For", "198.51.100.2"), 429)
+		wantStatuses(t, statuses(t, g, "/", 1, "X-Auth-Principal", "admin"), 429)
+		wantStatuses(t, statuses(t, g, "/", 1, "X-Real-IP", "198.51.100.3"), 429)
+	})
+	t.Run("a forged left-most hop behind a trusted proxy", func(t *testing.T) {
+		g := newGateway(t, setup{routes: []proxy.Route{route("r", "/", up, t, one())}, trusted: []string{"127.0.0.1/32"}})
+		wantStatuses(t, statuses(t, g, "/", 1, "X-Forwarded-For", "198.51.100.1, 203.0.113.9"), 200)
+		wantStatuses(t, statuses(t, g, "/", 1, "X-Forwarded-For", "198.51.100.2, 203.0.113.9"), 429)
+		wantStatuses(t, statuses(t, g, "/", 1, "X-Forwarded-For", "198.51.100.2", "X-Forwarded-For", "203.0.113.9"), 429)
+		// A different real client behind the same proxy has its own budget,
+		// and so does a principal the proxy asserts.
+		wantStatuses(t, statuses(t, g, "/", 2, "X-Forwarded-For", "203.0.113.10"), 200, 429)
+		wantStatuses(t, statuses(t, g, "/", 2, "X-Auth-Principal", "alice"), 200, 429)
+	})
+	t.Run("random api keys share the address's bucket, known keys get one each", func(t *testing.T) {
+		g := newGateway(t, setup{routes: []proxy.Route{route("r", "/", up, t, one())}})
+		wantStatuses(t, statuses(t, g, "/", 1, "X-API-Key", "random-1"), 200)
+		for i := 2; i < 6; i++ {
+			wantStatuses(t, statuses(t, g, "/", 1, "X-API-Key", fmt.Sprint("random-", i)), 429)
+		}
+		wantStatuses(t, statuses(t, g, "/", 2, "X-API-Key", "known-key-one"), 200, 429)
+		wantStatuses(t, statuses(t, g, "/", 2, "X-API-Key", "known-key-two"), 200, 429)
+	})
+	t.Run("duplicate credential headers are refused", func(t *testing.T) {
+		g := newGateway(t, setup{routes: []proxy.Route{route("r", "/", up, t, one())}})
+		before := up.count()
+		wantStatuses(t, statuses(t, g, "/", 1, "X-API-Key", "known-key-one", "X-API-Key", "known-key-two"), 400)
+		if up.count() != before {
+			t.Fatal("a refused request reached the upstream")
+		}
+	})
+}
+
+func TestPathSpellingsCannotDodgeTheirRoute(t *testing.T) {
+	up := newUpstream(t)
+	limited := route("limited", "/a", up, t, policy(limitertest.FixedWindow(1, time.Minute), "a"))
+	open := route("open", "/", up, t, nil)
+	g := newGateway(t, setup{routes: []proxy.Route{limited, open}})
+	if res := g.raw(t, "GET /a HTTP/1.1"); res.StatusCode != 200 {
+		t.Fatalf("first: %d", res.StatusCode)
+	}
+	for _, spelling := range []string{
+		"/a", "//a", "/./a", "/x/../a", "/%61", "/a/", "/a//", "/%2e/a", "/%2E%2E/a", "/x/%2e%2e/a",
+		"/a;jsessionid=1", "/a/b/..", "///a/./", "/x/y/../../a",
+	} {
+		res := g.raw(t, "GET "+spelling+" HTTP/1.1")
+		if res.StatusCode != 429 {
+			t.Errorf("%s: %d, want 429 (counted against /a)", spelling, res.StatusCode)
+		}
+	}
+	for _, spelling := range []string{"/%2Fa", "/%2fa", "/x%2F..%2Fa", "/%5Ca", "/x/..;/a", "/x/.;/a", "/%zz", "/%0a", "/%00a"} {
+		res := g.raw(t, "GET "+spelling+" HTTP/1.1")
+		if res.StatusCode != 400 {
+			t.Errorf("%s: %d, want 400", spelling, res.StatusCode)
+		}
+	}
+	t.Run("the path forwarded is the normalized one", func(t *testing.T) {
+		res := g.raw(t, "GET /x/../b/%7euser/./c%3f HTTP/1.1")
+		if got := res.Header.Get("X-Upstream-Path"); got != "/b/~user/c%3F" {
+			t.Fatalf("upstream saw %q", got)
+		}
+	})
+}
+
+func TestAbsoluteFormTargetGoesToTheConfiguredUpstream(t *testing.T) {
+	up := newUpstream(t)
+	g := newGateway(t, setup{routes: []proxy.Route{route("r", "/a", up, t, policy(limitertest.FixedWindow(1, time.Minute), "a"))}})
+	res := g.raw(t, "GET http://evil.example/a HTTP/1.1")
+	if res.StatusCode != 200 || up.count() != 1 {
+		t.Fatalf("%d, upstream saw %d", res.StatusCode, up.count())
+	}
+	if got := up.last().Host; got != up.Listener.Addr().String() {
+		t.Fatalf("upstream Host %q", got)
+	}
+	if res := g.raw(t, "GET http://other.example/a HTTP/1.1"); res.StatusCode != 429 {
+		t.Fatalf("a second absolute-form host earned a fresh budget: %d", res.StatusCode)
+	}
+}
+
+func TestForwardingHeaders(t *testing.T) {
+	up := newUpstream(t)
+	t.Run("from an untrusted peer the gateway writes them itself", func(t *testing.T) {
+		g := newGateway(t, setup{routes: []proxy.Route{route("r", "/", up, t, nil)}, trusted: []string{"10.0.0.0/8"}})
+		g.get(t, "/", "X-Forwarded-For", "198.51.100.1", "X-Real-IP", "198.51.100.1", "True-Client-IP", "198.51.100.1",
+			"CF-Connecting-IP", "198.51.100.1", "X-Auth-Principal", "admin", "Forwarded", "for=198.51.100.1", "X-Forwarded-Host", "evil")
+		h := up.last().Header
+		if got := strings.Join(h.Values("X-Forwarded-For"), ","); got != "127.0.0.1" {
+			t.Fatalf("X-Forwarded-For %q", got)
+		}
+		for _, name := range []string{"X-Real-Ip", "True-Client-Ip", "Cf-Connecting-Ip", "X-Auth-Principal", "Forwarded"} {
+			if v := h.Values(name); len(v) > 0 {
+				t.Errorf("%s reached the upstream: %v", name, v)
+			}
+		}
+		if got := h.Get("X-Forwarded-Host"); got != g.Listener.Addr().String() {
+			t.Errorf("X-Forwarded-Host %q", got)
+		}
+		if got := h.Get("X-Forwarded-Proto"); got != "http" {
+			t.Errorf("X-Forwarded-Proto %q", got)
+		}
+	})
+	t.Run("from a trusted proxy the chain is kept and extended", func(t *testing.T) {
+		g := newGateway(t, setup{routes: []proxy.Route{route("r", "/", up, t, nil)}, trusted: []string{"127.0.0.1/32"}})
+		g.get(t, "/", "X-Forwarded-For", "203.0.113.9", "X-Forwarded-For", "10.9.9.9", "X-Auth-Principal", "alice", "X-Forwarded-Proto", "https")
+		h := up.last().Header
+		if got := strings.Join(h.Values("X-Forwarded-For"), ","); got != "203.0.113.9, 10.9.9.9, 127.0.0.1" {
+			t.Fatalf("X-Forwarded-For %q", got)
+		}
+		if h.Get("X-Auth-Principal") != "alice" || h.Get("X-Forwarded-Proto") != "https" {
+			t.Fatalf("principal %q proto %q", h.Get("X-Auth-Principal"), h.Get("X-Forwarded-Proto"))
+		}
+	})
+	t.Run("hop-by-hop headers are stripped", func(t *testing.T) {
+		g := newGateway(t, setup{routes: []proxy.Route{route("r", "/", up, t, nil)}})
+		g.get(t, "/", "Connection", "X-Secret", "X-Secret", "1", "Proxy-Authorization", "Basic x")
+		h := up.last().Header
+		if h.Get("X-Secret") != "" || h.Get("Proxy-Authorization") != "" {
+			t.Fatalf("hop-by-hop headers forwarded: %v", h)
+		}
+	})
+}
+
+// stubLimiter answers every request with one outcome. It stands in for a
+// backend that cannot decide; the real backends cannot be made to fail on
+// demand in-process.
+type stubLimiter struct{ outcome limiter.Outcome }
+
+func (s stubLimiter) Evaluate(context.Context, limiter.Request) limiter.Outcome { return s.outcome }
+
+func TestOutcomesThatAreNotDecisionsFailClosed(t *testing.T) {
+	for _, o := range []limiter.Outcome{
+		limiter.Unavailable{Category: limiter.UnavailableBeforeSend},
+		limiter.Unavailable{Category: limiter.ClockUnsafe},
+		limiter.Unavailable{Category: limiter.AdmissionRejected},
+		limiter.Indeterminate{},
+		limiter.Incompatible{Reason: limiter.UnknownPolicy},
+	} {
+		t.Run(fmt.Sprintf("%T %v", o, o), func(t *testing.T) {
+			up := newUpstream(t)
+			g := newGateway(t, setup{routes: []proxy.Route{route("r", "/", up, t, policy(limitertest.FixedWindow(1, time.Minute), "p"))}, limiter: stubLimiter{o}})
+			res := g.get(t, "/")
+			var body map[string]any
+			json.NewDecoder(res.Body).Decode(&body)
+			if res.StatusCode != 503 || res.Header.Get("Retry-After") != "1" || body["type"] != "https://iana.org/assignments/http-problem-types#temporary-reduced-capacity" {
+				t.Fatalf("%d Retry-After=%q %v", res.StatusCode, res.Header.Get("Retry-After"), body)
+			}
+			if up.count() != 0 {
+				t.Fatal("the upstream was reached")
+			}
+		})
+	}
+}
+
+func TestUpstreamFailures(t *testing.T) {
+	dead := httptest.NewServer(http.NotFoundHandler())
+	deadURL, _ := url.Parse(dead.URL)
+	dead.Close()
+	g := newGateway(t, setup{routes: []proxy.Route{{OperationID: "dead", Path: "/", Upstream: deadURL}}})
+	res := g.get(t, "/")
+	var body map[string]any
+	json.NewDecoder(res.Body).Decode(&body)
+	if res.StatusCode != 502 || body["type"] != "urn:edge-gateway:problem:upstream-failed" {
+		t.Fatalf("%d %v", res.StatusCode, body)
+	}
+}
+
+func TestStreamingAndUpgrades(t *testing.T) {
+	release := make(chan struct{})
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Upgrade") == "echo" {
+			c, brw, err := http.NewResponseController(w).Hijack()
+			if err != nil {
+				return
+			}
+			defer c.Close()
+			brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n")
+			brw.Flush()
+			line, _ := brw.ReadString('\n')
+			brw.WriteString("echo: " + line)
+			brw.Flush()
+			return
+		}
+		w.Write([]byte("first\n"))
+		http.NewResponseController(w).Flush()
+		<-release
+		w.Write([]byte("second\n"))
+	}))
+	t.Cleanup(up.Close)
+	defer close(release)
+	u, _ := url.Parse(up.URL)
+	g := newGateway(t, setup{routes: []proxy.Route{{OperationID: "s", Path: "/", Upstream: u, Policy: policy(limitertest.FixedWindow(100, time.Minute), "p"), Subject: []subject.Kind{subject.ClientIP}, Cost: 1}}})
+
+	t.Run("a streamed response arrives before the upstream finishes", func(t *testing.T) {
+		res, err := http.Get(g.URL + "/stream")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		line, err := bufio.NewReader(res.Body).ReadString('\n')
+		if err != nil || line != "first\n" {
+			t.Fatalf("%q %v", line, err)
+		}
+	})
+	t.Run("an upgraded connection passes through", func(t *testing.T) {
+		c, err := net.Dial("tcp", g.Listener.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		io.WriteString(c, "GET /ws HTTP/1.1\r\nHost: gw\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n")
+		br := bufio.NewReader(c)
+		res, err := http.ReadResponse(br, nil)
+		if err != nil || res.StatusCode != 101 {
+			t.Fatalf("%v %v", res, err)
+		}
+		io.WriteString(c, "ping\n")
+		line, err := br.ReadString('\n')
+		if err != nil || line != "echo: ping\n" {
+			t.Fatalf("%q %v", line, err)
+		}
+	})
+}
+
+func TestAccessLogHoldsNoRawIdentity(t *testing.T) {
+	up := newUpstream(t)
+	g := newGateway(t, setup{routes: []proxy.Route{route("orders.read", "/", up, t, policy(limitertest.FixedWindow(100, time.Minute), "p"))}, trusted: []string{"127.0.0.1/32"}})
+	g.get(t, "/")
+	g.get(t, "/", "X-API-Key", "known-key-one")
+	g.get(t, "/", "X-Auth-Principal", "alice@example.com")
+	g.get(t, "/", "X-Forwarded-For", "203.0.113.77")
+	logs := g.logs.String()
+	for _, raw := range []string{"127.0.0.1", "known-key-one", "alice@example.com", "203.0.113.77"} {
+		if strings.Contains(logs, raw) {
+			t.Errorf("log holds %q", raw)
+		}
+	}
+	var n int
+	for line := range strings.SplitSeq(strings.TrimSpace(logs), "\n") {
+		var rec map[string]any
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			t.Fatalf("not JSON: %q", line)
+		}
+		if rec["msg"] != "request" {
+			continue
+		}
+		n++
+		if rec["route"] != "orders.read" || !strings.HasPrefix(fmt.Sprint(rec["pseudonym"]), "v1:") || rec["status"] != float64(200) || rec["outcome"] != "allowed" {
+			t.Errorf("record %v", rec)
+		}
+	}
+	if n != 4 {
+		t.Fatalf("%d access records, want 4", n)
+	}
+}
+
+func TestSwapKeepsBudgetsOfUnchangedRevisions(t *testing.T) {
+	up := newUpstream(t)
+	p := policy(limitertest.FixedWindow(1, time.Minute), "p")
+	g := newGateway(t, setup{routes: []proxy.Route{route("r", "/", up, t, p)}})
+	wantStatuses(t, statuses(t, g, "/", 2), 200, 429)
+	m := limiter.NewMemory(limiter.MemoryOptions{})
+	t.Cleanup(func() { m.Close() })
+	if err := g.handler.Swap(proxy.Config{Routes: []proxy.Route{route("r", "/", up, t, p), route("r", "/x", up, t, p)}, Resolver: newResolver(t, nil), Limiter: m}); err == nil {
+		t.Fatal("a config with a duplicate route was swapped in")
+	}
+	wantStatuses(t, statuses(t, g, "/", 1), 429)
+}
+
+// countingTransport answers every request itself, so the benchmark measures
+// the gateway and not a loopback upstream.
+type countingTransport struct{ n atomic.Int64 }
+
+func (c *countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	c.n.Add(1)
+	return &http.Response{StatusCode: 200, Header: http.Header{}, Body: http.NoBody, Request: r, ContentLength: 0}, nil
+}
+
+func BenchmarkRequestPath(b *testing.B) {
+	for _, bc := range []struct {
+		name   string
+		policy *limiter.Policy
+		status int
+	}{
+		{"allowed", limitertest.FixedWindow(1<<40, time.Hour), 200},
+		{"denied", limitertest.FixedWindow(1, time.Hour), 429},
+		{"unlimited", nil, 200},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			m := limiter.NewMemory(limiter.MemoryOptions{})
+			defer m.Close()
+			if bc.policy != nil {
+				bc.policy.Dedup = limiter.Dedup{}
+			}
+			up, _ := url.Parse("http://upstream.invalid")
+			h, err := proxy.NewHandler(proxy.Options{Transport: &countingTransport{}}, proxy.Config{
+				Routes:   []proxy.Route{{OperationID: "orders.read", Path: "/orders", Upstream: up, Policy: bc.policy, Subject: []subject.Kind{subject.ClientIP}, Cost: 1}},
+				Resolver: newResolver(b, nil), Limiter: m,
+			})
+			if err != nil {
+				b.Fatal(err)
+			}
+			req := httptest.NewRequest("GET", "/orders/42", nil)
+			req.RemoteAddr = "203.0.113.5:4242"
+			h.ServeHTTP(httptest.NewRecorder(), req)
+			b.ReportAllocs()
+			for b.Loop() {
+				w := httptest.NewRecorder()
+				h.ServeHTTP(w, req)
+				if w.Code != bc.status {
+					b.Fatalf("status %d", w.Code)
+				}
+			}
+		})
+	}
+}

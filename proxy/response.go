@@ -1,0 +1,139 @@
+package proxy
+
+import (
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/edgegate/gateway/limiter"
+)
+
+// Problem types. The two rate-limit ones are registered by the IETF
+// rate-limit headers draft; the rest are the gateway's own and stable.
+const (
+	typeQuotaExceeded    = "https://iana.org/assignments/http-problem-types#quota-exceeded"
+	typeReducedCapacity  = "https://iana.org/assignments/http-problem-types#temporary-reduced-capacity"
+	typeNoRoute          = "urn:edge-gateway:problem:no-route"
+	typeMethodNotAllowed = "urn:edge-gateway:problem:method-not-allowed"
+	typeBadPath          = "urn:edge-gateway:problem:bad-path"
+	typeAmbiguousCred    = "urn:edge-gateway:problem:ambiguous-credential"
+	typeUnidentified     = "urn:edge-gateway:problem:unidentified-subject"
+	typeUpstreamFailed   = "urn:edge-gateway:problem:upstream-failed"
+	typeUpstreamTimeout  = "urn:edge-gateway:problem:upstream-timeout"
+	typeRequestTooLarge  = "urn:edge-gateway:problem:request-too-large"
+	problemContentType   = "application/problem+json"
+)
+
+type problem struct {
+	status int
+	body   []byte
+}
+
+func newProblem(status int, typ, title, detail string) problem {
+	b, _ := json.Marshal(struct {
+		Type   string `json:"type"`
+		Title  string `json:"title"`
+		Status int    `json:"status"`
+		Detail string `json:"detail,omitempty"`
+	}{typ, title, status, detail})
+	return problem{status: status, body: b}
+}
+
+var (
+	problemNoRoute             = newProblem(http.StatusNotFound, typeNoRoute, "No route", "No route of this gateway matches the request.")
+	problemMethodNotAllowed    = newProblem(http.StatusMethodNotAllowed, typeMethodNotAllowed, "Method not allowed", "The route that matches this path does not allow the method.")
+	problemBadPath             = newProblem(http.StatusBadRequest, typeBadPath, "Bad request path", "The path has an encoded slash or backslash, a control character, a bad escape or a dot segment with parameters.")
+	problemAmbiguousCredential = newProblem(http.StatusBadRequest, typeAmbiguousCred, "Ambiguous credentials", "A credential header was sent more than once.")
+	problemUnidentified        = newProblem(http.StatusUnauthorized, typeUnidentified, "Unidentified client", "This route needs a principal or a known API key.")
+	problemUnavailable         = newProblem(http.StatusServiceUnavailable, typeReducedCapacity, "Service temporarily unavailable", "The rate limiter could not decide; nothing was forwarded. Retry after the time given.")
+	problemUpstreamFailed      = newProblem(http.StatusBadGateway, typeUpstreamFailed, "Upstream failed", "The upstream could not be reached or broke the response.")
+	problemUpstreamTimeout     = newProblem(http.StatusGatewayTimeout, typeUpstreamTimeout, "Upstream timed out", "The upstream did not answer in time.")
+	problemTooLarge            = newProblem(http.StatusRequestEntityTooLarge, typeRequestTooLarge, "Request body too large", "The request body is larger than this route accepts.")
+)
+
+var (
+	headerProblem = []string{problemContentType}
+	headerNoStore = []string{"no-store"}
+	headerNoSniff = []string{"nosniff"}
+)
+
+func writeProblem(w http.ResponseWriter, p problem) {
+	writeBody(w, p.status, p.body)
+}
+
+func writeBody(w http.ResponseWriter, status int, body []byte) {
+	h := w.Header()
+	h["Content-Type"] = headerProblem
+	h["Cache-Control"] = headerNoStore
+	h["X-Content-Type-Options"] = headerNoSniff
+	h["Content-Length"] = []string{strconv.Itoa(len(body))}
+	w.WriteHeader(status)
+	w.Write(body)
+}
+
+func writeUnavailable(w http.ResponseWriter, retryAfter string) {
+	w.Header()["Retry-After"] = []string{retryAfter}
+	writeProblem(w, problemUnavailable)
+}
+
+func writeQuotaExceeded(w http.ResponseWriter, rt *route, d limiter.Decision) {
+	w.Header()["Retry-After"] = []string{strconv.FormatInt(max(ceilSeconds(d.RetryAfter), 1), 10)}
+	writeBody(w, http.StatusTooManyRequests, rt.problem429)
+}
+
+func quotaProblem(policy string) []byte {
+	b, _ := json.Marshal(struct {
+		Type     string   `json:"type"`
+		Title    string   `json:"title"`
+		Status   int      `json:"status"`
+		Detail   string   `json:"detail"`
+		Violated []string `json:"violated-policies"`
+	}{typeQuotaExceeded, "Request cannot be satisfied as assigned quota has been exceeded", http.StatusTooManyRequests,
+		"Retry after the time given in Retry-After.", []string{policy}})
+	return b
+}
+
+// policyHeader is the RateLimit-Policy value of draft-ietf-httpapi-
+// ratelimit-headers-11: the policy name as a Structured Field string with
+// its quota and window in whole seconds.
+func policyHeader(p *limiter.Policy) []string {
+	return []string{sfString(p.Name) + ";q=" + strconv.FormatInt(p.Quota(), 10) +
+		";w=" + strconv.FormatInt(max(ceilSeconds(p.QuotaWindow()), 1), 10)}
+}
+
+// setRateLimitHeaders sets RateLimit-Policy and RateLimit. Headers the
+// upstream sends later are added beside ours: both are Structured Field
+// lists, so the client sees every policy.
+func setRateLimitHeaders(h http.Header, rt *route, d limiter.Decision) {
+	var buf [160]byte
+	b := append(buf[:0], rt.policyName...)
+	b = append(b, ";r="...)
+	b = strconv.AppendInt(b, max(d.Remaining, 0), 10)
+	b = append(b, ";t="...)
+	b = strconv.AppendInt(b, ceilSeconds(d.ResetAfter), 10)
+	h["Ratelimit-Policy"] = rt.policyHeader
+	h["Ratelimit"] = []string{string(b)}
+}
+
+// sfString serializes s as a Structured Field string (RFC 8941 3.3.3).
+// Policy names are validated to printable ASCII at load time.
+func sfString(s string) string {
+	b := make([]byte, 0, len(s)+2)
+	b = append(b, '"')
+	for i := 0; i < len(s); i++ {
+		if s[i] == '"' || s[i] == '\\' {
+			b = append(b, '\\')
+		}
+		b = append(b, s[i])
+	}
+	return string(append(b, '"'))
+}
+
+// ceilSeconds rounds d up to whole seconds.
+func ceilSeconds(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d + time.Second - 1) / time.Second)
+}
