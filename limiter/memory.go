@@ -123,12 +123,13 @@ func (m *Memory) Evaluate(ctx context.Context, req Request) Outcome {
 	}
 	p := req.Policy
 	nowMillis := m.clock.Now().UnixMilli()
-	key := memoryKey(p, req.Subject)
-	s := &m.shards[maphash.String(m.seed, key)%memoryShards]
+	var keyBuf [160]byte
+	key := appendMemoryKey(keyBuf[:0], p, req.Subject)
+	s := &m.shards[maphash.Bytes(m.seed, key)%memoryShards]
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	e := s.entries[key]
+	e := s.entries[string(key)] // a lookup by converted bytes does not allocate
 	if e != nil && e.expiresAt <= nowMillis {
 		s.remove(e)
 		e = nil
@@ -155,7 +156,7 @@ func (m *Memory) Evaluate(ctx context.Context, req Request) Outcome {
 		return Evaluated{res.decision}
 	}
 	if e == nil {
-		e = s.insert(key, &m.evictions, nowMillis)
+		e = s.insert(string(key), &m.evictions, nowMillis)
 	} else {
 		s.touch(e)
 	}
@@ -170,15 +171,14 @@ func (m *Memory) Evaluate(ctx context.Context, req Request) Outcome {
 	return Evaluated{res.decision}
 }
 
-// memoryKey carries the policy revision, so a changed policy starts afresh.
-func memoryKey(p *Policy, subject string) string {
-	var buf [128]byte
-	b := append(buf[:0], p.Name...)
+// appendMemoryKey carries the policy revision, so a changed policy starts
+// afresh.
+func appendMemoryKey(b []byte, p *Policy, subject string) []byte {
+	b = append(b, p.Name...)
 	b = append(b, 0)
 	b = strconv.AppendInt(b, p.Revision, 10)
 	b = append(b, 0)
-	b = append(b, subject...)
-	return string(b)
+	return append(b, subject...)
 }
 
 // dedupRecordOverhead approximates what one remembered decision costs beside

@@ -57,3 +57,60 @@ func TestMemorySweepDropsExpiredKeys(t *testing.T) {
 		t.Fatalf("expiry counted as %d evictions", m.Evictions())
 	}
 }
+
+func BenchmarkMemory(b *testing.B) {
+	for _, p := range []*limiter.Policy{
+		limitertest.FixedWindow(1<<40, time.Hour),
+		limitertest.SlidingCounter(1<<40, time.Hour),
+		limitertest.TokenBucket(1<<40, 1, time.Hour),
+	} {
+		for _, dedup := range []bool{false, true} {
+			name := p.Algorithm.String()
+			q := *p
+			if !dedup {
+				q.Dedup = limiter.Dedup{}
+			} else {
+				name += "/dedup"
+			}
+			b.Run(name, func(b *testing.B) {
+				m := limiter.NewMemory(limiter.MemoryOptions{})
+				defer m.Close()
+				subjects := make([]string, 1024)
+				for i := range subjects {
+					subjects[i] = limitertest.Subject()
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+				defer cancel()
+				ids := make([]string, 4096)
+				for i := range ids {
+					ids[i] = fmt.Sprint("eval-", i)
+				}
+				b.ReportAllocs()
+				i := 0
+				for b.Loop() {
+					o := m.Evaluate(ctx, limiter.Request{Policy: &q, Subject: subjects[i%len(subjects)], Cost: 1, EvaluationID: ids[i%len(ids)]})
+					if e, ok := o.(limiter.Evaluated); !ok || !e.Allowed {
+						b.Fatalf("outcome %#v", o)
+					}
+					i++
+				}
+			})
+		}
+	}
+}
+
+func BenchmarkMemoryParallel(b *testing.B) {
+	p := limitertest.FixedWindow(1<<40, time.Hour)
+	p.Dedup = limiter.Dedup{}
+	m := limiter.NewMemory(limiter.MemoryOptions{})
+	defer m.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel()
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		s := limitertest.Subject()
+		for pb.Next() {
+			m.Evaluate(ctx, limiter.Request{Policy: p, Subject: s, Cost: 1})
+		}
+	})
+}

@@ -1,0 +1,360 @@
+// Command gateway is an edge reverse proxy with built-in rate limiting.
+//
+//	gateway [run] [-config gateway.hcl]     serve (the default command)
+//	gateway validate [-config gateway.hcl]  check the file, print diagnostics, exit 1 on error
+//	gateway hash-key                        print the SHA-256 of the API key read from stdin
+//	gateway version
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/hcl/v2"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/edgegate/gateway/config"
+	"github.com/edgegate/gateway/limiter"
+	"github.com/edgegate/gateway/proxy"
+	"github.com/edgegate/gateway/subject"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr, nil))
+}
+
+// run is the whole CLI. started, when not nil, receives the gateway once
+// its listeners are bound and its signals are being watched (for tests).
+func run(args []string, stdin io.Reader, stdout, stderr io.Writer, started chan<- *gateway) int {
+	cmd := "run"
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		cmd, args = args[0], args[1:]
+	}
+	switch cmd {
+	case "run":
+		path, ok := configFlag("run", args, stderr)
+		if !ok {
+			return 2
+		}
+		return serve(path, stderr, started)
+	case "validate":
+		path, ok := configFlag("validate", args, stderr)
+		if !ok {
+			return 2
+		}
+		f, diags, sources := config.Load(path)
+		config.WriteDiagnostics(stderr, sources, diags)
+		if diags.HasErrors() {
+			fmt.Fprintf(stderr, "%s: %d error(s)\n", path, countErrors(diags))
+			return 1
+		}
+		fmt.Fprintf(stdout, "%s: ok: %d routes, %d policies, %s limiter\n", path, len(f.Routes), len(f.Policies), f.Limiter.Backend)
+		return 0
+	case "hash-key":
+		line, err := bufio.NewReader(stdin).ReadString('\n')
+		key := strings.TrimRight(line, "\r\n")
+		if key == "" {
+			fmt.Fprintln(stderr, "hash-key: read an API key from standard input:", err)
+			return 1
+		}
+		sum := sha256.Sum256([]byte(key))
+		fmt.Fprintln(stdout, hex.EncodeToString(sum[:]))
+		return 0
+	case "version":
+		fmt.Fprintln(stdout, "gateway", version)
+		return 0
+	case "help", "-h", "--help":
+		usage(stdout)
+		return 0
+	}
+	fmt.Fprintf(stderr, "gateway: unknown command %q\n", cmd)
+	usage(stderr)
+	return 2
+}
+
+func usage(w io.Writer) {
+	fmt.Fprint(w, `usage:
+  gateway [run] [-config gateway.hcl]     serve (default command)
+  gateway validate [-config gateway.hcl]  check the file, print diagnostics, exit 1 on error
+  gateway hash-key                        print the SHA-256 of an API key read from stdin
+  gateway version
+`)
+}
+
+func configFlag(name string, args []string, stderr io.Writer) (string, bool) {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	path := fs.String("config", "gateway.hcl", "the HCL configuration `file`")
+	if err := fs.Parse(args); err != nil {
+		return "", false
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "gateway %s: unexpected argument %q\n", name, fs.Arg(0))
+		return "", false
+	}
+	return *path, true
+}
+
+func countErrors(diags hcl.Diagnostics) int {
+	n := 0
+	for _, d := range diags {
+		if d.Severity == hcl.DiagError {
+			n++
+		}
+	}
+	return n
+}
+
+func diagnosticsText(sources map[string][]byte, diags hcl.Diagnostics) string {
+	var b bytes.Buffer
+	config.WriteDiagnostics(&b, sources, diags)
+	return b.String()
+}
+
+// gateway is one running instance: its listeners, its handler and what
+// survives a reload (the memory limiter's counters, the ephemeral pseudonym
+// key, the metrics).
+type gateway struct {
+	path     string
+	logger   *slog.Logger
+	level    *slog.LevelVar
+	registry *prometheus.Registry
+	metrics  *proxy.Metrics
+	handler  *proxy.Handler
+	memory   *limiter.Memory
+	// ephemeral signs pseudonyms when the file has no pseudonym block; it
+	// lives as long as the process so a reload keeps every budget.
+	ephemeral []byte
+	file      *config.File
+
+	public, admin         *http.Server
+	publicAddr, adminAddr net.Addr
+	serveErr              chan error
+}
+
+func serve(path string, stderr io.Writer, started chan<- *gateway) int {
+	level := new(slog.LevelVar)
+	logger := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
+	f, diags, sources := config.Load(path)
+	if diags.HasErrors() {
+		logger.Error("invalid configuration", "file", path, "diagnostics", diagnosticsText(sources, diags))
+		return 1
+	}
+	g := &gateway{path: path, logger: logger, level: level, registry: prometheus.NewRegistry(), serveErr: make(chan error, 2)}
+	g.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	g.metrics = proxy.NewMetrics(g.registry)
+	if err := g.start(f); err != nil {
+		logger.Error("cannot start", "error", err.Error())
+		g.closeLimiter()
+		return 1
+	}
+	// Watch signals before anyone is told we are up, so a SIGHUP sent right
+	// after start-up is a reload, not the default action (exit).
+	signals := make(chan os.Signal, 4)
+	signal.Notify(signals, syscall.SIGHUP, syscall.SIGTERM, syscall.SIGINT)
+	defer signal.Stop(signals)
+	logger.Info("gateway started", "version", version, "http", addrString(g.publicAddr), "admin", addrString(g.adminAddr),
+		"routes", len(f.Routes), "limiter", f.Limiter.Backend)
+	if started != nil {
+		started <- g
+	}
+	for {
+		select {
+		case sig := <-signals:
+			if sig == syscall.SIGHUP {
+				g.reload()
+				continue
+			}
+			logger.Info("draining", "signal", sig.String(), "timeout", g.file.Listen.ShutdownTimeout.String())
+			return g.shutdown()
+		case err := <-g.serveErr:
+			logger.Error("listener failed", "error", err.Error())
+			g.shutdown()
+			return 1
+		}
+	}
+}
+
+func addrString(a net.Addr) string {
+	if a == nil {
+		return ""
+	}
+	return a.String()
+}
+
+func (g *gateway) start(f *config.File) error {
+	g.setLevel(f.Log.Level)
+	switch f.Limiter.Backend {
+	case "memory":
+		g.memory = limiter.NewMemory(limiter.MemoryOptions{MaxEntries: f.Limiter.MemoryMaxEntries})
+		g.registry.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "gateway_limiter_evictions_total",
+			Help: "Live limiter keys dropped because the memory backend was full; each gave a subject a fresh budget early.",
+		}, func() float64 { return float64(g.memory.Evictions()) }))
+	default:
+		return fmt.Errorf("limiter backend %q is not available in this build", f.Limiter.Backend)
+	}
+	if f.Pseudonym == nil {
+		g.ephemeral = make([]byte, 32)
+		rand.Read(g.ephemeral)
+		g.logger.Warn("no pseudonym block: pseudonyms use a random key that lives as long as this process")
+	}
+	if f.TLS != nil || f.Listen.HTTPS != "" {
+		return errors.New("the https listener is not available in this build")
+	}
+	cfg, err := g.proxyConfig(f)
+	if err != nil {
+		return err
+	}
+	g.handler, err = proxy.NewHandler(proxy.Options{Logger: g.logger, AccessLog: f.Log.Access, Metrics: g.metrics}, cfg)
+	if err != nil {
+		return err
+	}
+	g.file = f
+
+	l := f.Listen
+	g.public = &http.Server{
+		Handler:           g.handler,
+		ReadHeaderTimeout: l.ReadHeaderTimeout,
+		IdleTimeout:       l.IdleTimeout,
+		MaxHeaderBytes:    l.MaxHeaderBytes,
+		ErrorLog:          slog.NewLogLogger(g.logger.Handler(), slog.LevelWarn),
+	}
+	ln, err := net.Listen("tcp", l.HTTP)
+	if err != nil {
+		return fmt.Errorf("listen http: %w", err)
+	}
+	g.publicAddr = ln.Addr()
+	go g.serveOn(g.public, ln)
+
+	if l.Admin != "" {
+		g.admin = &http.Server{
+			Handler:           proxy.AdminHandler(g.handler, g.registry),
+			ReadHeaderTimeout: 5 * time.Second,
+			IdleTimeout:       time.Minute,
+			ErrorLog:          slog.NewLogLogger(g.logger.Handler(), slog.LevelWarn),
+		}
+		aln, err := net.Listen("tcp", l.Admin)
+		if err != nil {
+			g.public.Close()
+			return fmt.Errorf("listen admin: %w", err)
+		}
+		g.adminAddr = aln.Addr()
+		go g.serveOn(g.admin, aln)
+	}
+	return nil
+}
+
+// serveOn serves ln until Shutdown; any other end is a listener failure.
+func (g *gateway) serveOn(s *http.Server, ln net.Listener) {
+	if err := s.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+		g.serveErr <- err
+	}
+}
+
+// proxyConfig builds the request path's configuration from a file.
+func (g *gateway) proxyConfig(f *config.File) (proxy.Config, error) {
+	keys, active := map[int][]byte{1: g.ephemeral}, 1
+	if f.Pseudonym != nil {
+		keys, active = f.Pseudonym.Keys, f.Pseudonym.Version
+	} else if g.ephemeral == nil {
+		return proxy.Config{}, errors.New("a pseudonym block cannot be removed by a reload; restart instead")
+	}
+	p, err := subject.NewPseudonymizer(keys, active)
+	if err != nil {
+		return proxy.Config{}, err
+	}
+	so := f.Subject
+	so.Pseudonymizer = p
+	resolver, err := subject.NewResolver(so)
+	if err != nil {
+		return proxy.Config{}, err
+	}
+	return proxy.Config{
+		Routes:            f.Routes,
+		Resolver:          resolver,
+		Limiter:           g.memory,
+		Deadline:          f.Limiter.Deadline,
+		FailureRetryAfter: f.Limiter.FailureRetryAfter,
+	}, nil
+}
+
+// reload applies the file again. An invalid file changes nothing; requests
+// in flight finish on the configuration they started with.
+func (g *gateway) reload() {
+	f, diags, sources := config.Load(g.path)
+	if diags.HasErrors() {
+		g.metrics.Reloads.WithLabelValues("error").Inc()
+		g.logger.Error("reload refused: the old configuration stays", "file", g.path, "diagnostics", diagnosticsText(sources, diags))
+		return
+	}
+	cfg, err := g.proxyConfig(f)
+	if err == nil {
+		err = g.handler.Swap(cfg)
+	}
+	if err != nil {
+		g.metrics.Reloads.WithLabelValues("error").Inc()
+		g.logger.Error("reload refused: the old configuration stays", "file", g.path, "error", err.Error())
+		return
+	}
+	old := g.file
+	if old.Listen != f.Listen || old.Limiter.Backend != f.Limiter.Backend || old.Limiter.MemoryMaxEntries != f.Limiter.MemoryMaxEntries {
+		g.logger.Warn("listen and limiter backend settings take effect on restart only")
+	}
+	g.setLevel(f.Log.Level)
+	g.file = f
+	g.metrics.Reloads.WithLabelValues("ok").Inc()
+	g.logger.Info("configuration reloaded", "routes", len(f.Routes), "policies", len(f.Policies))
+}
+
+func (g *gateway) setLevel(s string) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(s)); err == nil {
+		g.level.Set(l)
+	}
+}
+
+// shutdown stops accepting and lets requests in flight finish within the
+// shutdown timeout; past it, connections are closed.
+func (g *gateway) shutdown() int {
+	ctx, cancel := context.WithTimeout(context.Background(), g.file.Listen.ShutdownTimeout)
+	defer cancel()
+	code := 0
+	if err := g.public.Shutdown(ctx); err != nil {
+		g.logger.Warn("drain timed out; closing connections", "error", err.Error())
+		g.public.Close()
+		code = 1
+	}
+	if g.admin != nil {
+		g.admin.Close()
+	}
+	g.closeLimiter()
+	g.logger.Info("gateway stopped")
+	return code
+}
+
+func (g *gateway) closeLimiter() {
+	if g.memory != nil {
+		g.memory.Close()
+	}
+}

@@ -1,0 +1,283 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// running is a gateway started through the CLI, in this process.
+type running struct {
+	*gateway
+	path   string
+	logs   *lockedBuffer
+	exited chan struct{} // closed when run returned; code is then set
+	code   int
+}
+
+func writeConfig(t *testing.T, path, upstream string, revision, limit int) {
+	t.Helper()
+	src := fmt.Sprintf(`
+listen {
+  http             = "127.0.0.1:0"
+  admin            = "127.0.0.1:0"
+  shutdown_timeout = "5s"
+}
+policy "per-client" {
+  algorithm = "fixed-window"
+  limit     = %d
+  window    = "1h"
+  revision  = %d
+}
+route "orders.read" {
+  path     = "/orders"
+  upstream = %q
+  policy   = "per-client"
+  subject  = ["client_ip"]
+}
+`, limit, revision, upstream)
+	if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func start(t *testing.T, upstream string) *running {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "gateway.hcl")
+	writeConfig(t, path, upstream, 1, 2)
+	r := &running{path: path, logs: &lockedBuffer{}, exited: make(chan struct{})}
+	started := make(chan *gateway, 1)
+	go func() {
+		r.code = run([]string{"run", "-config", path}, nil, io.Discard, r.logs, started)
+		close(r.exited)
+	}()
+	select {
+	case r.gateway = <-started:
+	case <-r.exited:
+		t.Fatalf("gateway exited with %d:\n%s", r.code, r.logs.String())
+	case <-time.After(10 * time.Second):
+		t.Fatal("gateway did not start")
+	}
+	t.Cleanup(func() {
+		select {
+		case <-r.exited:
+		default:
+			// Only while run watches signals: SIGTERM would end the test
+			// binary otherwise.
+			syscall.Kill(os.Getpid(), syscall.SIGTERM)
+			<-r.exited
+		}
+	})
+	return r
+}
+
+func (r *running) get(t *testing.T, path string) *http.Response {
+	t.Helper()
+	res, err := http.Get("http://" + r.publicAddr.String() + path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, res.Body)
+	res.Body.Close()
+	return res
+}
+
+func (r *running) admin(t *testing.T, path string) (int, string) {
+	t.Helper()
+	res, err := http.Get("http://" + r.adminAddr.String() + path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	return res.StatusCode, string(b)
+}
+
+// reload sends a real SIGHUP and waits until the reload counter for result
+// moves.
+func (r *running) reload(t *testing.T, result string) {
+	t.Helper()
+	metric := fmt.Sprintf(`gateway_config_reloads_total{result=%q}`, result)
+	before := r.metricValue(t, metric)
+	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if r.metricValue(t, metric) > before {
+			return
+		}
+	}
+	t.Fatalf("no %s reload observed:\n%s", result, r.logs.String())
+}
+
+func (r *running) metricValue(t *testing.T, series string) float64 {
+	_, body := r.admin(t, "/metrics")
+	for line := range strings.SplitSeq(body, "\n") {
+		if v, ok := strings.CutPrefix(line, series+" "); ok {
+			var f float64
+			fmt.Sscan(v, &f)
+			return f
+		}
+	}
+	return 0
+}
+
+func statusesOf(t *testing.T, r *running, n int) string {
+	var s []string
+	for i := 0; i < n; i++ {
+		s = append(s, fmt.Sprint(r.get(t, "/orders").StatusCode))
+	}
+	return strings.Join(s, " ")
+}
+
+func TestReload(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
+	defer up.Close()
+	r := start(t, up.URL)
+
+	if got := statusesOf(t, r, 3); got != "200 200 429" {
+		t.Fatalf("before reload: %s", got)
+	}
+	t.Run("the same revision keeps the budget", func(t *testing.T) {
+		writeConfig(t, r.path, up.URL, 1, 2)
+		r.reload(t, "ok")
+		if got := statusesOf(t, r, 1); got != "429" {
+			t.Fatalf("after reload: %s", got)
+		}
+	})
+	t.Run("a broken file keeps the old configuration", func(t *testing.T) {
+		if err := os.WriteFile(r.path, []byte("route \"x\" {\n  path = 3\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		r.reload(t, "error")
+		if got := statusesOf(t, r, 1); got != "429" {
+			t.Fatalf("after a broken reload: %s", got)
+		}
+		if !strings.Contains(r.logs.String(), "reload refused") {
+			t.Fatalf("no diagnostic logged:\n%s", r.logs.String())
+		}
+	})
+	t.Run("a new revision gives a fresh budget", func(t *testing.T) {
+		writeConfig(t, r.path, up.URL, 2, 3)
+		r.reload(t, "ok")
+		if got := statusesOf(t, r, 4); got != "200 200 200 429" {
+			t.Fatalf("after revision 2: %s", got)
+		}
+	})
+	t.Run("admin endpoints answer, the public listener does not serve them", func(t *testing.T) {
+		if code, body := r.admin(t, "/healthz"); code != 200 || body != "ok\n" {
+			t.Fatalf("/healthz %d %q", code, body)
+		}
+		if code, body := r.admin(t, "/readyz"); code != 200 {
+			t.Fatalf("/readyz %d %q", code, body)
+		}
+		if v := r.metricValue(t, `gateway_requests_total{outcome="denied",route="orders.read",status="429"}`); v < 3 {
+			t.Fatalf("denied counter %v", v)
+		}
+		if s := r.get(t, "/metrics").StatusCode; s != 404 {
+			t.Fatalf("/metrics on the public listener: %d", s)
+		}
+	})
+	t.Run("logs hold no client address", func(t *testing.T) {
+		logs := r.logs.String()
+		if strings.Contains(logs, `"pseudonym":"v1:`) == false {
+			t.Fatalf("no pseudonym logged:\n%s", logs)
+		}
+		// The gateway's own listen addresses are logged at start-up; a
+		// client's address (127.0.0.1 with its ephemeral port) never is.
+		for line := range strings.SplitSeq(logs, "\n") {
+			if strings.Contains(line, `"msg":"request"`) && strings.Contains(line, "127.0.0.1") {
+				t.Fatalf("access log line holds an address: %s", line)
+			}
+		}
+	})
+}
+
+func TestGracefulDrain(t *testing.T) {
+	arrived, release := make(chan struct{}, 1), make(chan struct{})
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		arrived <- struct{}{}
+		<-release
+		io.WriteString(w, "finished")
+	}))
+	defer up.Close()
+	r := start(t, up.URL)
+
+	type result struct {
+		status int
+		body   string
+		err    error
+	}
+	inflight := make(chan result, 1)
+	go func() {
+		res, err := http.Get("http://" + r.publicAddr.String() + "/orders")
+		if err != nil {
+			inflight <- result{err: err}
+			return
+		}
+		b, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		inflight <- result{status: res.StatusCode, body: string(b)}
+	}()
+	<-arrived
+	syscall.Kill(os.Getpid(), syscall.SIGTERM)
+
+	// The listener closes while the request is still in flight.
+	refused := false
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		c, err := net.DialTimeout("tcp", r.publicAddr.String(), time.Second)
+		if err != nil {
+			refused = true
+			break
+		}
+		c.Close()
+	}
+	if !refused {
+		t.Fatal("the listener still accepts after SIGTERM")
+	}
+	select {
+	case <-r.exited:
+		t.Fatalf("exited with %d before the in-flight request finished", r.code)
+	default:
+	}
+	close(release)
+	res := <-inflight
+	if res.err != nil || res.status != 200 || res.body != "finished" {
+		t.Fatalf("in-flight request: %+v", res)
+	}
+	select {
+	case <-r.exited:
+		if r.code != 0 {
+			t.Fatalf("exit code %d", r.code)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("gateway did not stop after draining")
+	}
+}

@@ -1,0 +1,8 @@
+policy "p" {
+  algorithm = "fixed-window"
+  window    = "1m"
+}
+
+route "r" {
+  path = "/"
+}

@@ -1,0 +1,3 @@
+limiter {
+  backend = "redis"
+}

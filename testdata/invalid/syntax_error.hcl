@@ -1,0 +1,3 @@
+route "r" {
+  path = "/a"
+  upstream = "http://127.0.0.1:9000"

@@ -1,0 +1,5 @@
+policy "p" {
+  algorithm = "leaky-bucket"
+  limit     = 10
+  window    = "1m"
+}

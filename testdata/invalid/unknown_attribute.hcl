@@ -1,0 +1,4 @@
+listen {
+  http    = ":8080"
+  timeout = "5s"
+}

@@ -1,0 +1,107 @@
+# Every block of the schema, valid. The tls block waits for the HTTPS
+# listener, so this file is for `validate` only.
+listen {
+  http                = "127.0.0.1:8080"
+  admin               = "127.0.0.1:9901"
+  shutdown_timeout    = "5s"
+  read_header_timeout = "5s"
+  idle_timeout        = "1m"
+  max_header_bytes    = 32768
+}
+
+limiter {
+  backend             = "redis"
+  deadline            = "750ms"
+  failure_retry_after = "2s"
+  redis {
+    mode        = "sentinel"
+    addrs       = ["127.0.0.1:26379", "127.0.0.1:26380"]
+    master_name = "mymaster"
+    username    = "gateway"
+    password    = env("GATEWAY_TEST_REDIS_PASSWORD", "")
+    tls         = false
+    key_prefix  = "rl:"
+  }
+}
+
+subject {
+  trusted_proxies  = ["127.0.0.1/32", "10.0.0.0/8", "::1"]
+  forwarded_header = "X-Forwarded-For"
+  principal_header = "X-Auth-Principal"
+  api_key_header   = "X-API-Key"
+  api_keys_file    = "../api-keys.txt"
+  ipv6_prefix      = 56
+}
+
+pseudonym {
+  version = 2
+  key "1" { secret = file("../secrets/fake-hmac-v1.txt") }
+  key "2" { secret = file("../secrets/fake-hmac-v2.txt") }
+}
+
+log {
+  level  = "debug"
+  access = false
+}
+
+policy "per-client" {
+  algorithm            = "fixed-window"
+  limit                = 100
+  window               = "1m"
+  revision             = 3
+  max_cost             = 5
+  cleanup_grace        = "10s"
+  max_clock_regression = "1s"
+  clock                = "gateway"
+}
+
+policy "smooth" {
+  algorithm = "sliding-counter"
+  limit     = 50
+  window    = "10s"
+  dedup {
+    ttl         = "2s"
+    max_entries = 64
+    max_bytes   = 8192
+  }
+}
+
+policy "burst" {
+  algorithm     = "token-bucket"
+  capacity      = 20
+  refill_tokens = 5
+  refill_period = "1s"
+  dedup {
+    enabled = false
+  }
+}
+
+route "orders.read" {
+  host     = "api.example.com"
+  path     = "/orders"
+  methods  = ["GET", "HEAD"]
+  upstream = "http://127.0.0.1:9000"
+  policy   = "per-client"
+  subject  = ["principal", "api_key", "client_ip"]
+  cost     = 5
+}
+
+route "orders.write" {
+  host     = "api.example.com"
+  path     = "/orders"
+  methods  = ["POST"]
+  upstream = "https://orders.internal:8443/api"
+  policy   = "smooth"
+  subject  = ["api_key", "client_ip"]
+}
+
+route "health" {
+  path     = "/health"
+  upstream = "http://127.0.0.1:9000"
+}
+
+route "default" {
+  path     = "/"
+  upstream = "http://127.0.0.1:9000"
+  policy   = "burst"
+}
