@@ -1,0 +1,444 @@
+package limiter
+
+import (
+	"context"
+	"crypto/sha1"
+	"crypto/tls"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/edgegate/gateway/lua"
+)
+
+// RedisMode is the topology the client expects.
+type RedisMode string
+
+const (
+	RedisStandalone RedisMode = "standalone"
+	RedisSentinel   RedisMode = "sentinel"
+	RedisCluster    RedisMode = "cluster"
+)
+
+// RedisOptions configures a Redis backend.
+type RedisOptions struct {
+	Mode       RedisMode
+	Addrs      []string
+	MasterName string // sentinel only
+	Username   string
+	Password   string
+	TLS        *tls.Config // nil: plain TCP
+	DB         int
+	// KeyPrefix starts every key; the rest of the key sits in a hash tag so
+	// each subject's key lives on one Cluster slot.
+	KeyPrefix string
+	// Clock is read for policies whose Clock is ClockGateway.
+	Clock Clock
+	// Registerer receives the backend's metrics; nil registers none.
+	Registerer prometheus.Registerer
+}
+
+// Redis is the shared backend: any number of gateway instances that point
+// at one Redis share one budget per policy and subject. Decisions are made
+// by the scripts of package lua, registered with SCRIPT LOAD and run with
+// EVALSHA only; on NOSCRIPT the scripts are loaded again (once, however
+// many requests notice) and the call is retried once. EVAL is never used.
+//
+// Each call is sent at most once unless its effect is known to be nil
+// (NOSCRIPT, MOVED) or de-duplication makes a repeat harmless: the client
+// is built without go-redis's own retries for that reason.
+type Redis struct {
+	mode    RedisMode
+	client  redis.UniversalClient
+	cluster *redis.ClusterClient // set in cluster mode
+	prefix  string
+	clock   Clock
+	scripts map[Algorithm]*script
+
+	loadMu  sync.Mutex
+	loadGen uint64 // bumped by every successful load of all scripts
+
+	m redisMetrics
+}
+
+type script struct {
+	name string
+	src  string
+	sha  string
+}
+
+type redisMetrics struct {
+	latency *prometheus.HistogramVec
+	reloads prometheus.Counter
+	errors  *prometheus.CounterVec
+}
+
+// Client timeouts. Each stays well under the 750ms deadline, and the
+// deadline itself bounds every call (ContextTimeoutEnabled).
+const (
+	redisDialTimeout  = 250 * time.Millisecond
+	redisReadTimeout  = 500 * time.Millisecond
+	redisWriteTimeout = 250 * time.Millisecond
+	redisPoolTimeout  = 100 * time.Millisecond
+)
+
+// NewRedis connects, checks the topology and loads the scripts. It fails
+// rather than start a backend that would deny or fail every request.
+func NewRedis(ctx context.Context, opts RedisOptions) (*Redis, error) {
+	if len(opts.Addrs) == 0 {
+		return nil, errors.New("redis: no addresses")
+	}
+	if opts.Clock == nil {
+		opts.Clock = SystemClock{}
+	}
+	r := &Redis{mode: opts.Mode, prefix: opts.KeyPrefix, clock: opts.Clock, scripts: map[Algorithm]*script{}}
+	for alg, src := range map[Algorithm]string{FixedWindow: lua.FixedWindow, SlidingCounter: lua.SlidingCounter, TokenBucket: lua.TokenBucket} {
+		sum := sha1.Sum([]byte(src))
+		r.scripts[alg] = &script{name: alg.String(), src: src, sha: hex.EncodeToString(sum[:])}
+	}
+	switch opts.Mode {
+	case RedisStandalone, "":
+		r.mode = RedisStandalone
+		r.client = redis.NewClient(&redis.Options{
+			Addr: opts.Addrs[0], Username: opts.Username, Password: opts.Password, DB: opts.DB, TLSConfig: opts.TLS,
+			DialTimeout: redisDialTimeout, ReadTimeout: redisReadTimeout, WriteTimeout: redisWriteTimeout,
+			PoolTimeout: redisPoolTimeout, MaxRetries: -1, ContextTimeoutEnabled: true, DisableIdentity: true,
+		})
+	case RedisSentinel:
+		r.client = redis.NewFailoverClient(&redis.FailoverOptions{
+			MasterName: opts.MasterName, SentinelAddrs: opts.Addrs,
+			Username: opts.Username, Password: opts.Password, DB: opts.DB, TLSConfig: opts.TLS,
+			DialTimeout: redisDialTimeout, ReadTimeout: redisReadTimeout, WriteTimeout: redisWriteTimeout,
+			PoolTimeout: redisPoolTimeout, MaxRetries: -1, ContextTimeoutEnabled: true, DisableIdentity: true,
+		})
+	case RedisCluster:
+		r.cluster = redis.NewClusterClient(&redis.ClusterOptions{
+			Addrs: opts.Addrs, Username: opts.Username, Password: opts.Password, TLSConfig: opts.TLS,
+			DialTimeout: redisDialTimeout, ReadTimeout: redisReadTimeout, WriteTimeout: redisWriteTimeout,
+			PoolTimeout: redisPoolTimeout, MaxRetries: -1, ContextTimeoutEnabled: true, DisableIdentity: true,
+		})
+		r.client = r.cluster
+	default:
+		return nil, fmt.Errorf("redis: unknown mode %q", opts.Mode)
+	}
+	r.registerMetrics(opts.Registerer)
+	if err := r.load(ctx, 0); err != nil {
+		r.client.Close()
+		return nil, err
+	}
+	if err := r.checkTopology(ctx); err != nil {
+		r.client.Close()
+		return nil, err
+	}
+	return r, nil
+}
+
+func (r *Redis) registerMetrics(reg prometheus.Registerer) {
+	r.m = redisMetrics{
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "gateway_redis_evalsha_duration_seconds",
+			Help:    "EVALSHA round trips, by result.",
+			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, .75},
+		}, []string{"result"}),
+		reloads: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "gateway_redis_noscript_reloads_total",
+			Help: "Times the scripts were loaded again after NOSCRIPT.",
+		}),
+		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gateway_redis_errors_total",
+			Help: "Redis errors by cause.",
+		}, []string{"cause"}),
+	}
+	if reg != nil {
+		reg.MustRegister(r.m.latency, r.m.reloads, r.m.errors)
+	}
+}
+
+// Close closes the client.
+func (r *Redis) Close() error { return r.client.Close() }
+
+// load registers every script, on every node in Cluster mode. A caller
+// that saw NOSCRIPT passes the generation it ran under: if another caller
+// has loaded since, there is nothing left to do, so a failover that makes
+// every request see NOSCRIPT causes one load, not one per request.
+func (r *Redis) load(ctx context.Context, seenGen uint64) error {
+	r.loadMu.Lock()
+	defer r.loadMu.Unlock()
+	if r.loadGen > seenGen {
+		return nil
+	}
+	for _, s := range r.scripts {
+		sha, err := r.client.ScriptLoad(ctx, s.src).Result()
+		if err != nil {
+			return fmt.Errorf("load script %s: %w", s.name, err)
+		}
+		if sha != s.sha {
+			return fmt.Errorf("load script %s: server says sha %s, expected %s", s.name, sha, s.sha)
+		}
+	}
+	r.loadGen++
+	return nil
+}
+
+func (r *Redis) generation() uint64 {
+	r.loadMu.Lock()
+	defer r.loadMu.Unlock()
+	return r.loadGen
+}
+
+// checkTopology runs the real script path on canary keys spread over the
+// hash slots: a standalone client pointed at a Cluster node gets MOVED for
+// some of them, which is a configuration error, not a denial.
+func (r *Redis) checkTopology(ctx context.Context) error {
+	for i := 0; i < 8; i++ {
+		if err := r.canary(ctx, "ready-"+strconv.Itoa(i)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+var canaryPolicy = &Policy{Name: "canary", Algorithm: FixedWindow, Revision: 1, Limit: 1 << 40, Window: time.Second,
+	MaxCost: 1, CleanupGrace: time.Second, Clock: ClockBackend}
+
+func (r *Redis) canary(ctx context.Context, tag string) error {
+	key := r.prefix + "{canary:" + tag + "}"
+	_, err := r.evalsha(ctx, canaryPolicy, key, 1, "")
+	if err != nil {
+		if _, moved := redis.IsMovedError(err); moved && r.mode != RedisCluster {
+			return fmt.Errorf("redis at %s is a Cluster node, but mode is %s: %w", key, r.mode, err)
+		}
+		return fmt.Errorf("redis readiness: %w", err)
+	}
+	return nil
+}
+
+// Ready runs the script path on a canary key, with NOSCRIPT recovery, for
+// /readyz: it fails while Redis is unreachable, the ACL denies EVALSHA or
+// SCRIPT LOAD, or the topology is not the configured one.
+func (r *Redis) Ready(ctx context.Context) error {
+	return r.checkTopology(ctx)
+}
+
+// Key is the Redis key of a policy revision and subject. The subject is a
+// pseudonym, so no raw identity reaches Redis.
+func (r *Redis) Key(p *Policy, subject string) string {
+	var b strings.Builder
+	b.Grow(len(r.prefix) + len(p.Name) + len(subject) + 24)
+	b.WriteString(r.prefix)
+	b.WriteByte('{')
+	b.WriteString(p.Name)
+	b.WriteByte(':')
+	b.WriteString(strconv.FormatInt(p.Revision, 10))
+	b.WriteByte(':')
+	b.WriteString(subject)
+	b.WriteByte('}')
+	return b.String()
+}
+
+// Evaluate decides one request.
+func (r *Redis) Evaluate(ctx context.Context, req Request) Outcome {
+	if o := admit(ctx, req); o != nil {
+		return o
+	}
+	p := req.Policy
+	if strings.IndexByte(req.EvaluationID, ';') >= 0 {
+		return Incompatible{Reason: StateUnreadable, Err: errors.New("evaluation ID holds ';'")}
+	}
+	evalID := ""
+	if p.Dedup.Enabled {
+		evalID = req.EvaluationID
+	}
+	key := r.Key(p, req.Subject)
+	o := r.decide(ctx, p, key, req.Cost, evalID)
+	if _, ambiguous := o.(Indeterminate); ambiguous && evalID != "" && ctx.Err() == nil {
+		// The first call may have been charged; the same evaluation ID makes
+		// a repeat return that first result instead of charging again.
+		o = r.decide(ctx, p, key, req.Cost, evalID)
+	}
+	return o
+}
+
+func (r *Redis) decide(ctx context.Context, p *Policy, key string, cost int64, evalID string) Outcome {
+	reply, err := r.evalsha(ctx, p, key, cost, evalID)
+	if err != nil {
+		return r.classify(err)
+	}
+	return decodeReply(p, reply)
+}
+
+// evalsha sends one EVALSHA; on NOSCRIPT it loads the scripts and sends once
+// more; on MOVED (Cluster) it refreshes the slot map and sends once more.
+// Both mean the script did not run.
+func (r *Redis) evalsha(ctx context.Context, p *Policy, key string, cost int64, evalID string) ([]any, error) {
+	s := r.scripts[p.Algorithm]
+	args := r.args(p, cost, evalID)
+	keys := []string{key}
+	var err error
+	noscriptRetried, movedRetried := false, false
+	for {
+		gen := r.generation()
+		var c *redis.Client
+		c, err = r.nodeFor(ctx, key)
+		if err != nil {
+			return nil, err
+		}
+		start := time.Now()
+		var v any
+		v, err = c.EvalSha(ctx, s.sha, keys, args...).Result()
+		result := "ok"
+		if err != nil {
+			result = "error"
+		}
+		r.m.latency.WithLabelValues(result).Observe(time.Since(start).Seconds())
+		switch {
+		case err == nil:
+			reply, ok := v.([]any)
+			if !ok {
+				return nil, errMalformedReply
+			}
+			return reply, nil
+		case redis.HasErrorPrefix(err, "NOSCRIPT") && !noscriptRetried:
+			noscriptRetried = true
+			r.m.reloads.Inc()
+			if lerr := r.load(ctx, gen); lerr != nil {
+				return nil, lerr
+			}
+		case r.cluster != nil && !movedRetried && isRedirect(err):
+			movedRetried = true
+			r.cluster.ReloadState(ctx)
+		default:
+			return nil, err
+		}
+	}
+}
+
+func isRedirect(err error) bool {
+	if _, ok := redis.IsMovedError(err); ok {
+		return true
+	}
+	_, ok := redis.IsAskError(err)
+	return ok
+}
+
+// nodeFor is the client that owns key. In Cluster mode the call goes to
+// the slot's master directly, so that go-redis does not re-send it on a
+// timeout or a broken connection as its cluster client would.
+func (r *Redis) nodeFor(ctx context.Context, key string) (*redis.Client, error) {
+	if r.cluster != nil {
+		return r.cluster.MasterForKey(ctx, key)
+	}
+	return r.client.(*redis.Client), nil
+}
+
+func (r *Redis) args(p *Policy, cost int64, evalID string) []any {
+	now := ""
+	if p.Clock == ClockGateway {
+		now = strconv.FormatInt(r.clock.Now().UnixMilli(), 10)
+	}
+	period, refill := p.Window, int64(0)
+	if p.Algorithm == TokenBucket {
+		period, refill = p.RefillPeriod, p.RefillTokens
+	}
+	return []any{
+		now, cost, p.Quota(), period.Milliseconds(), refill,
+		p.CleanupGrace.Milliseconds(), p.MaxClockRegression.Milliseconds(),
+		evalID, p.Dedup.TTL.Milliseconds(), p.Dedup.MaxEntries, p.Dedup.MaxBytes,
+	}
+}
+
+var errMalformedReply = errors.New("redis: malformed script reply")
+
+// Script reply statuses; see lua/prelude.lua.
+const (
+	replyDecided     = 0
+	replyClockUnsafe = 1
+	replyUnreadable  = 2
+	replyReplayed    = 3
+)
+
+func decodeReply(p *Policy, reply []any) Outcome {
+	if len(reply) != 5 {
+		return Indeterminate{Err: errMalformedReply}
+	}
+	var n [5]int64
+	for i, v := range reply {
+		x, ok := v.(int64)
+		if !ok {
+			return Indeterminate{Err: errMalformedReply}
+		}
+		n[i] = x
+	}
+	switch n[0] {
+	case replyClockUnsafe:
+		return Unavailable{Category: ClockUnsafe}
+	case replyUnreadable:
+		return Incompatible{Reason: StateUnreadable}
+	case replyDecided, replyReplayed:
+	default:
+		return Indeterminate{Err: errMalformedReply}
+	}
+	certainty := Certain
+	if p.Algorithm == SlidingCounter {
+		certainty = Approximate
+	}
+	return Evaluated{Decision{
+		Allowed: n[1] == 1, Limit: p.Quota(), Remaining: n[2],
+		ResetAfter: ms(n[3]), RetryAfter: ms(n[4]), Certainty: certainty,
+	}}
+}
+
+// classify maps an error to an outcome by cause. Only errors that prove the
+// command was not sent, or did not run, are Unavailable; an error after the
+// command may have reached Redis is Indeterminate.
+func (r *Redis) classify(err error) Outcome {
+	cause, o := classifyRedisError(err)
+	r.m.errors.WithLabelValues(cause).Inc()
+	return o
+}
+
+func classifyRedisError(err error) (string, Outcome) {
+	var opErr *net.OpError
+	var rerr redis.Error
+	switch {
+	case errors.Is(err, redis.ErrPoolTimeout) || errors.Is(err, redis.ErrPoolExhausted):
+		return "pool", Unavailable{Category: UnavailableBeforeSend, Err: err}
+	case errors.Is(err, redis.ErrClosed):
+		return "closed", Unavailable{Category: UnavailableBeforeSend, Err: err}
+	case errors.As(err, &opErr) && opErr.Op == "dial":
+		return "dial", Unavailable{Category: UnavailableBeforeSend, Err: err}
+	case errors.As(err, &rerr):
+		if redis.HasErrorPrefix(err, "WRONGTYPE") {
+			return "wrongtype", Incompatible{Reason: StateUnreadable, Err: err}
+		}
+		// Error replies that refuse a command before it runs.
+		for _, prefix := range []string{"NOSCRIPT", "NOPERM", "NOAUTH", "WRONGPASS", "LOADING", "MASTERDOWN", "READONLY",
+			"CLUSTERDOWN", "MOVED", "ASK", "TRYAGAIN", "BUSY", "OOM", "MISCONF", "NOREPLICAS"} {
+			if redis.HasErrorPrefix(err, prefix) {
+				return strings.ToLower(prefix), Unavailable{Category: UnavailableBeforeSend, Err: err}
+			}
+		}
+		return "script", Indeterminate{Err: err}
+	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled):
+		return "deadline", Indeterminate{Err: err}
+	case isTimeout(err):
+		return "timeout", Indeterminate{Err: err}
+	case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed):
+		return "connection_lost", Indeterminate{Err: err}
+	}
+	return "other", Indeterminate{Err: err}
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}

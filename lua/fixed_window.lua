@@ -1,0 +1,15 @@
+-- fixed-window: count per window; deny without mutation when
+-- spent + cost > limit; reset is the time to the window's end.
+local function decide()
+  local start = now - now % window
+  local spent = 0
+  if valid and st_start == start then
+    spent = st_count
+  end
+  local reset = start + window - now
+  if spent + cost > limit then
+    return 0, limit - spent, reset, reset
+  end
+  spent = spent + cost
+  return 1, limit - spent, reset, 0, start, spent, 0, reset + grace
+end

@@ -1,0 +1,42 @@
+-- sliding-counter: the previous window weighted by the part of it that
+-- still overlaps, plus the current window. Approximate.
+local function decay_wait(count, allowed)
+  if count <= allowed then
+    return 0
+  end
+  return window - idiv((allowed + 1) * window - 1, count)
+end
+
+local function decide()
+  local start = now - now % window
+  local elapsed = now - start
+  local current, previous = 0, 0
+  if valid then
+    if st_start == start then
+      current, previous = st_count, st_prev
+    elseif st_start == start - window then
+      previous = st_count
+    end
+  end
+  local estimate = idiv(previous * (window - elapsed), window) + current
+  if estimate + cost > limit then
+    local retry
+    local room = limit - cost - current
+    if room >= 0 then
+      retry = decay_wait(previous, room) - elapsed
+    else
+      retry = window - elapsed + decay_wait(current, limit - cost)
+    end
+    retry = math.max(retry, 1)
+    local reset = 0
+    if current > 0 then
+      reset = 2 * window - elapsed
+    elseif previous > 0 then
+      reset = window - elapsed
+    end
+    return 0, math.max(limit - estimate, 0), math.max(reset, retry), retry
+  end
+  current = current + cost
+  local reset = 2 * window - elapsed
+  return 1, limit - estimate - cost, reset, 0, start, current, previous, reset + grace
+end
