@@ -91,6 +91,12 @@ const (
 	redisPoolTimeout  = 100 * time.Millisecond
 )
 
+// The script runs these commands as the configured user; with EVALSHA,
+// SCRIPT LOAD, PING and HELLO they are all an ACL user needs:
+//
+//	ACL SETUSER gateway on >secret ~rl:* -@all +evalsha +script|load +ping +hello
+//	    +hmget +hget +hset +hdel +pttl +pexpire +time
+
 // NewRedis connects, checks the topology and loads the scripts. It fails
 // rather than start a backend that would deny or fail every request.
 func NewRedis(ctx context.Context, opts RedisOptions) (*Redis, error) {
@@ -112,6 +118,7 @@ func NewRedis(ctx context.Context, opts RedisOptions) (*Redis, error) {
 			Addr: opts.Addrs[0], Username: opts.Username, Password: opts.Password, DB: opts.DB, TLSConfig: opts.TLS,
 			DialTimeout: redisDialTimeout, ReadTimeout: redisReadTimeout, WriteTimeout: redisWriteTimeout,
 			PoolTimeout: redisPoolTimeout, MaxRetries: -1, ContextTimeoutEnabled: true, DisableIdentity: true,
+			DialerRetries: 1, DialerRetryTimeout: 5 * time.Millisecond,
 		})
 	case RedisSentinel:
 		r.client = redis.NewFailoverClient(&redis.FailoverOptions{
@@ -119,12 +126,14 @@ func NewRedis(ctx context.Context, opts RedisOptions) (*Redis, error) {
 			Username: opts.Username, Password: opts.Password, DB: opts.DB, TLSConfig: opts.TLS,
 			DialTimeout: redisDialTimeout, ReadTimeout: redisReadTimeout, WriteTimeout: redisWriteTimeout,
 			PoolTimeout: redisPoolTimeout, MaxRetries: -1, ContextTimeoutEnabled: true, DisableIdentity: true,
+			DialerRetries: 1, DialerRetryTimeout: 5 * time.Millisecond,
 		})
 	case RedisCluster:
 		r.cluster = redis.NewClusterClient(&redis.ClusterOptions{
 			Addrs: opts.Addrs, Username: opts.Username, Password: opts.Password, TLSConfig: opts.TLS,
 			DialTimeout: redisDialTimeout, ReadTimeout: redisReadTimeout, WriteTimeout: redisWriteTimeout,
 			PoolTimeout: redisPoolTimeout, MaxRetries: -1, ContextTimeoutEnabled: true, DisableIdentity: true,
+			DialerRetries: 1, DialerRetryTimeout: 5 * time.Millisecond,
 		})
 		r.client = r.cluster
 	default:

@@ -240,6 +240,22 @@ type Proxy struct {
 	mu       sync.Mutex
 	dropNext bool
 	dropped  int
+	hang     bool
+}
+
+// Hang makes the proxy swallow every reply, keeping connections open, until
+// Resume: a Redis that accepts commands and never answers.
+func (p *Proxy) Hang() {
+	p.mu.Lock()
+	p.hang = true
+	p.mu.Unlock()
+}
+
+// Resume ends Hang.
+func (p *Proxy) Resume() {
+	p.mu.Lock()
+	p.hang = false
+	p.mu.Unlock()
 }
 
 // StartProxy starts a proxy to target.
@@ -304,7 +320,7 @@ func (p *Proxy) serve(client net.Conn) {
 		n, err := r.Read(buf)
 		if n > 0 {
 			p.mu.Lock()
-			drop := p.dropNext
+			drop, hang := p.dropNext, p.hang
 			if drop {
 				p.dropNext = false
 				p.dropped++
@@ -312,6 +328,9 @@ func (p *Proxy) serve(client net.Conn) {
 			p.mu.Unlock()
 			if drop {
 				return // the reply is gone and so is the connection
+			}
+			if hang {
+				continue
 			}
 			if _, werr := client.Write(buf[:n]); werr != nil {
 				return

@@ -1,0 +1,307 @@
+package limiter_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/edgegate/gateway/limiter"
+	"github.com/edgegate/gateway/limiter/limitertest"
+	"github.com/edgegate/gateway/limiter/redistest"
+)
+
+func evaluate(r *limiter.Redis, p *limiter.Policy, subject, id string) (limiter.Outcome, time.Duration) {
+	ctx, cancel := context.WithTimeout(context.Background(), limiter.DefaultDeadline)
+	defer cancel()
+	start := time.Now()
+	o := r.Evaluate(ctx, limiter.Request{Policy: p, Subject: subject, Cost: 1, EvaluationID: id})
+	return o, time.Since(start)
+}
+
+func mustAllow(t *testing.T, o limiter.Outcome) limiter.Decision {
+	t.Helper()
+	e, ok := o.(limiter.Evaluated)
+	if !ok || !e.Allowed {
+		t.Fatalf("outcome %#v, want allowed", o)
+	}
+	return e.Decision
+}
+
+func TestRedisACLUserNeverNeedsEval(t *testing.T) {
+	s := redistest.Start(t)
+	admin := s.Client(t)
+	ctx := context.Background()
+	users := map[string][]string{
+		"no-eval": {"on", ">test-only-fake-password", "~*", "+@all", "-eval", "-eval_ro"},
+		// The strict user: EVALSHA, SCRIPT LOAD and PING, HELLO to open a
+		// connection, and the commands the scripts run inside Redis.
+		"strict": {"on", ">test-only-fake-password", "~rltest:*", "-@all", "+evalsha", "+script|load", "+ping", "+hello",
+			"+hmget", "+hget", "+hset", "+hdel", "+pttl", "+pexpire", "+time"},
+	}
+	for name, rules := range users {
+		args := []any{"ACL", "SETUSER", name}
+		for _, r := range rules {
+			args = append(args, r)
+		}
+		if err := admin.Do(ctx, args...).Err(); err != nil {
+			t.Fatal(err)
+		}
+		t.Run(name, func(t *testing.T) {
+			r := newRedis(t, limiter.RedisOptions{Addrs: []string{s.Addr}, Username: name, Password: "test-only-fake-password"})
+			p := limitertest.FixedWindow(3, time.Minute)
+			p.Clock = limiter.ClockBackend
+			subject := limitertest.Subject()
+			mustAllow(t, first(evaluate(r, p, subject, "a")))
+			if err := admin.ScriptFlush(ctx).Err(); err != nil {
+				t.Fatal(err)
+			}
+			if d := mustAllow(t, first(evaluate(r, p, subject, "b"))); d.Remaining != 1 {
+				t.Fatalf("after SCRIPT FLUSH remaining %d, want 1", d.Remaining)
+			}
+			user := redis.NewClient(&redis.Options{Addr: s.Addr, Username: name, Password: "test-only-fake-password"})
+			defer user.Close()
+			if err := user.Do(ctx, "EVAL", "return 1", "0").Err(); err == nil || !strings.HasPrefix(err.Error(), "NOPERM") {
+				t.Fatalf("EVAL as %s: %v, want NOPERM", name, err)
+			}
+		})
+	}
+}
+
+func first(o limiter.Outcome, _ time.Duration) limiter.Outcome { return o }
+
+func TestRedisKeysCarryPrefixTTLAndNoIdentity(t *testing.T) {
+	s := redistest.Start(t)
+	r := newRedis(t, limiter.RedisOptions{Addrs: []string{s.Addr}, KeyPrefix: "edge:"})
+	for _, p := range []*limiter.Policy{limitertest.FixedWindow(5, time.Minute), limitertest.SlidingCounter(5, time.Minute), limitertest.TokenBucket(5, 1, time.Second)} {
+		p.Clock = limiter.ClockBackend
+		mustAllow(t, first(evaluate(r, p, limitertest.Subject(), "id-"+p.Name)))
+	}
+	admin := s.Client(t)
+	keys, err := admin.Keys(context.Background(), "*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ours int
+	for _, k := range keys {
+		if strings.Contains(k, "canary") {
+			continue
+		}
+		ours++
+		if !strings.HasPrefix(k, "edge:{conf-") {
+			t.Errorf("key %q lacks the prefix and hash tag", k)
+		}
+		if ttl := admin.PTTL(context.Background(), k).Val(); ttl <= 0 {
+			t.Errorf("key %q has no TTL (%v)", k, ttl)
+		}
+	}
+	if ours != 3 {
+		t.Fatalf("%d keys, want 3: %v", ours, keys)
+	}
+	for _, k := range keys {
+		if !strings.HasPrefix(k, "edge:") {
+			t.Errorf("canary key %q ignores the prefix", k)
+		}
+	}
+}
+
+func TestRedisStateChecks(t *testing.T) {
+	s := redistest.Start(t)
+	r := newRedis(t, limiter.RedisOptions{Addrs: []string{s.Addr}})
+	admin := s.Client(t)
+	ctx := context.Background()
+	t.Run("the redis clock decides by default", func(t *testing.T) {
+		p := limitertest.FixedWindow(2, time.Hour)
+		p.Clock = limiter.ClockBackend
+		subject := limitertest.Subject()
+		mustAllow(t, first(evaluate(r, p, subject, "1")))
+		mustAllow(t, first(evaluate(r, p, subject, "2")))
+		if e, ok := first(evaluate(r, p, subject, "3")).(limiter.Evaluated); !ok || e.Allowed {
+			t.Fatalf("third request %#v, want denied", e)
+		}
+	})
+	t.Run("state from the future beyond the bound is clock_unsafe", func(t *testing.T) {
+		p := limitertest.TokenBucket(5, 1, time.Second)
+		p.Clock = limiter.ClockBackend
+		subject := limitertest.Subject()
+		mustAllow(t, first(evaluate(r, p, subject, "1")))
+		future := time.Now().Add(time.Minute).UnixMilli()
+		admin.HSet(ctx, r.Key(p, subject), "t", future, "s", future)
+		if o, ok := first(evaluate(r, p, subject, "2")).(limiter.Unavailable); !ok || o.Category != limiter.ClockUnsafe {
+			t.Fatalf("outcome %#v, want clock_unsafe", o)
+		}
+	})
+	t.Run("a key of another type is unreadable state", func(t *testing.T) {
+		p := limitertest.FixedWindow(5, time.Minute)
+		subject := limitertest.Subject()
+		admin.Set(ctx, r.Key(p, subject), "not a hash", time.Minute)
+		if o, ok := first(evaluate(r, p, subject, "1")).(limiter.Incompatible); !ok || o.Reason != limiter.StateUnreadable {
+			t.Fatalf("outcome %#v, want Incompatible(state_unreadable)", o)
+		}
+	})
+}
+
+func TestRedisTopologyMismatchIsAStartupError(t *testing.T) {
+	c := redistest.StartCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err := limiter.NewRedis(ctx, limiter.RedisOptions{Mode: limiter.RedisStandalone, Addrs: []string{c.Nodes[0].Addr}, KeyPrefix: "rl:"})
+	if err == nil || !strings.Contains(err.Error(), "Cluster node") {
+		t.Fatalf("err %v, want a topology error", err)
+	}
+}
+
+func TestRedisClusterSpreadsKeysOverMasters(t *testing.T) {
+	c := redistest.StartCluster(t)
+	r := newRedis(t, limiter.RedisOptions{Mode: limiter.RedisCluster, Addrs: c.Addrs(), KeyPrefix: "spread:"})
+	subject := limitertest.Subject()
+	for i := 0; i < 12; i++ {
+		p := limitertest.FixedWindow(2, time.Minute)
+		p.Name = fmt.Sprint("route-", i)
+		mustAllow(t, first(evaluate(r, p, subject, fmt.Sprint("a", i))))
+		mustAllow(t, first(evaluate(r, p, subject, fmt.Sprint("b", i))))
+		if e, ok := first(evaluate(r, p, subject, fmt.Sprint("c", i))).(limiter.Evaluated); !ok || e.Allowed {
+			t.Fatalf("route %d: third request %#v, want denied", i, e)
+		}
+	}
+	holding := 0
+	for _, n := range c.Nodes {
+		keys, _ := n.Client(t).Keys(context.Background(), "spread:{route-*").Result()
+		if len(keys) > 0 {
+			holding++
+		}
+	}
+	if holding < 2 {
+		t.Fatalf("keys on %d masters, want at least 2", holding)
+	}
+}
+
+func TestRedisFaults(t *testing.T) {
+	p := limitertest.FixedWindow(100, time.Minute)
+	p.Clock = limiter.ClockBackend
+
+	t.Run("refused connections are unavailable before send, fast", func(t *testing.T) {
+		s := redistest.Start(t)
+		r := newRedis(t, limiter.RedisOptions{Addrs: []string{s.Addr}})
+		s.Kill()
+		o, took := evaluate(r, p, limitertest.Subject(), "x")
+		if u, ok := o.(limiter.Unavailable); !ok || u.Category != limiter.UnavailableBeforeSend {
+			t.Fatalf("outcome %#v, want Unavailable(unavailable_before_send)", o)
+		}
+		if took > 300*time.Millisecond {
+			t.Fatalf("took %v", took)
+		}
+	})
+	t.Run("a server that never answers is indeterminate within the deadline", func(t *testing.T) {
+		s := redistest.Start(t)
+		proxy := redistest.StartProxy(t, s.Addr)
+		r := newRedis(t, limiter.RedisOptions{Addrs: []string{proxy.Addr}})
+		proxy.Hang()
+		o, took := evaluate(r, p, limitertest.Subject(), "x")
+		if _, ok := o.(limiter.Indeterminate); !ok {
+			t.Fatalf("outcome %#v, want Indeterminate", o)
+		}
+		if took > limiter.DefaultDeadline+100*time.Millisecond {
+			t.Fatalf("took %v against a %v deadline", took, limiter.DefaultDeadline)
+		}
+	})
+	t.Run("killed and restarted: unavailable while down, decided again after", func(t *testing.T) {
+		s := redistest.Start(t)
+		r := newRedis(t, limiter.RedisOptions{Addrs: []string{s.Addr}})
+		subject := limitertest.Subject()
+		mustAllow(t, first(evaluate(r, p, subject, "1")))
+		s.Kill()
+		if _, ok := first(evaluate(r, p, subject, "2")).(limiter.Evaluated); ok {
+			t.Fatal("decided while Redis was down")
+		}
+		s.Restart()
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			if e, ok := first(evaluate(r, p, subject, "3")).(limiter.Evaluated); ok && e.Allowed {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("no decision 5s after the restart")
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	})
+	t.Run("SCRIPT FLUSH between requests: the next one is decided, and counted as a reload", func(t *testing.T) {
+		s := redistest.Start(t)
+		reg := prometheus.NewRegistry()
+		r := newRedis(t, limiter.RedisOptions{Addrs: []string{s.Addr}, Registerer: reg})
+		subject := limitertest.Subject()
+		mustAllow(t, first(evaluate(r, p, subject, "1")))
+		s.Client(t).ScriptFlush(context.Background())
+		if d := mustAllow(t, first(evaluate(r, p, subject, "2"))); d.Remaining != 98 {
+			t.Fatalf("remaining %d, want 98", d.Remaining)
+		}
+		if n, _ := testutil.GatherAndCount(reg, "gateway_redis_noscript_reloads_total"); n != 1 {
+			t.Fatalf("reload series %d", n)
+		}
+	})
+	t.Run("a lost reply is retried and charged once", func(t *testing.T) {
+		s := redistest.Start(t)
+		proxy := redistest.StartProxy(t, s.Addr)
+		r := newRedis(t, limiter.RedisOptions{Addrs: []string{proxy.Addr}})
+		subject := limitertest.Subject()
+		mustAllow(t, first(evaluate(r, p, subject, "warm")))
+		proxy.DropNextReply()
+		d := mustAllow(t, first(evaluate(r, p, subject, "lost")))
+		if proxy.Dropped() != 1 {
+			t.Fatal("no reply was dropped")
+		}
+		if d.Remaining != 98 {
+			t.Fatalf("remaining %d after the retry, want 98", d.Remaining)
+		}
+		if c := s.Client(t).HGet(context.Background(), r.Key(p, subject), "c").Val(); c != "2" {
+			t.Fatalf("stored count %q, want 2: the lost call was charged twice", c)
+		}
+	})
+	t.Run("a lost reply without dedup is indeterminate, never retried", func(t *testing.T) {
+		s := redistest.Start(t)
+		proxy := redistest.StartProxy(t, s.Addr)
+		r := newRedis(t, limiter.RedisOptions{Addrs: []string{proxy.Addr}})
+		q := *p
+		q.Dedup = limiter.Dedup{}
+		subject := limitertest.Subject()
+		mustAllow(t, first(evaluate(r, &q, subject, "warm")))
+		proxy.DropNextReply()
+		if o, ok := first(evaluate(r, &q, subject, "lost")).(limiter.Indeterminate); !ok {
+			t.Fatalf("outcome %#v, want Indeterminate", o)
+		}
+		if c := s.Client(t).HGet(context.Background(), r.Key(&q, subject), "c").Val(); c != "2" {
+			t.Fatalf("stored count %q, want 2 (sent once)", c)
+		}
+	})
+	t.Run("sentinel failover: decisions resume on the new master", func(t *testing.T) {
+		g := redistest.StartSentinel(t)
+		r := newRedis(t, limiter.RedisOptions{Mode: limiter.RedisSentinel, Addrs: g.SentinelAddrs(), MasterName: g.MasterName})
+		subject := limitertest.Subject()
+		mustAllow(t, first(evaluate(r, p, subject, "1")))
+		g.Master.Kill()
+		deadline := time.Now().Add(30 * time.Second)
+		for n := 0; ; n++ {
+			o := first(evaluate(r, p, subject, fmt.Sprint("after-", n)))
+			if e, ok := o.(limiter.Evaluated); ok && e.Allowed {
+				break
+			}
+			if e, ok := o.(limiter.Evaluated); ok && !e.Allowed {
+				t.Fatalf("denied during failover: %#v", o)
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no decision 30s after the master died; last %#v", o)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		addr, err := redis.NewSentinelClient(&redis.Options{Addr: g.Sentinels[0].Addr}).GetMasterAddrByName(context.Background(), g.MasterName).Result()
+		if err != nil || addr[1] != fmt.Sprint(g.Replica.Port) {
+			t.Fatalf("master now %v (%v), want the old replica on %d", addr, err, g.Replica.Port)
+		}
+	})
+}
