@@ -12,6 +12,7 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"flag"
@@ -22,6 +23,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"reflect"
 	"strings"
 	"syscall"
 	"time"
@@ -29,6 +31,7 @@ import (
 	"github.com/hashicorp/hcl/v2"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/edgegate/gateway/config"
 	"github.com/edgegate/gateway/limiter"
@@ -141,7 +144,7 @@ type gateway struct {
 	registry *prometheus.Registry
 	metrics  *proxy.Metrics
 	handler  *proxy.Handler
-	memory   *limiter.Memory
+	backend  backend
 	// ephemeral signs pseudonyms when the file has no pseudonym block; it
 	// lives as long as the process so a reload keeps every budget.
 	ephemeral []byte
@@ -150,6 +153,20 @@ type gateway struct {
 	public, admin         *http.Server
 	publicAddr, adminAddr net.Addr
 	serveErr              chan error
+}
+
+// redisLogger carries go-redis's own messages (pool and dial trouble,
+// about servers, never clients) into the JSON log.
+type redisLogger struct{ l *slog.Logger }
+
+func (r redisLogger) Printf(ctx context.Context, format string, v ...any) {
+	r.l.Log(ctx, slog.LevelWarn, "redis client", "detail", fmt.Sprintf(format, v...))
+}
+
+// backend is a limiter backend the gateway owns: it lives across reloads.
+type backend interface {
+	proxy.Limiter
+	Close() error
 }
 
 func serve(path string, stderr io.Writer, started chan<- *gateway) int {
@@ -206,13 +223,33 @@ func (g *gateway) start(f *config.File) error {
 	g.setLevel(f.Log.Level)
 	switch f.Limiter.Backend {
 	case "memory":
-		g.memory = limiter.NewMemory(limiter.MemoryOptions{MaxEntries: f.Limiter.MemoryMaxEntries})
+		m := limiter.NewMemory(limiter.MemoryOptions{MaxEntries: f.Limiter.MemoryMaxEntries})
+		g.backend = m
 		g.registry.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "gateway_limiter_evictions_total",
 			Help: "Live limiter keys dropped because the memory backend was full; each gave a subject a fresh budget early.",
-		}, func() float64 { return float64(g.memory.Evictions()) }))
+		}, func() float64 { return float64(m.Evictions()) }))
+	case "redis":
+		// go-redis logs through one process-wide logger; send it to ours.
+		redis.SetLogger(redisLogger{g.logger})
+		rc := f.Limiter.Redis
+		opts := limiter.RedisOptions{
+			Mode: limiter.RedisMode(rc.Mode), Addrs: rc.Addrs, MasterName: rc.MasterName,
+			Username: rc.Username, Password: rc.Password, DB: rc.DB, KeyPrefix: rc.KeyPrefix,
+			Registerer: g.registry,
+		}
+		if rc.TLS {
+			opts.TLS = &tls.Config{MinVersion: tls.VersionTLS12}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		r, err := limiter.NewRedis(ctx, opts)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("limiter backend redis: %w", err)
+		}
+		g.backend = r
 	default:
-		return fmt.Errorf("limiter backend %q is not available in this build", f.Limiter.Backend)
+		return fmt.Errorf("unknown limiter backend %q", f.Limiter.Backend)
 	}
 	if f.Pseudonym == nil {
 		g.ephemeral = make([]byte, 32)
@@ -293,7 +330,7 @@ func (g *gateway) proxyConfig(f *config.File) (proxy.Config, error) {
 	return proxy.Config{
 		Routes:            f.Routes,
 		Resolver:          resolver,
-		Limiter:           g.memory,
+		Limiter:           g.backend,
 		Deadline:          f.Limiter.Deadline,
 		FailureRetryAfter: f.Limiter.FailureRetryAfter,
 	}, nil
@@ -317,9 +354,9 @@ func (g *gateway) reload() {
 		g.logger.Error("reload refused: the old configuration stays", "file", g.path, "error", err.Error())
 		return
 	}
-	old := g.file
-	if old.Listen != f.Listen || old.Limiter.Backend != f.Limiter.Backend || old.Limiter.MemoryMaxEntries != f.Limiter.MemoryMaxEntries {
-		g.logger.Warn("listen and limiter backend settings take effect on restart only")
+	if old := g.file; old.Listen != f.Listen || old.Limiter.Backend != f.Limiter.Backend ||
+		old.Limiter.MemoryMaxEntries != f.Limiter.MemoryMaxEntries || !reflect.DeepEqual(old.Limiter.Redis, f.Limiter.Redis) {
+		g.logger.Warn("listen addresses and the limiter backend change on restart only")
 	}
 	g.setLevel(f.Log.Level)
 	g.file = f
@@ -354,7 +391,7 @@ func (g *gateway) shutdown() int {
 }
 
 func (g *gateway) closeLimiter() {
-	if g.memory != nil {
-		g.memory.Close()
+	if g.backend != nil {
+		g.backend.Close()
 	}
 }

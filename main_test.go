@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/edgegate/gateway/limiter/redistest"
 )
 
 type lockedBuffer struct {
@@ -72,6 +74,11 @@ func start(t *testing.T, upstream string) *running {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "gateway.hcl")
 	writeConfig(t, path, upstream, 1, 2)
+	return startFile(t, path)
+}
+
+func startFile(t *testing.T, path string) *running {
+	t.Helper()
 	r := &running{path: path, logs: &lockedBuffer{}, exited: make(chan struct{})}
 	started := make(chan *gateway, 1)
 	go func() {
@@ -279,5 +286,69 @@ func TestGracefulDrain(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("gateway did not stop after draining")
+	}
+}
+
+func TestRedisBackendThroughTheCLI(t *testing.T) {
+	s := redistest.Start(t)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
+	defer up.Close()
+	dir := t.TempDir()
+	secret := filepath.Join(dir, "hmac")
+	os.WriteFile(secret, []byte("test-only-fake-hmac-secret-0123456789abcdef\n"), 0o600)
+	path := filepath.Join(dir, "gateway.hcl")
+	os.WriteFile(path, []byte(fmt.Sprintf(`
+listen {
+  http  = "127.0.0.1:0"
+  admin = "127.0.0.1:0"
+}
+limiter {
+  backend = "redis"
+  redis {
+    addrs      = [%q]
+    key_prefix = "cli:"
+  }
+}
+pseudonym {
+  version = 1
+  key "1" { secret = file("hmac") }
+}
+policy "per-client" {
+  algorithm = "token-bucket"
+  capacity      = 2
+  refill_tokens = 1
+  refill_period = "1h"
+}
+route "orders.read" {
+  path     = "/orders"
+  upstream = %q
+  policy   = "per-client"
+}
+`, s.Addr, up.URL)), 0o644)
+	r := startFile(t, path)
+	if got := statusesOf(t, r, 3); got != "200 200 429" {
+		t.Fatalf("statuses %s", got)
+	}
+	if code, body := r.admin(t, "/readyz"); code != 200 {
+		t.Fatalf("/readyz %d %q", code, body)
+	}
+	s.Kill()
+	if code, _ := r.admin(t, "/readyz"); code != 503 {
+		t.Fatalf("/readyz with Redis down: %d", code)
+	}
+	if got := statusesOf(t, r, 1); got != "503" {
+		t.Fatalf("with Redis down: %s", got)
+	}
+	s.Restart()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if code, _ := r.admin(t, "/readyz"); code == 200 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("/readyz did not recover")
+		}
+	}
+	if v := r.metricValue(t, "gateway_redis_noscript_reloads_total"); v < 1 {
+		t.Fatalf("noscript reloads %v after a restart", v)
 	}
 }
