@@ -2,6 +2,8 @@ package limiter_test
 
 import (
 	"context"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -52,4 +54,53 @@ func TestRedisConformance(t *testing.T) {
 			return limiter.RedisOptions{Mode: limiter.RedisSentinel, Addrs: g.SentinelAddrs(), MasterName: g.MasterName}
 		}))
 	})
+}
+
+// evalshaCalls reads how many EVALSHA calls the server has run.
+func evalshaCalls(b *testing.B, s *redistest.Server) float64 {
+	info := s.Client(b).Info(context.Background(), "commandstats").Val()
+	for line := range strings.SplitSeq(info, "\n") {
+		if rest, ok := strings.CutPrefix(line, "cmdstat_evalsha:calls="); ok {
+			n, _ := strconv.ParseFloat(rest[:strings.IndexByte(rest, ',')], 64)
+			return n
+		}
+	}
+	return 0
+}
+
+func BenchmarkRedis(b *testing.B) {
+	s := redistest.Start(b)
+	r := newRedis(b, limiter.RedisOptions{Addrs: []string{s.Addr}})
+	for _, p := range []*limiter.Policy{
+		limitertest.FixedWindow(1<<40, time.Hour),
+		limitertest.SlidingCounter(1<<40, time.Hour),
+		limitertest.TokenBucket(1<<40, 1, time.Hour),
+	} {
+		for _, dedup := range []bool{false, true} {
+			q := *p
+			q.Clock = limiter.ClockBackend
+			name := q.Algorithm.String()
+			if dedup {
+				name += "/dedup"
+			} else {
+				q.Dedup = limiter.Dedup{}
+			}
+			b.Run(name, func(b *testing.B) {
+				subject := limitertest.Subject()
+				ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+				defer cancel()
+				before := evalshaCalls(b, s)
+				b.ReportAllocs()
+				n := 0
+				for b.Loop() {
+					o := r.Evaluate(ctx, limiter.Request{Policy: &q, Subject: subject, Cost: 1, EvaluationID: "e" + strconv.Itoa(n)})
+					if e, ok := o.(limiter.Evaluated); !ok || !e.Allowed {
+						b.Fatalf("outcome %#v", o)
+					}
+					n++
+				}
+				b.ReportMetric((evalshaCalls(b, s)-before)/float64(n), "roundtrips/op")
+			})
+		}
+	}
 }

@@ -17,12 +17,10 @@ end
 if eval_id ~= '' then
   local size = #eval_id + DEDUP_OVERHEAD
   if size <= dedup_max_bytes then
-    local queue = redis.call('HGET', key, 'dq') or ''
-    local bytes = tonumber(redis.call('HGET', key, 'db') or '0')
-    local entries = 0
-    for _ in string.gmatch(queue, ';') do
-      entries = entries + 1
-    end
+    local held = redis.call('HMGET', key, 'dq', 'db', 'dn')
+    local queue = held[1] or ''
+    local bytes = tonumber(held[2] or '0')
+    local entries = tonumber(held[3] or '0')
     -- Every record of a key lives for the same TTL, so insertion order is
     -- expiry order: drop from the front while expired or over a bound.
     while queue ~= '' do
@@ -39,7 +37,7 @@ if eval_id ~= '' then
     redis.call('HSET', key, 'd:' .. eval_id,
       string.format('%d,%d,%d,%d,%d', expires, allowed, remaining, reset, retry),
       'dq', queue .. string.format('%d', expires) .. ':' .. eval_id .. ';',
-      'db', bytes + size)
+      'db', bytes + size, 'dn', entries + 1)
     extend_ttl(dedup_ttl + grace)
   end
 end

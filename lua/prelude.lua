@@ -3,7 +3,7 @@
 --   t        the latest clock reading that wrote the state (ms)
 --   d:<id>   a remembered decision: "expires,allowed,remaining,reset,retry"
 --   dq       the remembered IDs in insertion order: "<expires>:<id>;" each
---   db       the bytes the remembered decisions are charged for
+--   db, dn   the bytes and the number of the remembered decisions
 --
 -- ARGV:
 --   1 now in ms, or "" to read Redis TIME (one clock for every gateway)

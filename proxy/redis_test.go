@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -13,6 +15,7 @@ import (
 	"github.com/edgegate/gateway/limiter/limitertest"
 	"github.com/edgegate/gateway/limiter/redistest"
 	"github.com/edgegate/gateway/proxy"
+	"github.com/edgegate/gateway/subject"
 )
 
 func newRedisLimiter(t *testing.T, opts limiter.RedisOptions) *limiter.Redis {
@@ -231,4 +234,34 @@ func TestRedisFaultsOverHTTP(t *testing.T) {
 		failsClosed(t, g, up, limiter.DefaultDeadline+150*time.Millisecond)
 		recovers(t, g, 30*time.Second)
 	})
+}
+
+func BenchmarkRequestPathRedis(b *testing.B) {
+	s := redistest.Start(b)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	r, err := limiter.NewRedis(ctx, limiter.RedisOptions{Addrs: []string{s.Addr}, KeyPrefix: "bench:"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer r.Close()
+	p := redisPolicy(limitertest.FixedWindow(1<<40, time.Hour), "bench")
+	up, _ := url.Parse("http://upstream.invalid")
+	h, err := proxy.NewHandler(proxy.Options{Transport: &countingTransport{}}, proxy.Config{
+		Routes:   []proxy.Route{{OperationID: "orders.read", Path: "/orders", Upstream: up, Policy: p, Subject: []subject.Kind{subject.ClientIP}, Cost: 1}},
+		Resolver: newResolver(b, nil), Limiter: r,
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	req := httptest.NewRequest("GET", "/orders/42", nil)
+	req.RemoteAddr = "203.0.113.5:4242"
+	b.ReportAllocs()
+	for b.Loop() {
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, req)
+		if w.Code != 200 {
+			b.Fatalf("status %d", w.Code)
+		}
+	}
 }
