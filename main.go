@@ -25,6 +25,7 @@ import (
 	"os/signal"
 	"reflect"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -34,6 +35,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/edgegate/gateway/config"
+	"github.com/edgegate/gateway/edge"
 	"github.com/edgegate/gateway/limiter"
 	"github.com/edgegate/gateway/proxy"
 	"github.com/edgegate/gateway/subject"
@@ -150,9 +152,10 @@ type gateway struct {
 	ephemeral []byte
 	file      *config.File
 
-	public, admin         *http.Server
-	publicAddr, adminAddr net.Addr
-	serveErr              chan error
+	tls                              *edge.TLS // nil without a tls block
+	plain, secure, admin             *http.Server
+	publicAddr, httpsAddr, adminAddr net.Addr
+	serveErr                         chan error
 }
 
 // redisLogger carries go-redis's own messages (pool and dial trouble,
@@ -190,7 +193,7 @@ func serve(path string, stderr io.Writer, started chan<- *gateway) int {
 	signals := make(chan os.Signal, 4)
 	signal.Notify(signals, syscall.SIGHUP, syscall.SIGTERM, syscall.SIGINT)
 	defer signal.Stop(signals)
-	logger.Info("gateway started", "version", version, "http", addrString(g.publicAddr), "admin", addrString(g.adminAddr),
+	logger.Info("gateway started", "version", version, "http", addrString(g.publicAddr), "https", addrString(g.httpsAddr), "admin", addrString(g.adminAddr),
 		"routes", len(f.Routes), "limiter", f.Limiter.Backend)
 	if started != nil {
 		started <- g
@@ -256,8 +259,18 @@ func (g *gateway) start(f *config.File) error {
 		rand.Read(g.ephemeral)
 		g.logger.Warn("no pseudonym block: pseudonyms use a random key that lives as long as this process")
 	}
-	if f.TLS != nil || f.Listen.HTTPS != "" {
-		return errors.New("the https listener is not available in this build")
+	if f.TLS != nil {
+		static, err := edge.LoadCertificates(certificateFiles(f.TLS))
+		if err != nil {
+			return err
+		}
+		var acme *edge.ACMEOptions
+		if a := f.TLS.ACME; a != nil {
+			acme = &edge.ACMEOptions{Domains: a.Domains, Email: a.Email, CA: a.CA, CARoot: a.CARoot, Storage: a.Storage, Logger: g.logger}
+		}
+		if g.tls, err = edge.NewTLS(static, acme); err != nil {
+			return err
+		}
 	}
 	cfg, err := g.proxyConfig(f)
 	if err != nil {
@@ -270,20 +283,32 @@ func (g *gateway) start(f *config.File) error {
 	g.file = f
 
 	l := f.Listen
-	g.public = &http.Server{
-		Handler:           g.handler,
-		ReadHeaderTimeout: l.ReadHeaderTimeout,
-		IdleTimeout:       l.IdleTimeout,
-		MaxHeaderBytes:    l.MaxHeaderBytes,
-		ErrorLog:          slog.NewLogLogger(g.logger.Handler(), slog.LevelWarn),
+	var publicHTTP http.Handler = g.handler
+	if g.tls != nil {
+		secure := edge.HSTS(g.handler, f.TLS.HSTSMaxAge, f.TLS.HSTSIncludeSubdomains)
+		g.secure = g.newServer(secure)
+		g.secure.TLSConfig = g.tls.Config()
+		ln, err := net.Listen("tcp", l.HTTPS)
+		if err != nil {
+			return fmt.Errorf("listen https: %w", err)
+		}
+		g.httpsAddr = ln.Addr()
+		go g.serveOn(g.secure, edge.LimitListener(ln, l.MaxConnections), true)
+		if f.TLS.RedirectHTTP {
+			publicHTTP = edge.Redirect(ln.Addr().(*net.TCPAddr).Port)
+		}
+		publicHTTP = g.tls.HTTPChallenge(publicHTTP)
 	}
-	ln, err := net.Listen("tcp", l.HTTP)
-	if err != nil {
-		return fmt.Errorf("listen http: %w", err)
+	if l.HTTP != "" {
+		g.plain = g.newServer(publicHTTP)
+		ln, err := net.Listen("tcp", l.HTTP)
+		if err != nil {
+			g.closeServers()
+			return fmt.Errorf("listen http: %w", err)
+		}
+		g.publicAddr = ln.Addr()
+		go g.serveOn(g.plain, edge.LimitListener(ln, l.MaxConnections), false)
 	}
-	g.publicAddr = ln.Addr()
-	go g.serveOn(g.public, ln)
-
 	if l.Admin != "" {
 		g.admin = &http.Server{
 			Handler:           proxy.AdminHandler(g.handler, g.registry),
@@ -293,18 +318,62 @@ func (g *gateway) start(f *config.File) error {
 		}
 		aln, err := net.Listen("tcp", l.Admin)
 		if err != nil {
-			g.public.Close()
+			g.closeServers()
 			return fmt.Errorf("listen admin: %w", err)
 		}
 		g.adminAddr = aln.Addr()
-		go g.serveOn(g.admin, aln)
+		go g.serveOn(g.admin, aln, false)
+	}
+	if g.tls != nil {
+		// Certificates are obtained once the HTTP listener can answer
+		// HTTP-01; until then the HTTPS listener has no certificate for
+		// those names. Renewals continue in the background.
+		go func() {
+			if err := g.tls.Manage(context.Background()); err != nil {
+				g.logger.Error("acme: cannot obtain certificates", "error", err.Error())
+			}
+		}()
 	}
 	return nil
 }
 
+// newServer is a public server with the edge timeouts of the listen block.
+func (g *gateway) newServer(h http.Handler) *http.Server {
+	l := g.file.Listen
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: l.ReadHeaderTimeout,
+		IdleTimeout:       l.IdleTimeout,
+		MaxHeaderBytes:    l.MaxHeaderBytes,
+		ErrorLog:          slog.NewLogLogger(g.logger.Handler(), slog.LevelWarn),
+	}
+}
+
+func certificateFiles(t *config.TLS) []edge.CertificateFiles {
+	var files []edge.CertificateFiles
+	for _, c := range t.Certificates {
+		files = append(files, edge.CertificateFiles{CertFile: c.CertFile, KeyFile: c.KeyFile})
+	}
+	return files
+}
+
+func (g *gateway) closeServers() {
+	for _, s := range []*http.Server{g.plain, g.secure, g.admin} {
+		if s != nil {
+			s.Close()
+		}
+	}
+}
+
 // serveOn serves ln until Shutdown; any other end is a listener failure.
-func (g *gateway) serveOn(s *http.Server, ln net.Listener) {
-	if err := s.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+func (g *gateway) serveOn(s *http.Server, ln net.Listener, secure bool) {
+	var err error
+	if secure {
+		err = s.ServeTLS(ln, "", "") // the certificates come from TLSConfig
+	} else {
+		err = s.Serve(ln)
+	}
+	if !errors.Is(err, http.ErrServerClosed) {
 		g.serveErr <- err
 	}
 }
@@ -345,9 +414,20 @@ func (g *gateway) reload() {
 		g.logger.Error("reload refused: the old configuration stays", "file", g.path, "diagnostics", diagnosticsText(sources, diags))
 		return
 	}
-	cfg, err := g.proxyConfig(f)
+	var certs []tls.Certificate
+	var err error
+	if g.tls != nil && f.TLS != nil {
+		certs, err = edge.LoadCertificates(certificateFiles(f.TLS))
+	}
+	var cfg proxy.Config
+	if err == nil {
+		cfg, err = g.proxyConfig(f)
+	}
 	if err == nil {
 		err = g.handler.Swap(cfg)
+	}
+	if err == nil && g.tls != nil {
+		g.tls.Static.Swap(certs)
 	}
 	if err != nil {
 		g.metrics.Reloads.WithLabelValues("error").Inc()
@@ -377,13 +457,30 @@ func (g *gateway) shutdown() int {
 	ctx, cancel := context.WithTimeout(context.Background(), g.file.Listen.ShutdownTimeout)
 	defer cancel()
 	code := 0
-	if err := g.public.Shutdown(ctx); err != nil {
-		g.logger.Warn("drain timed out; closing connections", "error", err.Error())
-		g.public.Close()
-		code = 1
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	for _, s := range []*http.Server{g.plain, g.secure} {
+		if s == nil {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := s.Shutdown(ctx); err != nil {
+				g.logger.Warn("drain timed out; closing connections", "error", err.Error())
+				s.Close()
+				mu.Lock()
+				code = 1
+				mu.Unlock()
+			}
+		}()
 	}
+	wg.Wait()
 	if g.admin != nil {
 		g.admin.Close()
+	}
+	if g.tls != nil {
+		g.tls.Stop()
 	}
 	g.closeLimiter()
 	g.logger.Info("gateway stopped")

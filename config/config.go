@@ -43,13 +43,17 @@ type Listen struct {
 	ReadHeaderTimeout  time.Duration
 	IdleTimeout        time.Duration
 	MaxHeaderBytes     int
+	MaxConnections     int   // per public listener; 0 is no cap
+	MaxBodyBytes       int64 // default for routes that set none
 }
 
 // TLS is the tls block; the HTTPS listener consumes it.
 type TLS struct {
-	RedirectHTTP bool
-	ACME         *ACME
-	Certificates []Certificate
+	RedirectHTTP          bool
+	HSTSMaxAge            time.Duration // 0: no Strict-Transport-Security
+	HSTSIncludeSubdomains bool
+	ACME                  *ACME
+	Certificates          []Certificate
 }
 
 type ACME struct {
@@ -181,11 +185,13 @@ func (d *decoder) file(body hcl.Body) *File {
 var listenSchema = &hcl.BodySchema{Attributes: []hcl.AttributeSchema{
 	{Name: "http"}, {Name: "https"}, {Name: "admin"}, {Name: "shutdown_timeout"},
 	{Name: "read_header_timeout"}, {Name: "idle_timeout"}, {Name: "max_header_bytes"},
+	{Name: "max_connections"}, {Name: "max_body_bytes"},
 }}
 
 func (d *decoder) listen(b *hcl.Block) Listen {
 	l := Listen{HTTP: ":8080", ShutdownTimeout: 15 * time.Second, ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout: 120 * time.Second, MaxHeaderBytes: 64 << 10}
+		IdleTimeout: 120 * time.Second, MaxHeaderBytes: 64 << 10, MaxConnections: 10000, MaxBodyBytes: 10 << 20}
+	d.maxBodyBytes = l.MaxBodyBytes
 	if b == nil {
 		return l
 	}
@@ -208,6 +214,9 @@ func (d *decoder) listen(b *hcl.Block) Listen {
 	l.ReadHeaderTimeout = d.duration(a, "read_header_timeout", l.ReadHeaderTimeout, time.Millisecond)
 	l.IdleTimeout = d.duration(a, "idle_timeout", l.IdleTimeout, time.Millisecond)
 	l.MaxHeaderBytes = int(d.integer(a, "max_header_bytes", int64(l.MaxHeaderBytes), 1024))
+	l.MaxConnections = int(d.integer(a, "max_connections", int64(l.MaxConnections), 0))
+	l.MaxBodyBytes = d.integer(a, "max_body_bytes", l.MaxBodyBytes, 0)
+	d.maxBodyBytes = l.MaxBodyBytes
 	return l
 }
 
@@ -221,7 +230,7 @@ func validListenAddr(s string) bool {
 }
 
 var tlsSchema = &hcl.BodySchema{
-	Attributes: []hcl.AttributeSchema{{Name: "redirect_http"}},
+	Attributes: []hcl.AttributeSchema{{Name: "redirect_http"}, {Name: "hsts_max_age"}, {Name: "hsts_include_subdomains"}},
 	Blocks:     []hcl.BlockHeaderSchema{{Type: "acme"}, {Type: "certificate"}},
 }
 
@@ -236,7 +245,11 @@ var certificateSchema = &hcl.BodySchema{Attributes: []hcl.AttributeSchema{
 func (d *decoder) tls(b *hcl.Block) *TLS {
 	d.tlsRange = b.DefRange
 	c := d.content(b.Body, tlsSchema)
-	t := &TLS{RedirectHTTP: d.boolean(c.Attributes, "redirect_http", false)}
+	t := &TLS{
+		RedirectHTTP:          d.boolean(c.Attributes, "redirect_http", false),
+		HSTSMaxAge:            d.duration(c.Attributes, "hsts_max_age", 0, time.Second),
+		HSTSIncludeSubdomains: d.boolean(c.Attributes, "hsts_include_subdomains", false),
+	}
 	if ab := d.single(c.Blocks, "acme"); ab != nil {
 		a := d.content(ab.Body, acmeSchema).Attributes
 		acme := &ACME{
@@ -599,7 +612,7 @@ func (d *decoder) policy(b *hcl.Block) *limiter.Policy {
 
 var routeSchema = &hcl.BodySchema{Attributes: []hcl.AttributeSchema{
 	{Name: "host"}, {Name: "path", Required: true}, {Name: "methods"}, {Name: "upstream", Required: true},
-	{Name: "policy"}, {Name: "subject"}, {Name: "cost"},
+	{Name: "policy"}, {Name: "subject"}, {Name: "cost"}, {Name: "max_body_bytes"},
 }}
 
 var defaultSources = []subject.Kind{subject.Principal, subject.APIKey, subject.ClientIP}
@@ -676,6 +689,7 @@ func (d *decoder) routes(blocks hcl.Blocks, policies map[string]*limiter.Policy,
 			}
 		}
 		r.Cost = d.integer(a, "cost", 1, 1)
+		r.MaxBodyBytes = d.integer(a, "max_body_bytes", d.maxBodyBytes, 0)
 		if attr, ok := a["policy"]; ok {
 			name := d.str(a, "policy", "")
 			p, ok := policies[name]

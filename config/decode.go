@@ -25,6 +25,7 @@ type decoder struct {
 	// What later checks need to know of blocks decoded earlier.
 	listenRange, tlsRange, limiterRange hcl.Range
 	subjectHasKeys, subjectHasPrincipal bool
+	maxBodyBytes                        int64
 }
 
 func newDecoder(dir string) *decoder {

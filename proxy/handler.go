@@ -40,6 +40,10 @@ type Route struct {
 	Policy      *limiter.Policy // nil: no limit
 	Subject     []subject.Kind
 	Cost        int64
+	// MaxBodyBytes caps the request body; 0 means no cap. A declared
+	// Content-Length over it is refused before the limiter is asked; a
+	// streamed body that runs over is cut and answered 413.
+	MaxBodyBytes int64
 }
 
 // Config is everything the request path reads. It is immutable once passed
@@ -213,6 +217,16 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, c *compiled, x *
 		return
 	}
 	x.route = rt.OperationID
+	if rt.MaxBodyBytes > 0 {
+		if r.ContentLength > rt.MaxBodyBytes {
+			x.outcome = "rejected"
+			writeProblem(w, problemTooLarge)
+			return
+		}
+		if r.Body != nil && r.Body != http.NoBody {
+			r.Body = http.MaxBytesReader(w, r.Body, rt.MaxBodyBytes)
+		}
+	}
 
 	if rt.Policy == nil {
 		x.outcome = "unlimited"

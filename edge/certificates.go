@@ -1,0 +1,68 @@
+// Package edge is what faces the internet in front of the request path:
+// TLS termination (static certificates and ACME through certmagic), the
+// plain-HTTP redirect, HSTS, and the connection and framing limits of the
+// listeners.
+package edge
+
+import (
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"sync/atomic"
+)
+
+// CertificateFiles names one PEM certificate chain and its key.
+type CertificateFiles struct {
+	CertFile, KeyFile string
+}
+
+// Certificates are the static certificates of the HTTPS listener, chosen by
+// SNI. Swap replaces them for every handshake from then on; connections
+// already established keep theirs.
+type Certificates struct {
+	current atomic.Pointer[[]tls.Certificate]
+}
+
+// LoadCertificates reads every pair; any unreadable pair fails the whole set,
+// so a reload never half-applies.
+func LoadCertificates(files []CertificateFiles) ([]tls.Certificate, error) {
+	certs := make([]tls.Certificate, 0, len(files))
+	for _, f := range files {
+		c, err := tls.LoadX509KeyPair(f.CertFile, f.KeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("load certificate %s: %w", f.CertFile, err)
+		}
+		certs = append(certs, c)
+	}
+	return certs, nil
+}
+
+// Swap makes certs the static certificates.
+func (c *Certificates) Swap(certs []tls.Certificate) { c.current.Store(&certs) }
+
+var errNoCertificate = errors.New("edge: no certificate for this name")
+
+// forHello returns the first certificate that covers the client's SNI and
+// suits its signature algorithms, or nil.
+func (c *Certificates) forHello(hello *tls.ClientHelloInfo) *tls.Certificate {
+	p := c.current.Load()
+	if p == nil {
+		return nil
+	}
+	certs := *p
+	for i := range certs {
+		if hello.SupportsCertificate(&certs[i]) == nil {
+			return &certs[i]
+		}
+	}
+	return nil
+}
+
+// fallback is the first certificate, for clients that send no SNI.
+func (c *Certificates) fallback() *tls.Certificate {
+	p := c.current.Load()
+	if p == nil || len(*p) == 0 {
+		return nil
+	}
+	return &(*p)[0]
+}
