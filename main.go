@@ -24,6 +24,7 @@ import (
 	"os"
 	"os/signal"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -259,19 +260,6 @@ func (g *gateway) start(f *config.File) error {
 		rand.Read(g.ephemeral)
 		g.logger.Warn("no pseudonym block: pseudonyms use a random key that lives as long as this process")
 	}
-	if f.TLS != nil {
-		static, err := edge.LoadCertificates(certificateFiles(f.TLS))
-		if err != nil {
-			return err
-		}
-		var acme *edge.ACMEOptions
-		if a := f.TLS.ACME; a != nil {
-			acme = &edge.ACMEOptions{Domains: a.Domains, Email: a.Email, CA: a.CA, CARoot: a.CARoot, Storage: a.Storage, Logger: g.logger}
-		}
-		if g.tls, err = edge.NewTLS(static, acme); err != nil {
-			return err
-		}
-	}
 	cfg, err := g.proxyConfig(f)
 	if err != nil {
 		return err
@@ -283,31 +271,39 @@ func (g *gateway) start(f *config.File) error {
 	g.file = f
 
 	l := f.Listen
-	var publicHTTP http.Handler = g.handler
-	if g.tls != nil {
-		secure := edge.HSTS(g.handler, f.TLS.HSTSMaxAge, f.TLS.HSTSIncludeSubdomains)
-		g.secure = g.newServer(secure)
-		g.secure.TLSConfig = g.tls.Config()
-		ln, err := net.Listen("tcp", l.HTTPS)
-		if err != nil {
+	// Bind first: ACME challenges must be answered on the ports these
+	// sockets really have.
+	var httpLn, httpsLn net.Listener
+	if l.HTTP != "" {
+		if httpLn, err = net.Listen("tcp", l.HTTP); err != nil {
+			return fmt.Errorf("listen http: %w", err)
+		}
+		g.publicAddr = httpLn.Addr()
+	}
+	if f.TLS != nil {
+		if httpsLn, err = net.Listen("tcp", l.HTTPS); err != nil {
+			closeAll(httpLn)
 			return fmt.Errorf("listen https: %w", err)
 		}
-		g.httpsAddr = ln.Addr()
-		go g.serveOn(g.secure, edge.LimitListener(ln, l.MaxConnections), true)
+		g.httpsAddr = httpsLn.Addr()
+		if err := g.buildTLS(f.TLS, httpLn, httpsLn); err != nil {
+			closeAll(httpLn, httpsLn)
+			return err
+		}
+	}
+	var publicHTTP http.Handler = g.handler
+	if g.tls != nil {
+		g.secure = g.newServer(edge.HSTS(g.handler, f.TLS.HSTSMaxAge, f.TLS.HSTSIncludeSubdomains))
+		g.secure.TLSConfig = g.tls.Config()
+		go g.serveOn(g.secure, edge.LimitListener(httpsLn, l.MaxConnections), true)
 		if f.TLS.RedirectHTTP {
-			publicHTTP = edge.Redirect(ln.Addr().(*net.TCPAddr).Port)
+			publicHTTP = edge.Redirect(port(httpsLn))
 		}
 		publicHTTP = g.tls.HTTPChallenge(publicHTTP)
 	}
-	if l.HTTP != "" {
+	if httpLn != nil {
 		g.plain = g.newServer(publicHTTP)
-		ln, err := net.Listen("tcp", l.HTTP)
-		if err != nil {
-			g.closeServers()
-			return fmt.Errorf("listen http: %w", err)
-		}
-		g.publicAddr = ln.Addr()
-		go g.serveOn(g.plain, edge.LimitListener(ln, l.MaxConnections), false)
+		go g.serveOn(g.plain, edge.LimitListener(httpLn, l.MaxConnections), false)
 	}
 	if l.Admin != "" {
 		g.admin = &http.Server{
@@ -335,6 +331,37 @@ func (g *gateway) start(f *config.File) error {
 		}()
 	}
 	return nil
+}
+
+func (g *gateway) buildTLS(t *config.TLS, httpLn, httpsLn net.Listener) error {
+	static, err := edge.LoadCertificates(certificateFiles(t))
+	if err != nil {
+		return err
+	}
+	var acme *edge.ACMEOptions
+	if a := t.ACME; a != nil {
+		acme = &edge.ACMEOptions{Domains: a.Domains, Email: a.Email, CA: a.CA, CARoot: a.CARoot, Storage: a.Storage,
+			Logger: g.logger, TLSPort: port(httpsLn)}
+		allowed := func(c string) bool { return len(a.Challenges) == 0 || slices.Contains(a.Challenges, c) }
+		if httpLn != nil && allowed("http-01") {
+			acme.HTTPPort = port(httpLn)
+		}
+		if !allowed("tls-alpn-01") {
+			acme.TLSPort = 0
+		}
+	}
+	g.tls, err = edge.NewTLS(static, acme)
+	return err
+}
+
+func port(ln net.Listener) int { return ln.Addr().(*net.TCPAddr).Port }
+
+func closeAll(ls ...net.Listener) {
+	for _, l := range ls {
+		if l != nil {
+			l.Close()
+		}
+	}
 }
 
 // newServer is a public server with the edge timeouts of the listen block.

@@ -352,3 +352,14 @@ route "orders.read" {
 		t.Fatalf("noscript reloads %v after a restart", v)
 	}
 }
+
+// syscallStop stops a running gateway with a real SIGTERM and waits.
+func syscallStop(t *testing.T, r *running) {
+	t.Helper()
+	syscall.Kill(os.Getpid(), syscall.SIGTERM)
+	select {
+	case <-r.exited:
+	case <-time.After(20 * time.Second):
+		t.Fatal("gateway did not stop")
+	}
+}

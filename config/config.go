@@ -57,11 +57,12 @@ type TLS struct {
 }
 
 type ACME struct {
-	Domains []string
-	Email   string
-	CA      string
-	CARoot  string
-	Storage string
+	Domains    []string
+	Challenges []string // "http-01", "tls-alpn-01"; empty means both
+	Email      string
+	CA         string
+	CARoot     string
+	Storage    string
 }
 
 type Certificate struct {
@@ -236,6 +237,7 @@ var tlsSchema = &hcl.BodySchema{
 
 var acmeSchema = &hcl.BodySchema{Attributes: []hcl.AttributeSchema{
 	{Name: "domains", Required: true}, {Name: "email"}, {Name: "ca"}, {Name: "ca_root"}, {Name: "storage"},
+	{Name: "challenges"},
 }}
 
 var certificateSchema = &hcl.BodySchema{Attributes: []hcl.AttributeSchema{
@@ -268,6 +270,18 @@ func (d *decoder) tls(b *hcl.Block) *TLS {
 		}
 		if attr, ok := a["domains"]; ok && len(items) == 0 {
 			d.errorf(attr.Expr.Range(), "No domains", "acme.domains needs at least one domain.")
+		}
+		if items, ok := d.list(a, "challenges"); ok {
+			for _, it := range items {
+				if it.value != "http-01" && it.value != "tls-alpn-01" {
+					d.errorf(it.rng, "Unknown ACME challenge", "Challenges are \"http-01\" and \"tls-alpn-01\", not %q.", it.value)
+					continue
+				}
+				acme.Challenges = append(acme.Challenges, it.value)
+			}
+			if len(items) == 0 {
+				d.errorf(a["challenges"].Expr.Range(), "No ACME challenge", "challenges needs at least one of \"http-01\" and \"tls-alpn-01\".")
+			}
 		}
 		if attr, ok := a["ca"]; ok {
 			if u, err := url.Parse(acme.CA); err != nil || u.Scheme != "https" || u.Host == "" {

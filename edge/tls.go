@@ -66,6 +66,10 @@ type ACMEOptions struct {
 	CARoot  string // PEM file of roots to trust for the CA (a private CA)
 	Storage string // folder shared by every instance; certmagic locks in it
 	Logger  *slog.Logger
+	// HTTPPort and TLSPort are the gateway's own plain and TLS listeners,
+	// where it answers HTTP-01 and TLS-ALPN-01 itself; 0 disables that
+	// challenge. certmagic then never opens listeners of its own.
+	HTTPPort, TLSPort int
 }
 
 // TLS terminates TLS for the HTTPS listener: static certificates first for
@@ -126,6 +130,13 @@ func NewTLS(static []tls.Certificate, acme *ACMEOptions) (*TLS, error) {
 		Agreed:       true,
 		TrustedRoots: roots,
 		Logger:       logger,
+		ListenHost:   "127.0.0.1",
+		// The ports are taken by our listeners, so certmagic's solvers find
+		// them in use and leave the answering to HTTPChallenge and Config.
+		AltHTTPPort:             acme.HTTPPort,
+		AltTLSALPNPort:          acme.TLSPort,
+		DisableHTTPChallenge:    acme.HTTPPort == 0,
+		DisableTLSALPNChallenge: acme.TLSPort == 0,
 	})
 	magic.Issuers = []certmagic.Issuer{t.issuer}
 	t.magic = magic
