@@ -671,3 +671,24 @@ func BenchmarkRequestPath(b *testing.B) {
 		})
 	}
 }
+
+func TestMalformedFramingIsRefusedBeforeTheUpstream(t *testing.T) {
+	up := newUpstream(t)
+	g := newGateway(t, setup{routes: []proxy.Route{route("r", "/", up, t, policy(limitertest.FixedWindow(100, time.Minute), "p"))}})
+	for name, c := range map[string]struct {
+		headers []string // name, value, name, value...
+		status  int
+	}{
+		"two different Content-Length values":  {[]string{"Content-Length", "4", "Content-Length", "5"}, 400},
+		"a signed Content-Length":              {[]string{"Content-Length", "+4"}, 400},
+		"a transfer coding other than chunked": {[]string{"Transfer-Encoding", "gzip, chunked"}, 501},
+		"a repeated chunked coding":            {[]string{"Transfer-Encoding", "chunked", "Transfer-Encoding", "chunked"}, 501},
+	} {
+		if res := g.raw(t, "POST / HTTP/1.1", c.headers...); res.StatusCode != c.status {
+			t.Errorf("%s: %d, want %d", name, res.StatusCode, c.status)
+		}
+	}
+	if up.count() != 0 {
+		t.Fatalf("the upstream saw %d malformed requests", up.count())
+	}
+}
