@@ -720,7 +720,7 @@ func (d *decoder) routes(blocks hcl.Blocks, policies map[string]*limiter.Policy,
 			d.errorf(attr.NameRange, "Cost without a policy", "cost means nothing on a route without a policy.")
 		}
 		for i, o := range routes {
-			if o.Host == r.Host && o.Path == r.Path && r.Path != "" && methodsShared(o.Methods, r.Methods) {
+			if o.Host == r.Host && o.Path == r.Path && r.Path != "" && proxy.MethodsOverlap(o.Methods, r.Methods) {
 				d.errorf(b.DefRange, "Routes overlap", "Route %q matches the same host, path and methods as %q at %s.", id, o.OperationID, ranges[i])
 			}
 		}
@@ -728,18 +728,6 @@ func (d *decoder) routes(blocks hcl.Blocks, policies map[string]*limiter.Policy,
 		ranges = append(ranges, b.DefRange)
 	}
 	return routes
-}
-
-func methodsShared(a, b []string) bool {
-	if len(a) == 0 || len(b) == 0 {
-		return true
-	}
-	for _, m := range a {
-		if slices.Contains(b, m) {
-			return true
-		}
-	}
-	return false
 }
 
 func isToken(s string) bool {

@@ -137,7 +137,7 @@ func (h *Handler) compile(cfg Config) (*compiled, error) {
 			return nil, fmt.Errorf("proxy: route %q has no upstream", r.OperationID)
 		}
 		for _, o := range routes {
-			if o.Host == r.Host && o.Path == r.Path && methodsOverlap(o.Methods, r.Methods) {
+			if o.Host == r.Host && o.Path == r.Path && MethodsOverlap(o.Methods, r.Methods) {
 				return nil, fmt.Errorf("proxy: routes %q and %q match the same requests", o.OperationID, r.OperationID)
 			}
 		}

@@ -220,9 +220,10 @@ func (r *route) allowsMethod(m string) bool {
 	return false
 }
 
-// methodsOverlap reports whether two method sets share a method; an empty
-// set is every method.
-func methodsOverlap(a, b []string) bool {
+// MethodsOverlap reports whether two method sets share a method; an empty
+// set is every method. Two routes on one host and path whose methods
+// overlap would match the same requests.
+func MethodsOverlap(a, b []string) bool {
 	if len(a) == 0 || len(b) == 0 {
 		return true
 	}
