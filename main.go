@@ -294,8 +294,10 @@ func (g *gateway) start(f *config.File) error {
 	var publicHTTP http.Handler = g.handler
 	if g.tls != nil {
 		g.secure = g.newServer(edge.HSTS(g.handler, f.TLS.HSTSMaxAge, f.TLS.HSTSIncludeSubdomains))
+		// The framing listener terminates TLS itself; TLSConfig stays set so
+		// that Serve offers HTTP/2 on the connections it hands over.
 		g.secure.TLSConfig = g.tls.Config()
-		go g.serveOn(g.secure, edge.LimitListener(httpsLn, l.MaxConnections), true)
+		go g.serveOn(g.secure, edge.FramingListener(edge.LimitListener(httpsLn, l.MaxConnections), g.secure.TLSConfig, l.ReadHeaderTimeout))
 		if f.TLS.RedirectHTTP {
 			publicHTTP = edge.Redirect(port(httpsLn))
 		}
@@ -303,7 +305,7 @@ func (g *gateway) start(f *config.File) error {
 	}
 	if httpLn != nil {
 		g.plain = g.newServer(publicHTTP)
-		go g.serveOn(g.plain, edge.LimitListener(httpLn, l.MaxConnections), false)
+		go g.serveOn(g.plain, edge.FramingListener(edge.LimitListener(httpLn, l.MaxConnections), nil, 0))
 	}
 	if l.Admin != "" {
 		g.admin = &http.Server{
@@ -318,7 +320,7 @@ func (g *gateway) start(f *config.File) error {
 			return fmt.Errorf("listen admin: %w", err)
 		}
 		g.adminAddr = aln.Addr()
-		go g.serveOn(g.admin, aln, false)
+		go g.serveOn(g.admin, aln)
 	}
 	if g.tls != nil {
 		// Certificates are obtained once the HTTP listener can answer
@@ -364,11 +366,13 @@ func closeAll(ls ...net.Listener) {
 	}
 }
 
-// newServer is a public server with the edge timeouts of the listen block.
+// newServer is a public server with the edge timeouts of the listen block;
+// a request with both Content-Length and Transfer-Encoding gets 400.
 func (g *gateway) newServer(h http.Handler) *http.Server {
 	l := g.file.Listen
 	return &http.Server{
-		Handler:           h,
+		Handler:           edge.RejectConflictingFraming(h),
+		ConnContext:       edge.ConnContext,
 		ReadHeaderTimeout: l.ReadHeaderTimeout,
 		IdleTimeout:       l.IdleTimeout,
 		MaxHeaderBytes:    l.MaxHeaderBytes,
@@ -393,14 +397,8 @@ func (g *gateway) closeServers() {
 }
 
 // serveOn serves ln until Shutdown; any other end is a listener failure.
-func (g *gateway) serveOn(s *http.Server, ln net.Listener, secure bool) {
-	var err error
-	if secure {
-		err = s.ServeTLS(ln, "", "") // the certificates come from TLSConfig
-	} else {
-		err = s.Serve(ln)
-	}
-	if !errors.Is(err, http.ErrServerClosed) {
+func (g *gateway) serveOn(s *http.Server, ln net.Listener) {
+	if err := s.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 		g.serveErr <- err
 	}
 }

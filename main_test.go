@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"fmt"
 	"io"
@@ -361,5 +362,39 @@ func syscallStop(t *testing.T, r *running) {
 	case <-r.exited:
 	case <-time.After(20 * time.Second):
 		t.Fatal("gateway did not stop")
+	}
+}
+
+func TestConflictingFramingOnThePlainListener(t *testing.T) {
+	var hits int64
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if b, err := io.ReadAll(r.Body); err == nil && string(b) == "abc" {
+			hits++
+		}
+	}))
+	defer up.Close()
+	r := start(t, up.URL)
+	c, err := net.Dial("tcp", r.publicAddr.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	br := bufio.NewReader(c)
+	// Two requests on one connection: a clean chunked one, then one with
+	// both framings, which is refused and ends the connection.
+	io.WriteString(c, "POST /orders HTTP/1.1\r\nHost: gw\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n"+
+		"POST /orders HTTP/1.1\r\nHost: gw\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n")
+	for i, want := range []int{200, 400} {
+		res, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("response %d: %v", i, err)
+		}
+		io.Copy(io.Discard, res.Body)
+		if res.StatusCode != want {
+			t.Fatalf("response %d: %d, want %d", i, res.StatusCode, want)
+		}
+	}
+	if hits != 1 {
+		t.Fatalf("upstream got %d whole requests, want 1", hits)
 	}
 }

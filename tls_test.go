@@ -116,7 +116,7 @@ func TestTLSWithStaticCertificates(t *testing.T) {
 			return
 		}
 		upstreamHits.Add(1)
-		io.WriteString(w, "ok")
+		io.WriteString(w, r.Header.Get("X-Forwarded-Proto"))
 	}))
 	defer up.Close()
 	ca := newTestCA(t)
@@ -263,6 +263,33 @@ func TestTLSWithStaticCertificates(t *testing.T) {
 		}
 		if upstreamHits.Load() != before {
 			t.Fatalf("the upstream answered %d oversized requests", upstreamHits.Load()-before)
+		}
+	})
+	t.Run("Content-Length with Transfer-Encoding is refused over HTTP/1.1 on TLS", func(t *testing.T) {
+		before := upstreamHits.Load()
+		send := func(head string) (*http.Response, string) {
+			c, err := tls.Dial("tcp", httpsAddr, &tls.Config{ServerName: "a.test", RootCAs: ca.pool, NextProtos: []string{"http/1.1"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			io.WriteString(c, "POST /orders HTTP/1.1\r\nHost: a.test\r\n"+head+"\r\n3\r\nabc\r\n0\r\n\r\n")
+			res, err := http.ReadResponse(bufio.NewReader(c), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(res.Body)
+			return res, string(b)
+		}
+		res, _ := send("Content-Length: 3\r\nTransfer-Encoding: chunked\r\n")
+		if res.StatusCode != 400 || upstreamHits.Load() != before {
+			t.Fatalf("%d, upstream saw %d", res.StatusCode, upstreamHits.Load()-before)
+		}
+		// A plain chunked request passes, and the upstream learns it came
+		// over HTTPS although the gateway decrypted the connection itself.
+		res, body := send("Transfer-Encoding: chunked\r\n")
+		if res.StatusCode != 200 || body != "https" {
+			t.Fatalf("%d %q, want 200 https", res.StatusCode, body)
 		}
 	})
 }
