@@ -189,15 +189,9 @@ func (r *Resolver) Trusted(addr netip.Addr) bool {
 	return false
 }
 
-// ClientAddr is the address of the client as the gateway believes it: the
+// clientAddr is the address of the client as the gateway believes it: the
 // peer, or, when the peer is a trusted proxy, the right-most address of the
-// forwarded header that is not itself a trusted proxy. It is for the
-// upstream's X-Forwarded-For, never for logs or the limiter.
-func (r *Resolver) ClientAddr(req *http.Request) netip.Addr {
-	peer := PeerAddr(req)
-	return r.clientAddr(req, peer, r.Trusted(peer))
-}
-
+// forwarded header that is not itself a trusted proxy.
 func (r *Resolver) clientAddr(req *http.Request, peer netip.Addr, peerTrusted bool) netip.Addr {
 	if !peerTrusted {
 		return peer
