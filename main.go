@@ -13,6 +13,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/hex"
 	"errors"
 	"flag"
@@ -244,6 +245,16 @@ func (g *gateway) start(f *config.File) error {
 		}
 		if rc.TLS {
 			opts.TLS = &tls.Config{MinVersion: tls.VersionTLS12}
+			if rc.TLSCAFile != "" {
+				pemBytes, err := os.ReadFile(rc.TLSCAFile)
+				if err != nil {
+					return fmt.Errorf("redis tls_ca_file: %w", err)
+				}
+				opts.TLS.RootCAs = x509.NewCertPool()
+				if !opts.TLS.RootCAs.AppendCertsFromPEM(pemBytes) {
+					return fmt.Errorf("redis tls_ca_file %s holds no PEM certificate", rc.TLSCAFile)
+				}
+			}
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		r, err := limiter.NewRedis(ctx, opts)

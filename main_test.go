@@ -398,3 +398,53 @@ func TestConflictingFramingOnThePlainListener(t *testing.T) {
 		t.Fatalf("upstream got %d whole requests, want 1", hits)
 	}
 }
+
+func TestRedisOverTLSThroughTheCLI(t *testing.T) {
+	s := redistest.StartTLS(t)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
+	defer up.Close()
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "hmac"), []byte("test-only-fake-hmac-secret-0123456789abcdef\n"), 0o600)
+	write := func(tlsLines string) string {
+		path := filepath.Join(dir, "gateway.hcl")
+		os.WriteFile(path, []byte(fmt.Sprintf(`
+listen {
+  http = "127.0.0.1:0"
+}
+limiter {
+  backend = "redis"
+  redis {
+    addrs = [%q]
+    %s
+  }
+}
+pseudonym {
+  version = 1
+  key "1" { secret = file("hmac") }
+}
+policy "p" {
+  algorithm = "fixed-window"
+  limit     = 1
+  window    = "1h"
+}
+route "orders.read" {
+  path     = "/orders"
+  upstream = %q
+  policy   = "p"
+}
+`, s.Addr, tlsLines, up.URL)), 0o644)
+		return path
+	}
+	t.Run("plain text to a TLS-only Redis does not start", func(t *testing.T) {
+		var logs lockedBuffer
+		if code := run([]string{"run", "-config", write("")}, nil, io.Discard, &logs, nil); code != 1 || !strings.Contains(logs.String(), "limiter backend redis") {
+			t.Fatalf("exit %d, want 1 with a Redis start-up error:\n%s", code, logs.String())
+		}
+	})
+	t.Run("tls with the server's CA decides", func(t *testing.T) {
+		r := startFile(t, write(fmt.Sprintf("tls = true\n    tls_ca_file = %q", s.CAFile)))
+		if got := statusesOf(t, r, 2); got != "200 429" {
+			t.Fatalf("statuses %s", got)
+		}
+	})
+}

@@ -85,6 +85,7 @@ type Redis struct {
 	Username   string
 	Password   string
 	TLS        bool
+	TLSCAFile  string // roots for the server's certificate; empty: the system's
 	KeyPrefix  string
 	DB         int
 }
@@ -315,7 +316,7 @@ var limiterSchema = &hcl.BodySchema{
 
 var redisSchema = &hcl.BodySchema{Attributes: []hcl.AttributeSchema{
 	{Name: "mode"}, {Name: "addrs", Required: true}, {Name: "master_name"}, {Name: "username"},
-	{Name: "password"}, {Name: "tls"}, {Name: "key_prefix"}, {Name: "db"},
+	{Name: "password"}, {Name: "tls"}, {Name: "tls_ca_file"}, {Name: "key_prefix"}, {Name: "db"},
 }}
 
 var memorySchema = &hcl.BodySchema{Attributes: []hcl.AttributeSchema{{Name: "max_entries"}}}
@@ -365,6 +366,14 @@ func (d *decoder) limiter(b *hcl.Block) Limiter {
 		r.Username = d.str(ra, "username", "")
 		r.Password, _ = d.secret(ra, "password")
 		r.TLS = d.boolean(ra, "tls", false)
+		if attr, ok := ra["tls_ca_file"]; ok {
+			r.TLSCAFile = d.path(d.str(ra, "tls_ca_file", ""))
+			if !r.TLS {
+				d.errorf(attr.NameRange, "Argument not valid here", "tls_ca_file needs tls = true.")
+			} else if _, err := os.Stat(r.TLSCAFile); err != nil {
+				d.errorf(attr.Expr.Range(), "Cannot read tls_ca_file", "%s.", err)
+			}
+		}
 		r.DB = int(d.integer(ra, "db", 0, 0))
 		l.Redis = r
 	}

@@ -48,6 +48,12 @@ func TestRedisConformance(t *testing.T) {
 			return limiter.RedisOptions{Mode: limiter.RedisCluster, Addrs: c.Addrs()}
 		}))
 	})
+	t.Run("standalone over TLS", func(t *testing.T) {
+		s := redistest.StartTLS(t)
+		limitertest.Run(t, redisFactory(func() limiter.RedisOptions {
+			return limiter.RedisOptions{Addrs: []string{s.Addr}, TLS: s.TLS}
+		}))
+	})
 	t.Run("sentinel", func(t *testing.T) {
 		g := redistest.StartSentinel(t)
 		limitertest.Run(t, redisFactory(func() limiter.RedisOptions {

@@ -7,7 +7,15 @@ package redistest
 import (
 	"bufio"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"fmt"
+	"math/big"
 	"net"
 	"os"
 	"os/exec"
@@ -25,11 +33,16 @@ import (
 type Server struct {
 	Addr string
 	Port int
-	dir  string
-	args []string
-	mu   sync.Mutex
-	cmd  *exec.Cmd
-	t    testing.TB
+	// TLS is the client configuration for a server started by StartTLS.
+	TLS *tls.Config
+	// CAFile is the PEM file of the root that signed a TLS server's
+	// certificate.
+	CAFile string
+	dir    string
+	args   []string
+	mu     sync.Mutex
+	cmd    *exec.Cmd
+	t      testing.TB
 }
 
 // need skips or fails when redis-server is missing.
@@ -91,7 +104,7 @@ func (s *Server) start() {
 
 func (s *Server) waitReady() {
 	s.t.Helper()
-	c := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
+	c := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond, TLSConfig: s.TLS})
 	defer c.Close()
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 		err := c.Ping(context.Background()).Err()
@@ -123,9 +136,59 @@ func (s *Server) Restart() {
 
 // Client is an administrative client of the default user.
 func (s *Server) Client(t testing.TB) *redis.Client {
-	c := redis.NewClient(&redis.Options{Addr: s.Addr})
+	c := redis.NewClient(&redis.Options{Addr: s.Addr, TLSConfig: s.TLS})
 	t.Cleanup(func() { c.Close() })
 	return c
+}
+
+// StartTLS starts a redis-server that speaks TLS only, with a certificate
+// for 127.0.0.1 signed by a fresh test CA.
+func StartTLS(t testing.TB) *Server {
+	t.Helper()
+	need(t)
+	dir := t.TempDir()
+	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "redistest CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caCert, _ := x509.ParseCertificate(caDER)
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	leafTmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "127.0.0.1"},
+		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+	leafDER, err := x509.CreateCertificate(rand.Reader, leafTmpl, caCert, &key.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, _ := x509.MarshalECPrivateKey(key)
+	write := func(name, typ string, der []byte) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	caFile := write("ca.pem", "CERTIFICATE", caDER)
+	certFile := write("redis.pem", "CERTIFICATE", leafDER)
+	keyFile := write("redis.key", "EC PRIVATE KEY", keyDER)
+	pool := x509.NewCertPool()
+	pool.AddCert(caCert)
+
+	port := FreePort(t)
+	s := &Server{Addr: "127.0.0.1:" + strconv.Itoa(port), Port: port, dir: dir, t: t, CAFile: caFile,
+		TLS: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}
+	s.args = []string{
+		"--port", "0", "--tls-port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+		"--dir", dir, "--daemonize", "no", "--protected-mode", "no", "--loglevel", "warning",
+		"--tls-cert-file", certFile, "--tls-key-file", keyFile, "--tls-ca-cert-file", caFile, "--tls-auth-clients", "no",
+	}
+	s.start()
+	t.Cleanup(s.Kill)
+	return s
 }
 
 // Cluster is a 3-master Redis Cluster.
