@@ -41,7 +41,7 @@ func TestRedisACLUserNeverNeedsEval(t *testing.T) {
 		"no-eval": {"on", ">test-only-fake-password", "~*", "+@all", "-eval", "-eval_ro"},
 		// The strict user: EVALSHA, SCRIPT LOAD and PING, HELLO to open a
 		// connection, and the commands the scripts run inside Redis.
-		"strict": {"on", ">test-only-fake-password", "~rltest:*", "-@all", "+evalsha", "+script|load", "+ping", "+hello",
+		"strict": {"on", ">test-only-fake-password", "~rl:*", "-@all", "+evalsha", "+script|load", "+ping", "+hello",
 			"+hmget", "+hget", "+hset", "+hdel", "+pttl", "+pexpire", "+time"},
 	}
 	for name, rules := range users {
@@ -53,7 +53,7 @@ func TestRedisACLUserNeverNeedsEval(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Run(name, func(t *testing.T) {
-			r := newRedis(t, limiter.RedisOptions{Addrs: []string{s.Addr}, Username: name, Password: "test-only-fake-password"})
+			r := redistest.NewLimiter(t, limiter.RedisOptions{Addrs: []string{s.Addr}, Username: name, Password: "test-only-fake-password"})
 			p := limitertest.FixedWindow(3, time.Minute)
 			p.Clock = limiter.ClockBackend
 			subject := limitertest.Subject()
@@ -79,7 +79,7 @@ func first(o limiter.Outcome, _ time.Duration) limiter.Outcome { return o }
 
 func TestRedisKeysCarryPrefixTTLAndNoIdentity(t *testing.T) {
 	s := redistest.Start(t)
-	r := newRedis(t, limiter.RedisOptions{Addrs: []string{s.Addr}, KeyPrefix: "edge:"})
+	r := redistest.NewLimiter(t, limiter.RedisOptions{Addrs: []string{s.Addr}, KeyPrefix: "edge:"})
 	for _, p := range []*limiter.Policy{limitertest.FixedWindow(5, time.Minute), limitertest.SlidingCounter(5, time.Minute), limitertest.TokenBucket(5, 1, time.Second)} {
 		p.Clock = limiter.ClockBackend
 		mustAllow(t, first(evaluate(r, p, limitertest.Subject(), "id-"+p.Name)))
@@ -114,7 +114,7 @@ func TestRedisKeysCarryPrefixTTLAndNoIdentity(t *testing.T) {
 
 func TestRedisStateChecks(t *testing.T) {
 	s := redistest.Start(t)
-	r := newRedis(t, limiter.RedisOptions{Addrs: []string{s.Addr}})
+	r := redistest.NewLimiter(t, limiter.RedisOptions{Addrs: []string{s.Addr}})
 	admin := s.Client(t)
 	ctx := context.Background()
 	t.Run("the redis clock decides by default", func(t *testing.T) {
@@ -160,7 +160,7 @@ func TestRedisTopologyMismatchIsAStartupError(t *testing.T) {
 
 func TestRedisClusterSpreadsKeysOverMasters(t *testing.T) {
 	c := redistest.StartCluster(t)
-	r := newRedis(t, limiter.RedisOptions{Mode: limiter.RedisCluster, Addrs: c.Addrs(), KeyPrefix: "spread:"})
+	r := redistest.NewLimiter(t, limiter.RedisOptions{Mode: limiter.RedisCluster, Addrs: c.Addrs(), KeyPrefix: "spread:"})
 	subject := limitertest.Subject()
 	for i := 0; i < 12; i++ {
 		p := limitertest.FixedWindow(2, time.Minute)
@@ -189,7 +189,7 @@ func TestRedisFaults(t *testing.T) {
 
 	t.Run("refused connections are unavailable before send, fast", func(t *testing.T) {
 		s := redistest.Start(t)
-		r := newRedis(t, limiter.RedisOptions{Addrs: []string{s.Addr}})
+		r := redistest.NewLimiter(t, limiter.RedisOptions{Addrs: []string{s.Addr}})
 		s.Kill()
 		o, took := evaluate(r, p, limitertest.Subject(), "x")
 		if u, ok := o.(limiter.Unavailable); !ok || u.Category != limiter.UnavailableBeforeSend {
@@ -202,7 +202,7 @@ func TestRedisFaults(t *testing.T) {
 	t.Run("a server that never answers is indeterminate within the deadline", func(t *testing.T) {
 		s := redistest.Start(t)
 		proxy := redistest.StartProxy(t, s.Addr)
-		r := newRedis(t, limiter.RedisOptions{Addrs: []string{proxy.Addr}})
+		r := redistest.NewLimiter(t, limiter.RedisOptions{Addrs: []string{proxy.Addr}})
 		proxy.Hang()
 		o, took := evaluate(r, p, limitertest.Subject(), "x")
 		if _, ok := o.(limiter.Indeterminate); !ok {
@@ -214,7 +214,7 @@ func TestRedisFaults(t *testing.T) {
 	})
 	t.Run("killed and restarted: unavailable while down, decided again after", func(t *testing.T) {
 		s := redistest.Start(t)
-		r := newRedis(t, limiter.RedisOptions{Addrs: []string{s.Addr}})
+		r := redistest.NewLimiter(t, limiter.RedisOptions{Addrs: []string{s.Addr}})
 		subject := limitertest.Subject()
 		mustAllow(t, first(evaluate(r, p, subject, "1")))
 		s.Kill()
@@ -236,7 +236,7 @@ func TestRedisFaults(t *testing.T) {
 	t.Run("SCRIPT FLUSH between requests: the next one is decided, and counted as a reload", func(t *testing.T) {
 		s := redistest.Start(t)
 		reg := prometheus.NewRegistry()
-		r := newRedis(t, limiter.RedisOptions{Addrs: []string{s.Addr}, Registerer: reg})
+		r := redistest.NewLimiter(t, limiter.RedisOptions{Addrs: []string{s.Addr}, Registerer: reg})
 		subject := limitertest.Subject()
 		mustAllow(t, first(evaluate(r, p, subject, "1")))
 		s.Client(t).ScriptFlush(context.Background())
@@ -250,7 +250,7 @@ func TestRedisFaults(t *testing.T) {
 	t.Run("a lost reply is retried and charged once", func(t *testing.T) {
 		s := redistest.Start(t)
 		proxy := redistest.StartProxy(t, s.Addr)
-		r := newRedis(t, limiter.RedisOptions{Addrs: []string{proxy.Addr}})
+		r := redistest.NewLimiter(t, limiter.RedisOptions{Addrs: []string{proxy.Addr}})
 		subject := limitertest.Subject()
 		mustAllow(t, first(evaluate(r, p, subject, "warm")))
 		proxy.DropNextReply()
@@ -268,7 +268,7 @@ func TestRedisFaults(t *testing.T) {
 	t.Run("a lost reply without dedup is indeterminate, never retried", func(t *testing.T) {
 		s := redistest.Start(t)
 		proxy := redistest.StartProxy(t, s.Addr)
-		r := newRedis(t, limiter.RedisOptions{Addrs: []string{proxy.Addr}})
+		r := redistest.NewLimiter(t, limiter.RedisOptions{Addrs: []string{proxy.Addr}})
 		q := *p
 		q.Dedup = limiter.Dedup{}
 		subject := limitertest.Subject()
@@ -283,7 +283,7 @@ func TestRedisFaults(t *testing.T) {
 	})
 	t.Run("sentinel failover: decisions resume on the new master", func(t *testing.T) {
 		g := redistest.StartSentinel(t)
-		r := newRedis(t, limiter.RedisOptions{Mode: limiter.RedisSentinel, Addrs: g.SentinelAddrs(), MasterName: g.MasterName})
+		r := redistest.NewLimiter(t, limiter.RedisOptions{Mode: limiter.RedisSentinel, Addrs: g.SentinelAddrs(), MasterName: g.MasterName})
 		subject := limitertest.Subject()
 		mustAllow(t, first(evaluate(r, p, subject, "1")))
 		g.Master.Kill()

@@ -12,26 +12,11 @@ import (
 	"github.com/edgegate/gateway/limiter/redistest"
 )
 
-func newRedis(t testing.TB, opts limiter.RedisOptions) *limiter.Redis {
-	t.Helper()
-	if opts.KeyPrefix == "" {
-		opts.KeyPrefix = "rltest:"
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	r, err := limiter.NewRedis(ctx, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { r.Close() })
-	return r
-}
-
 func redisFactory(opts func() limiter.RedisOptions) limitertest.Factory {
 	return func(t *testing.T, clock limiter.Clock) limitertest.Backend {
 		o := opts()
 		o.Clock = clock
-		return newRedis(t, o)
+		return redistest.NewLimiter(t, o)
 	}
 }
 
@@ -76,7 +61,7 @@ func evalshaCalls(b *testing.B, s *redistest.Server) float64 {
 
 func BenchmarkRedis(b *testing.B) {
 	s := redistest.Start(b)
-	r := newRedis(b, limiter.RedisOptions{Addrs: []string{s.Addr}})
+	r := redistest.NewLimiter(b, limiter.RedisOptions{Addrs: []string{s.Addr}})
 	for _, p := range []*limiter.Policy{
 		limitertest.FixedWindow(1<<40, time.Hour),
 		limitertest.SlidingCounter(1<<40, time.Hour),

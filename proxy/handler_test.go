@@ -611,7 +611,7 @@ func TestAccessLogHoldsNoRawIdentity(t *testing.T) {
 	}
 }
 
-func TestSwapKeepsBudgetsOfUnchangedRevisions(t *testing.T) {
+func TestARefusedSwapKeepsTheCurrentConfiguration(t *testing.T) {
 	up := newUpstream(t)
 	p := policy(limitertest.FixedWindow(1, time.Minute), "p")
 	g := newGateway(t, setup{routes: []proxy.Route{route("r", "/", up, t, p)}})

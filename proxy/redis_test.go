@@ -18,21 +18,6 @@ import (
 	"github.com/edgegate/gateway/subject"
 )
 
-func newRedisLimiter(t *testing.T, opts limiter.RedisOptions) *limiter.Redis {
-	t.Helper()
-	if opts.KeyPrefix == "" {
-		opts.KeyPrefix = "rl:"
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	r, err := limiter.NewRedis(ctx, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { r.Close() })
-	return r
-}
-
 func redisPolicy(p *limiter.Policy, name string) *limiter.Policy {
 	p.Name = name
 	p.Clock = limiter.ClockBackend
@@ -44,7 +29,7 @@ func TestRedisConcurrentRequestsAdmitExactlyTheLimit(t *testing.T) {
 	up := newUpstream(t)
 	g := newGateway(t, setup{
 		routes:  []proxy.Route{route("orders.read", "/orders", up, t, redisPolicy(limitertest.FixedWindow(5, time.Minute), "five"))},
-		limiter: newRedisLimiter(t, limiter.RedisOptions{Addrs: []string{s.Addr}}),
+		limiter: redistest.NewLimiter(t, limiter.RedisOptions{Addrs: []string{s.Addr}}),
 	})
 	var mu sync.Mutex
 	counts := map[int]int{}
@@ -77,7 +62,7 @@ func TestRedisTwoGatewaysShareOneBudget(t *testing.T) {
 	for i := 0; i < 2; i++ {
 		gateways = append(gateways, newGateway(t, setup{
 			routes:  []proxy.Route{route("orders.read", "/orders", up, t, redisPolicy(limitertest.FixedWindow(6, time.Minute), "six"))},
-			limiter: newRedisLimiter(t, limiter.RedisOptions{Addrs: []string{s.Addr}}),
+			limiter: redistest.NewLimiter(t, limiter.RedisOptions{Addrs: []string{s.Addr}}),
 		}))
 	}
 	allowed := 0
@@ -98,7 +83,7 @@ func TestRedisClusterTwelveRoutes(t *testing.T) {
 	for i := 0; i < 12; i++ {
 		routes = append(routes, route(fmt.Sprint("op-", i), fmt.Sprint("/op", i), up, t, redisPolicy(limitertest.FixedWindow(2, time.Minute), "two")))
 	}
-	g := newGateway(t, setup{routes: routes, limiter: newRedisLimiter(t, limiter.RedisOptions{Mode: limiter.RedisCluster, Addrs: c.Addrs(), KeyPrefix: "gw:"})})
+	g := newGateway(t, setup{routes: routes, limiter: redistest.NewLimiter(t, limiter.RedisOptions{Mode: limiter.RedisCluster, Addrs: c.Addrs(), KeyPrefix: "gw:"})})
 	for i := 0; i < 12; i++ {
 		wantStatuses(t, statuses(t, g, fmt.Sprint("/op", i), 3), 200, 200, 429)
 	}
@@ -118,7 +103,7 @@ func TestRedisHoldsNoRawIdentity(t *testing.T) {
 	up := newUpstream(t)
 	g := newGateway(t, setup{
 		routes:  []proxy.Route{route("orders.read", "/", up, t, redisPolicy(limitertest.SlidingCounter(100, time.Minute), "p"))},
-		limiter: newRedisLimiter(t, limiter.RedisOptions{Addrs: []string{s.Addr}}),
+		limiter: redistest.NewLimiter(t, limiter.RedisOptions{Addrs: []string{s.Addr}}),
 		trusted: []string{"127.0.0.1/32"},
 	})
 	g.get(t, "/")
@@ -179,7 +164,7 @@ func TestRedisFaultsOverHTTP(t *testing.T) {
 	t.Run("refused connections", func(t *testing.T) {
 		s := redistest.Start(t)
 		up := newUpstream(t)
-		g := newGateway(t, setup{routes: []proxy.Route{route("r", "/", up, t, p())}, limiter: newRedisLimiter(t, limiter.RedisOptions{Addrs: []string{s.Addr}})})
+		g := newGateway(t, setup{routes: []proxy.Route{route("r", "/", up, t, p())}, limiter: redistest.NewLimiter(t, limiter.RedisOptions{Addrs: []string{s.Addr}})})
 		s.Kill()
 		failsClosed(t, g, up, 300*time.Millisecond)
 	})
@@ -187,14 +172,14 @@ func TestRedisFaultsOverHTTP(t *testing.T) {
 		s := redistest.Start(t)
 		proxyToRedis := redistest.StartProxy(t, s.Addr)
 		up := newUpstream(t)
-		g := newGateway(t, setup{routes: []proxy.Route{route("r", "/", up, t, p())}, limiter: newRedisLimiter(t, limiter.RedisOptions{Addrs: []string{proxyToRedis.Addr}})})
+		g := newGateway(t, setup{routes: []proxy.Route{route("r", "/", up, t, p())}, limiter: redistest.NewLimiter(t, limiter.RedisOptions{Addrs: []string{proxyToRedis.Addr}})})
 		proxyToRedis.Hang()
 		failsClosed(t, g, up, limiter.DefaultDeadline+150*time.Millisecond)
 	})
 	t.Run("killed, then restarted", func(t *testing.T) {
 		s := redistest.Start(t)
 		up := newUpstream(t)
-		g := newGateway(t, setup{routes: []proxy.Route{route("r", "/", up, t, p())}, limiter: newRedisLimiter(t, limiter.RedisOptions{Addrs: []string{s.Addr}})})
+		g := newGateway(t, setup{routes: []proxy.Route{route("r", "/", up, t, p())}, limiter: redistest.NewLimiter(t, limiter.RedisOptions{Addrs: []string{s.Addr}})})
 		wantStatuses(t, statuses(t, g, "/", 1), 200)
 		s.Kill()
 		failsClosed(t, g, up, 300*time.Millisecond)
@@ -204,7 +189,7 @@ func TestRedisFaultsOverHTTP(t *testing.T) {
 	t.Run("SCRIPT FLUSH between requests", func(t *testing.T) {
 		s := redistest.Start(t)
 		up := newUpstream(t)
-		g := newGateway(t, setup{routes: []proxy.Route{route("r", "/", up, t, p())}, limiter: newRedisLimiter(t, limiter.RedisOptions{Addrs: []string{s.Addr}})})
+		g := newGateway(t, setup{routes: []proxy.Route{route("r", "/", up, t, p())}, limiter: redistest.NewLimiter(t, limiter.RedisOptions{Addrs: []string{s.Addr}})})
 		wantStatuses(t, statuses(t, g, "/", 1), 200)
 		s.Client(t).ScriptFlush(context.Background())
 		wantStatuses(t, statuses(t, g, "/", 1), 200)
@@ -213,7 +198,7 @@ func TestRedisFaultsOverHTTP(t *testing.T) {
 		s := redistest.Start(t)
 		proxyToRedis := redistest.StartProxy(t, s.Addr)
 		up := newUpstream(t)
-		g := newGateway(t, setup{routes: []proxy.Route{route("r", "/", up, t, p())}, limiter: newRedisLimiter(t, limiter.RedisOptions{Addrs: []string{proxyToRedis.Addr}})})
+		g := newGateway(t, setup{routes: []proxy.Route{route("r", "/", up, t, p())}, limiter: redistest.NewLimiter(t, limiter.RedisOptions{Addrs: []string{proxyToRedis.Addr}})})
 		wantStatuses(t, statuses(t, g, "/", 1), 200)
 		proxyToRedis.DropNextReply()
 		res := g.get(t, "/")
@@ -228,7 +213,7 @@ func TestRedisFaultsOverHTTP(t *testing.T) {
 		sg := redistest.StartSentinel(t)
 		up := newUpstream(t)
 		g := newGateway(t, setup{routes: []proxy.Route{route("r", "/", up, t, p())},
-			limiter: newRedisLimiter(t, limiter.RedisOptions{Mode: limiter.RedisSentinel, Addrs: sg.SentinelAddrs(), MasterName: sg.MasterName})})
+			limiter: redistest.NewLimiter(t, limiter.RedisOptions{Mode: limiter.RedisSentinel, Addrs: sg.SentinelAddrs(), MasterName: sg.MasterName})})
 		wantStatuses(t, statuses(t, g, "/", 1), 200)
 		sg.Master.Kill()
 		failsClosed(t, g, up, limiter.DefaultDeadline+150*time.Millisecond)
@@ -238,13 +223,7 @@ func TestRedisFaultsOverHTTP(t *testing.T) {
 
 func BenchmarkRequestPathRedis(b *testing.B) {
 	s := redistest.Start(b)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	r, err := limiter.NewRedis(ctx, limiter.RedisOptions{Addrs: []string{s.Addr}, KeyPrefix: "bench:"})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer r.Close()
+	r := redistest.NewLimiter(b, limiter.RedisOptions{Addrs: []string{s.Addr}, KeyPrefix: "bench:"})
 	p := redisPolicy(limitertest.FixedWindow(1<<40, time.Hour), "bench")
 	up, _ := url.Parse("http://upstream.invalid")
 	h, err := proxy.NewHandler(proxy.Options{Transport: &countingTransport{}}, proxy.Config{

@@ -1,0 +1,26 @@
+package redistest
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/edgegate/gateway/limiter"
+)
+
+// NewLimiter builds a Redis limiter backend for a test and closes it at
+// cleanup. An empty KeyPrefix becomes "rl:".
+func NewLimiter(t testing.TB, opts limiter.RedisOptions) *limiter.Redis {
+	t.Helper()
+	if opts.KeyPrefix == "" {
+		opts.KeyPrefix = "rl:"
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	r, err := limiter.NewRedis(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	return r
+}
