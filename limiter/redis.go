@@ -2,9 +2,7 @@ package limiter
 
 import (
 	"context"
-	"crypto/sha1"
 	"crypto/tls"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -108,8 +106,7 @@ func NewRedis(ctx context.Context, opts RedisOptions) (*Redis, error) {
 	}
 	r := &Redis{mode: opts.Mode, prefix: opts.KeyPrefix, clock: opts.Clock, scripts: map[Algorithm]*script{}}
 	for alg, src := range map[Algorithm]string{FixedWindow: lua.FixedWindow, SlidingCounter: lua.SlidingCounter, TokenBucket: lua.TokenBucket} {
-		sum := sha1.Sum([]byte(src))
-		r.scripts[alg] = &script{name: alg.String(), src: src, sha: hex.EncodeToString(sum[:])}
+		r.scripts[alg] = &script{name: alg.String(), src: src, sha: redis.NewScript(src).Hash()}
 	}
 	switch opts.Mode {
 	case RedisStandalone, "":
@@ -430,11 +427,8 @@ func classifyRedisError(err error) (string, Outcome) {
 			return "wrongtype", Incompatible{Reason: StateUnreadable, Err: err}
 		}
 		// Error replies that refuse a command before it runs.
-		for _, prefix := range []string{"NOSCRIPT", "NOPERM", "NOAUTH", "WRONGPASS", "LOADING", "MASTERDOWN", "READONLY",
-			"CLUSTERDOWN", "MOVED", "ASK", "TRYAGAIN", "BUSY", "OOM", "MISCONF", "NOREPLICAS"} {
-			if redis.HasErrorPrefix(err, prefix) {
-				return strings.ToLower(prefix), Unavailable{Category: UnavailableBeforeSend, Err: err}
-			}
+		if cause := refusal(err); cause != "" {
+			return cause, Unavailable{Category: UnavailableBeforeSend, Err: err}
 		}
 		return "script", Indeterminate{Err: err}
 	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled):
@@ -445,6 +439,39 @@ func classifyRedisError(err error) (string, Outcome) {
 		return "connection_lost", Indeterminate{Err: err}
 	}
 	return "other", Indeterminate{Err: err}
+}
+
+// refusals are the error replies that prove a command did not run, each
+// recognised by go-redis's own predicate where it has one. NOSCRIPT, BUSY
+// and MISCONF have none, so those are matched by their reply code.
+var refusals = []struct {
+	cause string
+	is    func(error) bool
+}{
+	{"noscript", func(err error) bool { return redis.HasErrorPrefix(err, "NOSCRIPT") }},
+	{"noperm", redis.IsPermissionError},
+	{"auth", redis.IsAuthError},
+	{"loading", redis.IsLoadingError},
+	{"masterdown", redis.IsMasterDownError},
+	{"readonly", redis.IsReadOnlyError},
+	{"clusterdown", redis.IsClusterDownError},
+	{"moved", func(err error) bool { _, ok := redis.IsMovedError(err); return ok }},
+	{"ask", func(err error) bool { _, ok := redis.IsAskError(err); return ok }},
+	{"tryagain", redis.IsTryAgainError},
+	{"oom", redis.IsOOMError},
+	{"noreplicas", redis.IsNoReplicasError},
+	{"maxclients", redis.IsMaxClientsError},
+	{"busy", func(err error) bool { return redis.HasErrorPrefix(err, "BUSY") }},
+	{"misconf", func(err error) bool { return redis.HasErrorPrefix(err, "MISCONF") }},
+}
+
+func refusal(err error) string {
+	for _, r := range refusals {
+		if r.is(err) {
+			return r.cause
+		}
+	}
+	return ""
 }
 
 func isTimeout(err error) bool {
