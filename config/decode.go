@@ -225,15 +225,6 @@ func (d *decoder) list(attrs hcl.Attributes, name string) ([]listItem, bool) {
 	return out, true
 }
 
-func (d *decoder) strs(attrs hcl.Attributes, name string) []string {
-	items, _ := d.list(attrs, name)
-	out := make([]string, 0, len(items))
-	for _, it := range items {
-		out = append(out, it.value)
-	}
-	return out
-}
-
 // secret decodes an attribute that must come from env() or file(), so that
 // no secret is written into the configuration file itself.
 func (d *decoder) secret(attrs hcl.Attributes, name string) (string, bool) {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/hashicorp/hcl/v2"
 )
@@ -41,18 +42,22 @@ func WriteDiagnostics(w io.Writer, sources map[string][]byte, diags hcl.Diagnost
 		}
 		line := strings.TrimRight(string(lines[r.Start.Line-1]), "\r")
 		fmt.Fprintf(w, "%5d | %s\n", r.Start.Line, line)
-		width := 1
-		if r.End.Line == r.Start.Line && r.End.Column > r.Start.Column {
-			width = r.End.Column - r.Start.Column
-		} else if r.End.Line > r.Start.Line {
-			width = max(len(line)-r.Start.Column+1, 1)
+		// Columns count characters, not bytes: the caret is placed by the
+		// range's byte offsets within its line so that multi-byte
+		// characters before or inside the range do not shift it.
+		lineStart := bytes.LastIndexByte(src[:min(r.Start.Byte, len(src))], '\n') + 1
+		startInLine := min(max(r.Start.Byte-lineStart, 0), len(line))
+		endInLine := len(line)
+		if r.End.Line == r.Start.Line {
+			endInLine = min(max(r.End.Byte-lineStart, startInLine), len(line))
 		}
+		width := max(utf8.RuneCountInString(line[startInLine:endInLine]), 1)
 		pad := strings.Map(func(c rune) rune {
 			if c == '\t' {
 				return '\t'
 			}
 			return ' '
-		}, line[:min(r.Start.Column-1, len(line))])
+		}, line[:startInLine])
 		fmt.Fprintf(w, "      | %s%s\n", pad, strings.Repeat("^", width))
 	}
 }
