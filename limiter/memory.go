@@ -14,10 +14,10 @@ type Clock interface {
 	Now() time.Time
 }
 
-// SystemClock is the process's wall clock.
-type SystemClock struct{}
+// systemClock is the process's wall clock.
+type systemClock struct{}
 
-func (SystemClock) Now() time.Time { return time.Now() }
+func (systemClock) Now() time.Time { return time.Now() }
 
 // MemoryOptions configures a Memory backend.
 type MemoryOptions struct {
@@ -77,7 +77,7 @@ func NewMemory(opts MemoryOptions) *Memory {
 		opts.SweepInterval = 10 * time.Second
 	}
 	if opts.Clock == nil {
-		opts.Clock = SystemClock{}
+		opts.Clock = systemClock{}
 	}
 	m := &Memory{clock: opts.Clock, seed: maphash.MakeSeed(), stop: make(chan struct{}), done: make(chan struct{})}
 	perShard := max(opts.MaxEntries/memoryShards, 1)
@@ -85,7 +85,7 @@ func NewMemory(opts MemoryOptions) *Memory {
 		m.shards[i].entries = make(map[string]*memoryEntry)
 		m.shards[i].maxEntries = perShard
 	}
-	go m.sweep(opts.SweepInterval)
+	go m.sweepEvery(opts.SweepInterval)
 	return m
 }
 
@@ -100,8 +100,8 @@ func (m *Memory) Close() error {
 // too small for the traffic.
 func (m *Memory) Evictions() uint64 { return m.evictions.Load() }
 
-// Len is the number of keys held, expired or not.
-func (m *Memory) Len() int {
+// entries is the number of keys held, expired or not.
+func (m *Memory) entries() int {
 	n := 0
 	for i := range m.shards {
 		s := &m.shards[i]
@@ -261,7 +261,7 @@ func (s *memoryShard) unlink(e *memoryEntry) {
 	e.prev, e.next = nil, nil
 }
 
-func (m *Memory) sweep(every time.Duration) {
+func (m *Memory) sweepEvery(every time.Duration) {
 	defer close(m.done)
 	t := time.NewTicker(every)
 	defer t.Stop()
@@ -270,14 +270,13 @@ func (m *Memory) sweep(every time.Duration) {
 		case <-m.stop:
 			return
 		case <-t.C:
-			m.Sweep()
+			m.sweep()
 		}
 	}
 }
 
-// Sweep removes every expired key now. The background sweeper calls it; tests
-// may too.
-func (m *Memory) Sweep() {
+// sweep removes every expired key now.
+func (m *Memory) sweep() {
 	now := m.clock.Now().UnixMilli()
 	for i := range m.shards {
 		s := &m.shards[i]

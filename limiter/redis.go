@@ -102,7 +102,7 @@ func NewRedis(ctx context.Context, opts RedisOptions) (*Redis, error) {
 		return nil, errors.New("redis: no addresses")
 	}
 	if opts.Clock == nil {
-		opts.Clock = SystemClock{}
+		opts.Clock = systemClock{}
 	}
 	r := &Redis{mode: opts.Mode, prefix: opts.KeyPrefix, clock: opts.Clock, scripts: map[Algorithm]*script{}}
 	for alg, src := range map[Algorithm]string{FixedWindow: lua.FixedWindow, SlidingCounter: lua.SlidingCounter, TokenBucket: lua.TokenBucket} {
@@ -235,9 +235,9 @@ func (r *Redis) Ready(ctx context.Context) error {
 	return r.checkTopology(ctx)
 }
 
-// Key is the Redis key of a policy revision and subject. The subject is a
+// key is the Redis key of a policy revision and subject. The subject is a
 // pseudonym, so no raw identity reaches Redis.
-func (r *Redis) Key(p *Policy, subject string) string {
+func (r *Redis) key(p *Policy, subject string) string {
 	var b strings.Builder
 	b.Grow(len(r.prefix) + len(p.Name) + len(subject) + 24)
 	b.WriteString(r.prefix)
@@ -264,7 +264,7 @@ func (r *Redis) Evaluate(ctx context.Context, req Request) Outcome {
 	if p.Dedup.Enabled {
 		evalID = req.EvaluationID
 	}
-	key := r.Key(p, req.Subject)
+	key := r.key(p, req.Subject)
 	o := r.decide(ctx, p, key, req.Cost, evalID)
 	if _, ambiguous := o.(Indeterminate); ambiguous && evalID != "" && ctx.Err() == nil {
 		// The first call may have been charged; the same evaluation ID makes

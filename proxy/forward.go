@@ -13,10 +13,10 @@ import (
 	"github.com/edgegate/gateway/subject"
 )
 
-// NewTransport is the transport shared by every route: a pool of idle
+// newTransport is the transport shared by every route: a pool of idle
 // connections per upstream, bounded dial and response-header waits, and
 // never a proxy from the environment.
-func NewTransport() *http.Transport {
+func newTransport() *http.Transport {
 	return &http.Transport{
 		Proxy: nil,
 		DialContext: (&net.Dialer{

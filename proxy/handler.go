@@ -61,7 +61,7 @@ type Options struct {
 	Logger    *slog.Logger // access log and errors; nil discards
 	AccessLog bool
 	Metrics   *Metrics // nil: no metrics
-	// Transport reaches the upstreams; nil uses NewTransport().
+	// Transport reaches the upstreams; nil uses newTransport().
 	Transport http.RoundTripper
 }
 
@@ -96,7 +96,7 @@ func NewHandler(opts Options, cfg Config) (*Handler, error) {
 	}
 	h := &Handler{opts: opts, transport: opts.Transport, evalIDs: newEvaluationIDs()}
 	if h.transport == nil {
-		h.transport = NewTransport()
+		h.transport = newTransport()
 	}
 	if err := h.Swap(cfg); err != nil {
 		return nil, err

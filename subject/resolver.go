@@ -86,9 +86,11 @@ var (
 	// ErrAmbiguousCredential: a credential header appears more than once, so
 	// the gateway and the upstream could disagree on who is asking.
 	ErrAmbiguousCredential = errors.New("credential header sent more than once")
-	// ErrUnidentified: none of the route's sources identified the request.
-	ErrUnidentified = errors.New("no subject source identified the request")
 )
+
+// errUnidentified: none of the route's sources identified the request. No
+// caller branches on it: the handler answers every other error the same way.
+var errUnidentified = errors.New("no subject source identified the request")
 
 // NewResolver returns a ready Resolver.
 func NewResolver(opts Options) (*Resolver, error) {
@@ -163,7 +165,7 @@ func (r *Resolver) Resolve(req *http.Request, sources []Kind, operationID string
 		}
 		return Subject{Kind: k, Pseudonym: r.pseudonymizer.Pseudonym(k, identity, operationID)}, nil
 	}
-	return Subject{}, ErrUnidentified
+	return Subject{}, errUnidentified
 }
 
 func (r *Resolver) header(k Kind) string {
