@@ -147,6 +147,7 @@ type gateway struct {
 	level    *slog.LevelVar
 	registry *prometheus.Registry
 	metrics  *proxy.Metrics
+	reloads  *prometheus.CounterVec
 	handler  *proxy.Handler
 	backend  backend
 	// ephemeral signs pseudonyms when the file has no pseudonym block; it
@@ -185,6 +186,11 @@ func serve(path string, stderr io.Writer, started chan<- *gateway) int {
 	g := &gateway{path: path, logger: logger, level: level, registry: prometheus.NewRegistry(), serveErr: make(chan error, 2)}
 	g.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	g.metrics = proxy.NewMetrics(g.registry)
+	g.reloads = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "gateway_config_reloads_total",
+		Help: "Configuration reloads by result (ok, error).",
+	}, []string{"result"})
+	g.registry.MustRegister(g.reloads)
 	if err := g.start(f); err != nil {
 		logger.Error("cannot start", "error", err.Error())
 		g.closeLimiter()
@@ -320,7 +326,7 @@ func (g *gateway) start(f *config.File) error {
 	}
 	if l.Admin != "" {
 		g.admin = &http.Server{
-			Handler:           proxy.AdminHandler(g.handler, g.registry),
+			Handler:           proxy.AdminHandler(g.handler.Ready, g.registry),
 			ReadHeaderTimeout: 5 * time.Second,
 			IdleTimeout:       time.Minute,
 			ErrorLog:          slog.NewLogLogger(g.logger.Handler(), slog.LevelWarn),
@@ -446,7 +452,7 @@ func (g *gateway) proxyConfig(f *config.File) (proxy.Config, error) {
 func (g *gateway) reload() {
 	f, diags, sources := config.Load(g.path)
 	if diags.HasErrors() {
-		g.metrics.Reloads.WithLabelValues("error").Inc()
+		g.reloads.WithLabelValues("error").Inc()
 		g.logger.Error("reload refused: the old configuration stays", "file", g.path, "diagnostics", diagnosticsText(sources, diags))
 		return
 	}
@@ -466,7 +472,7 @@ func (g *gateway) reload() {
 		g.tls.Static.Swap(certs)
 	}
 	if err != nil {
-		g.metrics.Reloads.WithLabelValues("error").Inc()
+		g.reloads.WithLabelValues("error").Inc()
 		g.logger.Error("reload refused: the old configuration stays", "file", g.path, "error", err.Error())
 		return
 	}
@@ -476,7 +482,7 @@ func (g *gateway) reload() {
 	}
 	g.setLevel(f.Log.Level)
 	g.file = f
-	g.metrics.Reloads.WithLabelValues("ok").Inc()
+	g.reloads.WithLabelValues("ok").Inc()
 	g.logger.Info("configuration reloaded", "routes", len(f.Routes), "policies", len(f.Policies))
 }
 
