@@ -1,9 +1,3 @@
-// Package proxy is the request path: route, identify, limit, forward.
-//
-// A request is decided before anything reaches the upstream: only an
-// Evaluated, allowed outcome is forwarded. The configuration the request path
-// reads is compiled once and swapped atomically on reload; a request keeps
-// the configuration it started with.
 package proxy
 
 import (
