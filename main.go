@@ -156,6 +156,8 @@ type gateway struct {
 	file      *config.File
 
 	tls                              *edge.TLS // nil without a tls block
+	stopACME                         context.CancelFunc
+	acmeDone                         chan struct{} // closed when the first issuance ends
 	plain, secure, admin             *http.Server
 	publicAddr, httpsAddr, adminAddr net.Addr
 	serveErr                         chan error
@@ -343,8 +345,11 @@ func (g *gateway) start(f *config.File) error {
 		// Certificates are obtained once the HTTP listener can answer
 		// HTTP-01; until then the HTTPS listener has no certificate for
 		// those names. Renewals continue in the background.
+		ctx, cancel := context.WithCancel(context.Background())
+		g.stopACME, g.acmeDone = cancel, make(chan struct{})
 		go func() {
-			if err := g.tls.Manage(context.Background()); err != nil {
+			defer close(g.acmeDone)
+			if err := g.tls.Manage(ctx); err != nil && ctx.Err() == nil {
 				g.logger.Error("acme: cannot obtain certificates", "error", err.Error())
 			}
 		}()
@@ -520,6 +525,11 @@ func (g *gateway) shutdown() int {
 	wg.Wait()
 	if g.admin != nil {
 		g.admin.Close()
+	}
+	if g.stopACME != nil {
+		// An issuance still under way is abandoned, not waited for.
+		g.stopACME()
+		<-g.acmeDone
 	}
 	if g.tls != nil {
 		g.tls.Stop()
