@@ -108,30 +108,24 @@ func NewRedis(ctx context.Context, opts RedisOptions) (*Redis, error) {
 	for alg, src := range map[Algorithm]string{FixedWindow: lua.FixedWindow, SlidingCounter: lua.SlidingCounter, TokenBucket: lua.TokenBucket} {
 		r.scripts[alg] = &script{name: alg.String(), src: src, sha: redis.NewScript(src).Hash()}
 	}
+	// One set of client options for every mode: no retries inside go-redis
+	// (a retry could charge twice), deadlines from the context, one dial
+	// attempt, and timeouts well inside the decision deadline.
+	uo := &redis.UniversalOptions{
+		Addrs: opts.Addrs, MasterName: opts.MasterName,
+		Username: opts.Username, Password: opts.Password, DB: opts.DB, TLSConfig: opts.TLS,
+		DialTimeout: redisDialTimeout, ReadTimeout: redisReadTimeout, WriteTimeout: redisWriteTimeout,
+		PoolTimeout: redisPoolTimeout, MaxRetries: -1, ContextTimeoutEnabled: true, DisableIdentity: true,
+		DialerRetries: 1, DialerRetryTimeout: 5 * time.Millisecond,
+	}
 	switch opts.Mode {
 	case RedisStandalone, "":
 		r.mode = RedisStandalone
-		r.client = redis.NewClient(&redis.Options{
-			Addr: opts.Addrs[0], Username: opts.Username, Password: opts.Password, DB: opts.DB, TLSConfig: opts.TLS,
-			DialTimeout: redisDialTimeout, ReadTimeout: redisReadTimeout, WriteTimeout: redisWriteTimeout,
-			PoolTimeout: redisPoolTimeout, MaxRetries: -1, ContextTimeoutEnabled: true, DisableIdentity: true,
-			DialerRetries: 1, DialerRetryTimeout: 5 * time.Millisecond,
-		})
+		r.client = redis.NewClient(uo.Simple())
 	case RedisSentinel:
-		r.client = redis.NewFailoverClient(&redis.FailoverOptions{
-			MasterName: opts.MasterName, SentinelAddrs: opts.Addrs,
-			Username: opts.Username, Password: opts.Password, DB: opts.DB, TLSConfig: opts.TLS,
-			DialTimeout: redisDialTimeout, ReadTimeout: redisReadTimeout, WriteTimeout: redisWriteTimeout,
-			PoolTimeout: redisPoolTimeout, MaxRetries: -1, ContextTimeoutEnabled: true, DisableIdentity: true,
-			DialerRetries: 1, DialerRetryTimeout: 5 * time.Millisecond,
-		})
+		r.client = redis.NewFailoverClient(uo.Failover())
 	case RedisCluster:
-		r.cluster = redis.NewClusterClient(&redis.ClusterOptions{
-			Addrs: opts.Addrs, Username: opts.Username, Password: opts.Password, TLSConfig: opts.TLS,
-			DialTimeout: redisDialTimeout, ReadTimeout: redisReadTimeout, WriteTimeout: redisWriteTimeout,
-			PoolTimeout: redisPoolTimeout, MaxRetries: -1, ContextTimeoutEnabled: true, DisableIdentity: true,
-			DialerRetries: 1, DialerRetryTimeout: 5 * time.Millisecond,
-		})
+		r.cluster = redis.NewClusterClient(uo.Cluster())
 		r.client = r.cluster
 	default:
 		return nil, fmt.Errorf("redis: unknown mode %q", opts.Mode)
