@@ -10,3 +10,6 @@ func (m *Memory) Sweep() { m.sweep() }
 
 // Key is the Redis key a policy and subject are counted under.
 func (r *Redis) Key(p *Policy, subject string) string { return r.key(p, subject) }
+
+// ClassifyRedisError maps a go-redis error to its metric cause and outcome.
+var ClassifyRedisError = classifyRedisError

@@ -442,7 +442,7 @@ var refusals = []struct {
 	cause string
 	is    func(error) bool
 }{
-	{"noscript", func(err error) bool { return redis.HasErrorPrefix(err, "NOSCRIPT") }},
+	{"noscript", replyCode("NOSCRIPT")},
 	{"noperm", redis.IsPermissionError},
 	{"auth", redis.IsAuthError},
 	{"loading", redis.IsLoadingError},
@@ -455,8 +455,12 @@ var refusals = []struct {
 	{"oom", redis.IsOOMError},
 	{"noreplicas", redis.IsNoReplicasError},
 	{"maxclients", redis.IsMaxClientsError},
-	{"busy", func(err error) bool { return redis.HasErrorPrefix(err, "BUSY") }},
-	{"misconf", func(err error) bool { return redis.HasErrorPrefix(err, "MISCONF") }},
+	{"busy", replyCode("BUSY")},
+	{"misconf", replyCode("MISCONF")},
+}
+
+func replyCode(code string) func(error) bool {
+	return func(err error) bool { return redis.HasErrorPrefix(err, code+" ") }
 }
 
 func refusal(err error) string {
