@@ -12,35 +12,34 @@ type CertificateFiles struct {
 	CertFile, KeyFile string
 }
 
-// Certificates are the static certificates of the HTTPS listener, chosen by
-// SNI. Swap replaces them for every handshake from then on; connections
-// already established keep theirs.
-type Certificates struct {
+// staticCertificates are the certificates of the HTTPS listener that come
+// from files, chosen by SNI. swap replaces them for every handshake from then
+// on; connections already established keep theirs.
+type staticCertificates struct {
 	current atomic.Pointer[[]tls.Certificate]
 }
 
-// LoadCertificates reads every pair; any unreadable pair fails the whole set,
+// loadCertificates reads every pair; any unreadable pair fails the whole set,
 // so a reload never half-applies.
-func LoadCertificates(files []CertificateFiles) ([]tls.Certificate, error) {
+func loadCertificates(files []CertificateFiles) ([]tls.Certificate, error) {
 	certs := make([]tls.Certificate, 0, len(files))
 	for _, f := range files {
 		c, err := tls.LoadX509KeyPair(f.CertFile, f.KeyFile)
 		if err != nil {
-			return nil, fmt.Errorf("load certificate %s: %w", f.CertFile, err)
+			return nil, fmt.Errorf("edge: load certificate %s: %w", f.CertFile, err)
 		}
 		certs = append(certs, c)
 	}
 	return certs, nil
 }
 
-// Swap makes certs the static certificates.
-func (c *Certificates) Swap(certs []tls.Certificate) { c.current.Store(&certs) }
+func (c *staticCertificates) swap(certs []tls.Certificate) { c.current.Store(&certs) }
 
 var errNoCertificate = errors.New("edge: no certificate for this name")
 
 // forHello returns the first certificate that covers the client's SNI and
 // suits its signature algorithms, or nil.
-func (c *Certificates) forHello(hello *tls.ClientHelloInfo) *tls.Certificate {
+func (c *staticCertificates) forHello(hello *tls.ClientHelloInfo) *tls.Certificate {
 	p := c.current.Load()
 	if p == nil {
 		return nil
@@ -55,7 +54,7 @@ func (c *Certificates) forHello(hello *tls.ClientHelloInfo) *tls.Certificate {
 }
 
 // fallback is the first certificate, for clients that send no SNI.
-func (c *Certificates) fallback() *tls.Certificate {
+func (c *staticCertificates) fallback() *tls.Certificate {
 	p := c.current.Load()
 	if p == nil || len(*p) == 0 {
 		return nil

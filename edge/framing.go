@@ -19,36 +19,48 @@ import (
 // the header it scans each HTTP/1 connection's bytes as the server reads
 // them, after TLS, and hands the handler one verdict per request.
 
-// FramingListener wraps a listener so that RejectConflictingFraming can judge
-// each HTTP/1 request. With cfg set it terminates TLS itself: HTTP/2
+// newFramingListener wraps a listener so that rejectConflictingFraming can
+// judge each HTTP/1 request. With cfg set it terminates TLS itself: HTTP/2
 // connections go to the server untouched (HTTP/2 has its own framing), and
 // HTTP/1 ones are scanned, so the server sees them as plain connections;
-// RejectConflictingFraming gives their requests back their TLS state.
-func FramingListener(l net.Listener, cfg *tls.Config, handshakeTimeout time.Duration) net.Listener {
-	fl := &framingListener{Listener: l, cfg: cfg, timeout: handshakeTimeout, conns: make(chan net.Conn), done: make(chan struct{})}
+// rejectConflictingFraming gives their requests back their TLS state.
+//
+// Close returns only once the accept loop and every handshake under way have
+// ended; handshakes under way are cut short.
+func newFramingListener(l net.Listener, cfg *tls.Config, handshakeTimeout time.Duration) net.Listener {
+	closing, shut := context.WithCancel(context.Background())
+	fl := &framingListener{Listener: l, cfg: cfg, timeout: handshakeTimeout, conns: make(chan net.Conn), closing: closing, shut: shut}
+	fl.wg.Add(1)
 	go fl.acceptLoop()
 	return fl
 }
 
 type framingListener struct {
 	net.Listener
-	cfg       *tls.Config
-	timeout   time.Duration
-	conns     chan net.Conn
-	done      chan struct{}
+	cfg     *tls.Config
+	timeout time.Duration
+	conns   chan net.Conn
+	// closing is done once the listener is closed: deliveries give up and
+	// handshakes under way are interrupted.
+	closing context.Context
+	shut    context.CancelFunc
+	// wg counts the accept loop and the handshakes under way.
+	wg        sync.WaitGroup
 	closeOnce sync.Once
+	closeErr  error
 	mu        sync.Mutex
 	err       error // why the inner listener stopped, when it did first
 }
 
 func (l *framingListener) acceptLoop() {
+	defer l.wg.Done()
 	for {
 		c, err := l.Listener.Accept()
 		if err != nil {
 			l.mu.Lock()
 			l.err = err
 			l.mu.Unlock()
-			l.Close()
+			l.stop()
 			return
 		}
 		if l.cfg == nil {
@@ -56,20 +68,24 @@ func (l *framingListener) acceptLoop() {
 			continue
 		}
 		// Handshakes run beside Accept, so a slow client holds up only itself.
+		l.wg.Add(1)
 		go l.handshake(c)
 	}
 }
 
 func (l *framingListener) handshake(c net.Conn) {
-	tc := tls.Server(c, l.cfg)
+	defer l.wg.Done()
+	ctx := l.closing
 	if l.timeout > 0 {
-		tc.SetDeadline(time.Now().Add(l.timeout))
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, l.timeout)
+		defer cancel()
 	}
-	if err := tc.Handshake(); err != nil {
+	tc := tls.Server(c, l.cfg)
+	if err := tc.HandshakeContext(ctx); err != nil {
 		tc.Close()
 		return
 	}
-	tc.SetDeadline(time.Time{})
 	state := tc.ConnectionState()
 	switch state.NegotiatedProtocol {
 	case "h2":
@@ -84,7 +100,7 @@ func (l *framingListener) handshake(c net.Conn) {
 func (l *framingListener) deliver(c net.Conn) {
 	select {
 	case l.conns <- c:
-	case <-l.done:
+	case <-l.closing.Done():
 		c.Close()
 	}
 }
@@ -93,7 +109,7 @@ func (l *framingListener) Accept() (net.Conn, error) {
 	select {
 	case c := <-l.conns:
 		return c, nil
-	case <-l.done:
+	case <-l.closing.Done():
 		l.mu.Lock()
 		defer l.mu.Unlock()
 		if l.err != nil {
@@ -103,20 +119,26 @@ func (l *framingListener) Accept() (net.Conn, error) {
 	}
 }
 
-func (l *framingListener) Close() error {
-	var err error
+// stop closes the listener without waiting, for the accept loop itself.
+func (l *framingListener) stop() error {
 	l.closeOnce.Do(func() {
-		close(l.done)
-		err = l.Listener.Close()
+		l.shut()
+		l.closeErr = l.Listener.Close()
 	})
+	return l.closeErr
+}
+
+func (l *framingListener) Close() error {
+	err := l.stop()
+	l.wg.Wait()
 	return err
 }
 
 type connKey struct{}
 
-// ConnContext is the http.Server hook that lets RejectConflictingFraming find
-// a request's connection.
-func ConnContext(ctx context.Context, c net.Conn) context.Context {
+// connContext is the http.Server hook that lets rejectConflictingFraming
+// find a request's connection.
+func connContext(ctx context.Context, c net.Conn) context.Context {
 	if fc, ok := c.(*framingConn); ok {
 		return context.WithValue(ctx, connKey{}, fc)
 	}
@@ -125,11 +147,11 @@ func ConnContext(ctx context.Context, c net.Conn) context.Context {
 
 var conflictingFraming = []byte(`{"type":"urn:edge-gateway:problem:conflicting-framing","title":"Conflicting message framing","status":400,"detail":"The request has both Content-Length and Transfer-Encoding."}`)
 
-// RejectConflictingFraming answers 400, and closes the connection, for a
+// rejectConflictingFraming answers 400, and closes the connection, for a
 // request that carried both Content-Length and Transfer-Encoding; nothing
 // of it reaches next. Requests over TLS that the listener decrypted get
 // their TLS state back.
-func RejectConflictingFraming(next http.Handler) http.Handler {
+func rejectConflictingFraming(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		fc, ok := r.Context().Value(connKey{}).(*framingConn)
 		if !ok {

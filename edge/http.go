@@ -9,11 +9,12 @@ import (
 	"time"
 )
 
-// Redirect answers every plain-HTTP request with a 308 to the same URL on
-// HTTPS, keeping the method and body semantics. ACME HTTP-01 challenges are
-// answered by the handler in front of it (TLS.HTTPChallenge) and never
-// reach here. httpsPort is left out of the Location when it is 443.
-func Redirect(httpsPort int) http.Handler {
+// redirectToHTTPS answers every plain-HTTP request with a 308 to the same
+// URL on HTTPS, keeping the method and body semantics. ACME HTTP-01
+// challenges are answered by the handler in front of it
+// (terminator.httpChallenge) and never reach here. httpsPort is left out of
+// the Location when it is 443.
+func redirectToHTTPS(httpsPort int) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		host := r.Host
 		if h, _, err := net.SplitHostPort(host); err == nil {
@@ -36,8 +37,9 @@ func Redirect(httpsPort int) http.Handler {
 	})
 }
 
-// HSTS adds Strict-Transport-Security to every response of next.
-func HSTS(next http.Handler, maxAge time.Duration, includeSubdomains bool) http.Handler {
+// hsts adds Strict-Transport-Security to every response of next; the
+// header value is built once, not per request.
+func hsts(next http.Handler, maxAge time.Duration, includeSubdomains bool) http.Handler {
 	if maxAge <= 0 {
 		return next
 	}
@@ -51,11 +53,11 @@ func HSTS(next http.Handler, maxAge time.Duration, includeSubdomains bool) http.
 	})
 }
 
-// LimitListener accepts at most n connections at once; the next waits in
+// limitConnections accepts at most n connections at once; the next waits in
 // the kernel's backlog until one closes. It keeps a flood of idle or slow
 // connections from exhausting file descriptors and memory, which per-request
 // limits cannot do: those only see requests that finished their headers.
-func LimitListener(l net.Listener, n int) net.Listener {
+func limitConnections(l net.Listener, n int) net.Listener {
 	if n <= 0 {
 		return l
 	}

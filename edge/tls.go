@@ -58,46 +58,64 @@ func (c slogCore) Write(e zapcore.Entry, fields []zapcore.Field) error {
 
 func (c slogCore) Sync() error { return nil }
 
-// ACMEOptions configure certificates obtained from an ACME CA.
+// ACME challenge types, as the tls block names them.
+const (
+	ChallengeHTTP01    = "http-01"
+	ChallengeTLSALPN01 = "tls-alpn-01"
+)
+
+// ACMEOptions configure certificates obtained from an ACME CA. The gateway
+// answers the challenges on its own listeners: HTTP-01 on the plain-HTTP
+// one, TLS-ALPN-01 on the HTTPS one; certmagic never opens listeners of its
+// own.
 type ACMEOptions struct {
 	Domains []string
 	Email   string
 	CA      string // directory URL; empty means Let's Encrypt production
 	CARoot  string // PEM file of roots to trust for the CA (a private CA)
 	Storage string // folder shared by every instance; certmagic locks in it
-	Logger  *slog.Logger
-	// HTTPPort and TLSPort are the gateway's own plain and TLS listeners,
-	// where it answers HTTP-01 and TLS-ALPN-01 itself; 0 disables that
-	// challenge. certmagic then never opens listeners of its own.
-	HTTPPort, TLSPort int
+	// Challenges are the challenge types the CA may use, ChallengeHTTP01
+	// and ChallengeTLSALPN01; empty means both. HTTP-01 also needs an HTTP
+	// listener: Listen refuses a set no listener can answer.
+	Challenges []string
 }
 
-// TLS terminates TLS for the HTTPS listener: static certificates first for
-// the names they cover, then certmagic-managed ones. Only the configured
-// domains are ever issued: there is no on-demand issuance, so no name an
-// attacker sends in SNI makes the gateway talk to a CA.
-type TLS struct {
-	Static  *Certificates
+func (a *ACMEOptions) allows(challenge string) bool {
+	return len(a.Challenges) == 0 || slices.Contains(a.Challenges, challenge)
+}
+
+// challengePorts are the ports of the gateway's own listeners where it
+// answers each challenge; 0 disables that challenge.
+type challengePorts struct {
+	http, tlsALPN int
+}
+
+// terminator terminates TLS for the HTTPS listener: static certificates
+// first for the names they cover, then certmagic-managed ones. Only the
+// configured domains are ever issued: there is no on-demand issuance, so no
+// name an attacker sends in SNI makes the gateway talk to a CA.
+type terminator struct {
+	static  *staticCertificates
 	magic   *certmagic.Config
 	issuer  *certmagic.ACMEIssuer
 	domains []string
 	cache   *certmagic.Cache
 }
 
-// NewTLS builds the TLS state. With acme set it does not contact the CA yet;
-// Manage does.
-func NewTLS(static []tls.Certificate, acme *ACMEOptions) (*TLS, error) {
-	t := &TLS{Static: &Certificates{}}
-	t.Static.Swap(static)
+// newTLS builds the TLS state. With acme set it does not contact the CA yet;
+// manage does. logger may be nil.
+func newTLS(static []tls.Certificate, acme *ACMEOptions, ports challengePorts, logger *slog.Logger) (*terminator, error) {
+	t := &terminator{static: &staticCertificates{}}
+	t.static.swap(static)
 	if acme == nil {
 		return t, nil
 	}
 	if len(acme.Domains) == 0 {
 		return nil, errors.New("edge: acme needs at least one domain")
 	}
-	logger := zap.NewNop()
-	if acme.Logger != nil {
-		logger = zap.New(slogCore{l: acme.Logger})
+	zlog := zap.NewNop()
+	if logger != nil {
+		zlog = zap.New(slogCore{l: logger})
 	}
 	var roots *x509.CertPool
 	if acme.CARoot != "" {
@@ -115,11 +133,12 @@ func NewTLS(static []tls.Certificate, acme *ACMEOptions) (*TLS, error) {
 		storage = certmagic.Default.Storage
 	}
 	var magic *certmagic.Config
+	// The cache starts its maintenance goroutine here; stop ends it.
 	t.cache = certmagic.NewCache(certmagic.CacheOptions{
 		GetConfigForCert: func(certmagic.Certificate) (*certmagic.Config, error) { return magic, nil },
-		Logger:           logger,
+		Logger:           zlog,
 	})
-	magic = certmagic.New(t.cache, certmagic.Config{Storage: storage, Logger: logger})
+	magic = certmagic.New(t.cache, certmagic.Config{Storage: storage, Logger: zlog})
 	ca := acme.CA
 	if ca == "" {
 		ca = certmagic.LetsEncryptProductionCA
@@ -129,14 +148,14 @@ func NewTLS(static []tls.Certificate, acme *ACMEOptions) (*TLS, error) {
 		Email:        acme.Email,
 		Agreed:       true,
 		TrustedRoots: roots,
-		Logger:       logger,
+		Logger:       zlog,
 		ListenHost:   "127.0.0.1",
 		// The ports are taken by our listeners, so certmagic's solvers find
-		// them in use and leave the answering to HTTPChallenge and Config.
-		AltHTTPPort:             acme.HTTPPort,
-		AltTLSALPNPort:          acme.TLSPort,
-		DisableHTTPChallenge:    acme.HTTPPort == 0,
-		DisableTLSALPNChallenge: acme.TLSPort == 0,
+		// them in use and leave the answering to httpChallenge and config.
+		AltHTTPPort:             ports.http,
+		AltTLSALPNPort:          ports.tlsALPN,
+		DisableHTTPChallenge:    ports.http == 0,
+		DisableTLSALPNChallenge: ports.tlsALPN == 0,
 	})
 	magic.Issuers = []certmagic.Issuer{t.issuer}
 	t.magic = magic
@@ -144,26 +163,27 @@ func NewTLS(static []tls.Certificate, acme *ACMEOptions) (*TLS, error) {
 	return t, nil
 }
 
-// Manage obtains or loads the ACME certificates and keeps them renewed in
-// the background until Stop. A certificate another instance already put in
+// manage obtains or loads the ACME certificates and keeps them renewed in
+// the background until stop. A certificate another instance already put in
 // the shared storage is reused, not ordered again.
-func (t *TLS) Manage(ctx context.Context) error {
+func (t *terminator) manage(ctx context.Context) error {
 	if t.magic == nil {
 		return nil
 	}
 	return t.magic.ManageSync(ctx, t.domains)
 }
 
-// Stop ends background renewals.
-func (t *TLS) Stop() {
+// stop ends background renewals and waits for certmagic's maintenance
+// goroutine. It must be called once.
+func (t *terminator) stop() {
 	if t.cache != nil {
 		t.cache.Stop()
 	}
 }
 
-// Config is the listener's tls.Config: TLS 1.2 at least, HTTP/2 and
+// config is the listener's tls.Config: TLS 1.2 at least, HTTP/2 and
 // HTTP/1.1 by ALPN, and the ACME TLS-ALPN-01 protocol when ACME is on.
-func (t *TLS) Config() *tls.Config {
+func (t *terminator) config() *tls.Config {
 	cfg := &tls.Config{
 		MinVersion: tls.VersionTLS12,
 		NextProtos: []string{"h2", "http/1.1"},
@@ -174,13 +194,13 @@ func (t *TLS) Config() *tls.Config {
 		cfg.NextProtos = append(cfg.NextProtos, "acme-tls/1")
 	}
 	cfg.GetCertificate = func(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {
-		if c := t.Static.forHello(hello); c != nil && !slices.Contains(hello.SupportedProtos, "acme-tls/1") {
+		if c := t.static.forHello(hello); c != nil && !slices.Contains(hello.SupportedProtos, "acme-tls/1") {
 			return c, nil
 		}
 		if magicTLS != nil && t.manages(hello.ServerName) {
 			return magicTLS.GetCertificate(hello)
 		}
-		if c := t.Static.fallback(); c != nil {
+		if c := t.static.fallback(); c != nil {
 			return c, nil
 		}
 		return nil, errNoCertificate
@@ -188,19 +208,14 @@ func (t *TLS) Config() *tls.Config {
 	return cfg
 }
 
-func (t *TLS) manages(name string) bool {
+func (t *terminator) manages(name string) bool {
 	name = strings.ToLower(strings.TrimSuffix(name, "."))
-	for _, d := range t.domains {
-		if d == name {
-			return true
-		}
-	}
-	return false
+	return slices.Contains(t.domains, name)
 }
 
-// HTTPChallenge wraps the plain-HTTP handler so that ACME HTTP-01
+// httpChallenge wraps the plain-HTTP handler so that ACME HTTP-01
 // challenges are answered before anything else.
-func (t *TLS) HTTPChallenge(next http.Handler) http.Handler {
+func (t *terminator) httpChallenge(next http.Handler) http.Handler {
 	if t.issuer == nil {
 		return next
 	}

@@ -34,8 +34,11 @@ type RedisOptions struct {
 	MasterName string // sentinel only
 	Username   string
 	Password   string
-	TLS        *tls.Config // nil: plain TCP
-	DB         int
+	// TLS speaks TLS to every node, trusting the system's roots, or only
+	// those in the PEM file TLSCAFile (a private CA).
+	TLS       bool
+	TLSCAFile string
+	DB        int
 	// KeyPrefix starts every key; the rest of the key sits in a hash tag so
 	// each subject's key lives on one Cluster slot.
 	KeyPrefix string
@@ -104,6 +107,15 @@ func NewRedis(ctx context.Context, opts RedisOptions) (*Redis, error) {
 	if opts.Clock == nil {
 		opts.Clock = systemClock{}
 	}
+	var tc *tls.Config
+	if opts.TLS {
+		var err error
+		if tc, err = tlsConfig(opts.TLSCAFile); err != nil {
+			return nil, err
+		}
+	} else if opts.TLSCAFile != "" {
+		return nil, errors.New("redis: tls_ca_file needs tls")
+	}
 	r := &Redis{mode: opts.Mode, prefix: opts.KeyPrefix, clock: opts.Clock, scripts: map[Algorithm]*script{}}
 	for alg, src := range map[Algorithm]string{FixedWindow: lua.FixedWindow, SlidingCounter: lua.SlidingCounter, TokenBucket: lua.TokenBucket} {
 		r.scripts[alg] = &script{name: alg.String(), src: src, sha: redis.NewScript(src).Hash()}
@@ -113,7 +125,7 @@ func NewRedis(ctx context.Context, opts RedisOptions) (*Redis, error) {
 	// attempt, and timeouts well inside the decision deadline.
 	uo := &redis.UniversalOptions{
 		Addrs: opts.Addrs, MasterName: opts.MasterName,
-		Username: opts.Username, Password: opts.Password, DB: opts.DB, TLSConfig: opts.TLS,
+		Username: opts.Username, Password: opts.Password, DB: opts.DB, TLSConfig: tc,
 		DialTimeout: redisDialTimeout, ReadTimeout: redisReadTimeout, WriteTimeout: redisWriteTimeout,
 		PoolTimeout: redisPoolTimeout, MaxRetries: -1, ContextTimeoutEnabled: true, DisableIdentity: true,
 		DialerRetries: 1, DialerRetryTimeout: 5 * time.Millisecond,
@@ -475,4 +487,13 @@ func refusal(err error) string {
 func isTimeout(err error) bool {
 	var ne net.Error
 	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// ParseRedisMode maps a configuration name to a RedisMode.
+func ParseRedisMode(s string) (RedisMode, bool) {
+	switch m := RedisMode(s); m {
+	case RedisStandalone, RedisSentinel, RedisCluster:
+		return m, true
+	}
+	return "", false
 }

@@ -36,7 +36,7 @@ func TestRedisConformance(t *testing.T) {
 	t.Run("standalone over TLS", func(t *testing.T) {
 		s := redistest.StartTLS(t)
 		limitertest.Run(t, redisFactory(func() limiter.RedisOptions {
-			return limiter.RedisOptions{Addrs: []string{s.Addr}, TLS: s.TLS}
+			return limiter.RedisOptions{Addrs: []string{s.Addr}, TLS: true, TLSCAFile: s.CAFile}
 		}))
 	})
 	t.Run("sentinel", func(t *testing.T) {

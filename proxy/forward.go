@@ -42,49 +42,18 @@ type bufferPool struct{ pool sync.Pool }
 func (p *bufferPool) Get() []byte  { return *p.pool.Get().(*[]byte) }
 func (p *bufferPool) Put(b []byte) { p.pool.Put(&b) }
 
-// clientAddressHeaders are headers some upstreams read as the client's
-// address. Rewrite already drops Forwarded and X-Forwarded-*; these pass
-// unless we drop them, so they go unless the peer is a trusted proxy.
-var clientAddressHeaders = []string{
-	"X-Real-Ip", "True-Client-Ip", "Cf-Connecting-Ip", "Fastly-Client-Ip",
-	"X-Client-Ip", "X-Cluster-Client-Ip", "Client-Ip", "X-Original-Forwarded-For",
-	"X-Forwarded-Port", "X-Forwarded-Server", "X-Forwarded-Scheme", "X-Forwarded-Ssl",
-	"X-Original-Url", "X-Rewrite-Url", "X-Original-Host",
-}
-
 // newForwarder builds the ReverseProxy of one route. It uses Rewrite, not
 // Director: hop-by-hop headers and the client's forwarding headers are gone
-// before Rewrite runs, so a client cannot strip what the gateway adds.
+// before Rewrite runs, so a client cannot strip what the gateway adds. What
+// the upstream may believe about the client is the resolver's to say.
 func newForwarder(rt *route, resolver *subject.Resolver, transport http.RoundTripper, logger *slog.Logger) http.Handler {
 	target := rt.Upstream
-	principal, forwarded := resolver.PrincipalHeader(), resolver.ForwardedHeader()
 	return &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
-			peer := subject.PeerAddr(pr.In)
-			trusted := resolver.Trusted(peer)
-			if trusted {
-				// Keep the chain the trusted proxies built; SetXForwarded appends the peer.
-				if v := pr.In.Header["X-Forwarded-For"]; len(v) > 0 {
-					pr.Out.Header["X-Forwarded-For"] = v
-				}
-			} else {
-				for _, h := range clientAddressHeaders {
-					delete(pr.Out.Header, h)
-				}
-				if principal != "" {
-					delete(pr.Out.Header, principal)
-				}
-				delete(pr.Out.Header, forwarded)
-			}
-			pr.SetURL(target)
 			// SetURL joins the target's path with the inbound one; the
 			// inbound one is already the normalized, matched path.
-			pr.SetXForwarded()
-			if trusted {
-				if p := pr.In.Header.Get("X-Forwarded-Proto"); p == "http" || p == "https" {
-					pr.Out.Header.Set("X-Forwarded-Proto", p)
-				}
-			}
+			pr.SetURL(target)
+			resolver.SetForwarded(pr)
 		},
 		Transport:     transport,
 		BufferPool:    copyBuffers,

@@ -40,6 +40,9 @@ type Route struct {
 	MaxBodyBytes int64
 }
 
+// DefaultMaxBodyBytes is the body cap of a route that sets none: 10 MiB.
+const DefaultMaxBodyBytes = 10 << 20
+
 // Config is everything the request path reads. It is immutable once passed
 // to NewHandler or Swap.
 type Config struct {
@@ -314,14 +317,6 @@ func errAttr(err error) slog.Attr {
 		return slog.Attr{}
 	}
 	return slog.String("error", err.Error())
-}
-
-// Ready reports whether the current limiter can decide, for /readyz.
-func (h *Handler) Ready(ctx context.Context) error {
-	if r, ok := h.current.Load().limiter.(interface{ Ready(context.Context) error }); ok {
-		return r.Ready(ctx)
-	}
-	return nil
 }
 
 // evaluationIDs hands out IDs that are unique across gateway instances (a

@@ -99,10 +99,6 @@ type setup struct {
 }
 
 func newResolver(t testing.TB, trusted []string) *subject.Resolver {
-	p, err := subject.NewPseudonymizer(map[int][]byte{1: []byte(fakeSecret)}, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var prefixes []netip.Prefix
 	for _, s := range trusted {
 		prefixes = append(prefixes, netip.MustParsePrefix(s))
@@ -115,7 +111,8 @@ func newResolver(t testing.TB, trusted []string) *subject.Resolver {
 			sha256.Sum256([]byte("known-key-one")): {},
 			sha256.Sum256([]byte("known-key-two")): {},
 		},
-		Pseudonymizer: p,
+		PseudonymKeys:    map[int][]byte{1: []byte(fakeSecret)},
+		PseudonymVersion: 1,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -3,6 +3,7 @@ package subject
 import (
 	"crypto/sha256"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/netip"
 	"strings"
@@ -56,8 +57,11 @@ type Options struct {
 	APIKeyHeader string
 	KnownKeys    map[KeyHash]struct{}
 	// IPv6Prefix groups IPv6 clients into one subject per prefix. Default 64.
-	IPv6Prefix    int
-	Pseudonymizer *Pseudonymizer
+	IPv6Prefix int
+	// PseudonymKeys are the HMAC secrets by version, each at least
+	// MinSecretBytes long; PseudonymVersion is the one that signs.
+	PseudonymKeys    map[int][]byte
+	PseudonymVersion int
 }
 
 // Resolver resolves requests to subjects. It is immutable and safe for
@@ -90,8 +94,9 @@ var errUnidentified = errors.New("no subject source identified the request")
 
 // NewResolver returns a ready Resolver.
 func NewResolver(opts Options) (*Resolver, error) {
-	if opts.Pseudonymizer == nil {
-		return nil, errors.New("subject: no pseudonymizer")
+	pseudonymizer, err := NewPseudonymizer(opts.PseudonymKeys, opts.PseudonymVersion)
+	if err != nil {
+		return nil, fmt.Errorf("subject: %w", err)
 	}
 	if opts.ForwardedHeader == "" {
 		opts.ForwardedHeader = "X-Forwarded-For"
@@ -113,20 +118,15 @@ func NewResolver(opts Options) (*Resolver, error) {
 		apiKeyHeader:    http.CanonicalHeaderKey(opts.APIKeyHeader),
 		knownKeys:       opts.KnownKeys,
 		ipv6Prefix:      opts.IPv6Prefix,
-		pseudonymizer:   opts.Pseudonymizer,
+		pseudonymizer:   pseudonymizer,
 	}, nil
 }
-
-// PrincipalHeader and ForwardedHeader name the headers that only a trusted
-// peer may send; the proxy drops them from everyone else.
-func (r *Resolver) PrincipalHeader() string { return r.principalHeader }
-func (r *Resolver) ForwardedHeader() string { return r.forwardedHeader }
 
 // Resolve tries sources in order and pseudonymizes the first that identifies
 // the request, together with the operation ID.
 func (r *Resolver) Resolve(req *http.Request, sources []Kind, operationID string) (Subject, error) {
-	peer := PeerAddr(req)
-	peerTrusted := r.Trusted(peer)
+	peer := peerAddr(req)
+	peerTrusted := r.trusts(peer)
 	for _, k := range sources {
 		if h := r.header(k); h != "" && len(req.Header[h]) > 1 && (k != Principal || peerTrusted) {
 			return Subject{}, ErrAmbiguousCredential
@@ -174,8 +174,8 @@ func (r *Resolver) header(k Kind) string {
 	return ""
 }
 
-// Trusted reports whether addr is a trusted proxy.
-func (r *Resolver) Trusted(addr netip.Addr) bool {
+// trusts reports whether addr is a trusted proxy.
+func (r *Resolver) trusts(addr netip.Addr) bool {
 	if !addr.IsValid() {
 		return false
 	}
@@ -218,7 +218,7 @@ func (r *Resolver) clientAddr(req *http.Request, peer netip.Addr, peerTrusted bo
 				return client
 			}
 			client = addr
-			if !r.Trusted(addr) {
+			if !r.trusts(addr) {
 				return client
 			}
 		}
@@ -252,8 +252,8 @@ func (r *Resolver) clientIdentity(a netip.Addr) string {
 	return a.String()
 }
 
-// PeerAddr is the TCP peer of req.
-func PeerAddr(req *http.Request) netip.Addr {
+// peerAddr is the TCP peer of req.
+func peerAddr(req *http.Request) netip.Addr {
 	ap, err := netip.ParseAddrPort(req.RemoteAddr)
 	if err != nil {
 		return netip.Addr{}

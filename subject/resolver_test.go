@@ -16,16 +16,13 @@ const fakeSecret = "test-only-fake-hmac-secret-0123456789abcdef"
 
 func newResolver(t *testing.T) *subject.Resolver {
 	t.Helper()
-	p, err := subject.NewPseudonymizer(map[int][]byte{1: []byte(fakeSecret)}, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
 	r, err := subject.NewResolver(subject.Options{
-		TrustedProxies:  []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")},
-		PrincipalHeader: "X-Auth-Principal",
-		APIKeyHeader:    "X-API-Key",
-		KnownKeys:       map[subject.KeyHash]struct{}{sha256.Sum256([]byte("known-key-1")): {}, sha256.Sum256([]byte("known-key-2")): {}},
-		Pseudonymizer:   p,
+		TrustedProxies:   []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")},
+		PrincipalHeader:  "X-Auth-Principal",
+		APIKeyHeader:     "X-API-Key",
+		KnownKeys:        map[subject.KeyHash]struct{}{sha256.Sum256([]byte("known-key-1")): {}, sha256.Sum256([]byte("known-key-2")): {}},
+		PseudonymKeys:    map[int][]byte{1: []byte(fakeSecret)},
+		PseudonymVersion: 1,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -153,8 +150,7 @@ func TestPseudonymFraming(t *testing.T) {
 }
 
 func BenchmarkResolveClientIP(b *testing.B) {
-	p, _ := subject.NewPseudonymizer(map[int][]byte{1: []byte(fakeSecret)}, 1)
-	r, _ := subject.NewResolver(subject.Options{Pseudonymizer: p, TrustedProxies: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}})
+	r, _ := subject.NewResolver(subject.Options{PseudonymKeys: map[int][]byte{1: []byte(fakeSecret)}, PseudonymVersion: 1, TrustedProxies: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}})
 	req := request("10.1.1.1:5000", "X-Forwarded-For", "198.51.100.99, 203.0.113.7")
 	b.ReportAllocs()
 	for b.Loop() {

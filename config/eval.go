@@ -1,0 +1,268 @@
+package config
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/hcl/v2"
+	"github.com/hashicorp/hcl/v2/hclsyntax"
+	"github.com/zclconf/go-cty/cty"
+	"github.com/zclconf/go-cty/cty/convert"
+	"github.com/zclconf/go-cty/cty/function"
+)
+
+// LookupEnv reads an environment variable, as os.LookupEnv does; env()
+// calls it. Tests pass their own.
+type LookupEnv func(name string) (string, bool)
+
+// checker turns decoded blocks into typed options and collects every
+// problem as a diagnostic with a source range; it never stops at the first.
+type checker struct {
+	ctx   *hcl.EvalContext
+	diags hcl.Diagnostics
+	dir   string // the configuration file's folder, for relative paths
+}
+
+func newChecker(dir string, env LookupEnv) *checker {
+	c := &checker{dir: dir}
+	c.ctx = &hcl.EvalContext{Functions: map[string]function.Function{
+		"env":  envFunction(env),
+		"file": c.fileFunction(),
+	}}
+	return c
+}
+
+// envFunction is env("NAME") or env("NAME", "default"). An unset variable
+// with no default is an error: a secret must not silently be empty.
+func envFunction(lookup LookupEnv) function.Function {
+	return function.New(&function.Spec{
+		Params:   []function.Parameter{{Name: "name", Type: cty.String}},
+		VarParam: &function.Parameter{Name: "default", Type: cty.String},
+		Type:     function.StaticReturnType(cty.String),
+		Impl: func(args []cty.Value, _ cty.Type) (cty.Value, error) {
+			if len(args) > 2 {
+				return cty.NilVal, fmt.Errorf("env takes a name and at most one default")
+			}
+			name := args[0].AsString()
+			if v, ok := lookup(name); ok {
+				return cty.StringVal(v), nil
+			}
+			if len(args) == 2 {
+				return args[1], nil
+			}
+			return cty.NilVal, fmt.Errorf("environment variable %s is not set", name)
+		},
+	})
+}
+
+// fileFunction is file("path"): the file's contents without a trailing
+// newline, the path relative to the configuration file.
+func (c *checker) fileFunction() function.Function {
+	return function.New(&function.Spec{
+		Params: []function.Parameter{{Name: "path", Type: cty.String}},
+		Type:   function.StaticReturnType(cty.String),
+		Impl: func(args []cty.Value, _ cty.Type) (cty.Value, error) {
+			b, err := os.ReadFile(c.path(args[0].AsString()))
+			if err != nil {
+				return cty.NilVal, err
+			}
+			return cty.StringVal(strings.TrimRight(string(b), "\r\n")), nil
+		},
+	})
+}
+
+// path resolves p against the configuration file's folder.
+func (c *checker) path(p string) string {
+	if p == "" || filepath.IsAbs(p) {
+		return p
+	}
+	return filepath.Join(c.dir, p)
+}
+
+func (c *checker) errorf(rng hcl.Range, summary, detail string, args ...any) {
+	c.diags = append(c.diags, &hcl.Diagnostic{
+		Severity: hcl.DiagError,
+		Summary:  summary,
+		Detail:   fmt.Sprintf(detail, args...),
+		Subject:  rng.Ptr(),
+	})
+}
+
+// or is *p, or def when the attribute was absent (or failed to decode,
+// which is already reported).
+func or[T any](p *T, def T) T {
+	if p == nil {
+		return def
+	}
+	return *p
+}
+
+// integer is *p, at least min; def when absent.
+func (c *checker) integer(p *int64, rng hcl.Range, name string, def, min int64) int64 {
+	if p == nil {
+		return def
+	}
+	if *p < min {
+		c.errorf(rng, "Value too small", "%s must be at least %d.", name, min)
+		return def
+	}
+	return *p
+}
+
+// duration parses a Go duration string ("750ms", "1m") no shorter than min;
+// def when absent.
+func (c *checker) duration(p *string, rng hcl.Range, name string, def, min time.Duration) time.Duration {
+	if p == nil {
+		return def
+	}
+	d, err := time.ParseDuration(*p)
+	if err != nil {
+		c.errorf(rng, "Invalid duration", "%s must be a duration such as \"750ms\" or \"1m\": %s.", name, err)
+		return def
+	}
+	if d < min {
+		c.errorf(rng, "Duration too short", "%s must be at least %s.", name, min)
+		return def
+	}
+	return d
+}
+
+// listItem is one element of a string list with its own range, so a bad
+// element is pointed at, not the whole list.
+type listItem struct {
+	value string
+	rng   hcl.Range
+}
+
+// list evaluates a list of strings element by element.
+func (c *checker) list(expr hcl.Expression, name string) []listItem {
+	exprs, diags := hcl.ExprList(expr)
+	if diags.HasErrors() {
+		// Not a literal list: evaluate it whole.
+		v, ok := c.value(expr, name, cty.List(cty.String))
+		if !ok {
+			return nil
+		}
+		var out []listItem
+		for _, e := range v.AsValueSlice() {
+			out = append(out, listItem{e.AsString(), expr.Range()})
+		}
+		return out
+	}
+	var out []listItem
+	for _, e := range exprs {
+		v, diags := e.Value(c.ctx)
+		c.diags = append(c.diags, diags...)
+		if diags.HasErrors() {
+			continue
+		}
+		v, err := convert.Convert(v, cty.String)
+		if err != nil || v.IsNull() {
+			c.errorf(e.Range(), "Wrong type", "each element of %s must be a string.", name)
+			continue
+		}
+		out = append(out, listItem{v.AsString(), e.Range()})
+	}
+	return out
+}
+
+func (c *checker) value(expr hcl.Expression, name string, ty cty.Type) (cty.Value, bool) {
+	v, diags := expr.Value(c.ctx)
+	c.diags = append(c.diags, diags...)
+	if diags.HasErrors() {
+		return cty.NilVal, false
+	}
+	if v.IsNull() {
+		c.errorf(expr.Range(), "Missing value", "%s must not be null.", name)
+		return cty.NilVal, false
+	}
+	v, err := convert.Convert(v, ty)
+	if err != nil {
+		c.errorf(expr.Range(), "Wrong type", "%s must be %s: %s.", name, ty.FriendlyName(), err)
+		return cty.NilVal, false
+	}
+	return v, true
+}
+
+// secret evaluates an attribute that must come from env() or file(), so
+// that no secret is written into the configuration file itself.
+func (c *checker) secret(expr hcl.Expression, name string) (string, bool) {
+	call, ok := expr.(*hclsyntax.FunctionCallExpr)
+	if !ok || (call.Name != "env" && call.Name != "file") {
+		c.errorf(expr.Range(), "Secret written in the file", "%s must come from env(\"NAME\") or file(\"path\"), not from the configuration file itself.", name)
+		return "", false
+	}
+	v, ok := c.value(expr, name, cty.String)
+	if !ok {
+		return "", false
+	}
+	return v.AsString(), true
+}
+
+// sortDiagnostics orders diagnostics as they stand in the file, so that
+// problems found while decoding and while checking read top to bottom. A
+// gohcl "Unsuitable value type" that only repeats an error already reported
+// inside the same expression (an env() that failed) is dropped.
+func sortDiagnostics(diags hcl.Diagnostics) hcl.Diagnostics {
+	out := diags[:0:0]
+	for _, d := range diags {
+		if d.Summary == "Unsuitable value type" && d.Context != nil && reportedWithin(diags, d) {
+			continue
+		}
+		out = append(out, d)
+	}
+	slices.SortStableFunc(out, func(a, b *hcl.Diagnostic) int {
+		switch {
+		case a.Subject == nil && b.Subject == nil:
+			return 0
+		case a.Subject == nil:
+			return -1
+		case b.Subject == nil:
+			return 1
+		}
+		if c := strings.Compare(a.Subject.Filename, b.Subject.Filename); c != 0 {
+			return c
+		}
+		return a.Subject.Start.Byte - b.Subject.Start.Byte
+	})
+	return out
+}
+
+func reportedWithin(diags hcl.Diagnostics, d *hcl.Diagnostic) bool {
+	for _, o := range diags {
+		if o != d && o.Severity == hcl.DiagError && o.Subject != nil && d.Context.Overlaps(*o.Subject) {
+			return true
+		}
+	}
+	return false
+}
+
+func isName(s string) bool {
+	if s == "" || len(s) > 128 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '-' || c == '_') {
+			return false
+		}
+	}
+	return true
+}
+
+func isToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('A' <= c && c <= 'Z' || 'a' <= c && c <= 'z') {
+			return false
+		}
+	}
+	return true
+}

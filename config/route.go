@@ -1,0 +1,116 @@
+package config
+
+import (
+	"net/url"
+	"slices"
+	"strings"
+
+	"github.com/hashicorp/hcl/v2"
+
+	"github.com/edgegate/gateway/limiter"
+	"github.com/edgegate/gateway/proxy"
+	"github.com/edgegate/gateway/subject"
+)
+
+var defaultSources = []subject.Kind{subject.Principal, subject.APIKey, subject.ClientIP}
+
+// routes checks the route blocks against the policies and the subject
+// options; maxBody is the listen block's default body cap.
+func (c *checker) routes(blocks []*routeBlock, policies map[string]*limiter.Policy, so *subject.Options, maxBody int64) []proxy.Route {
+	hasKeys := so.KnownKeys != nil
+	hasPrincipal := so.PrincipalHeader != "" && len(so.TrustedProxies) > 0
+	var routes []proxy.Route
+	var ranges []hcl.Range
+	labels := map[string]hcl.Range{}
+	for _, b := range blocks {
+		id := b.OperationID
+		if !isName(id) {
+			c.errorf(b.OperationIDRange, "Invalid operation ID", "Route labels are letters, digits, '.', '-' and '_'.")
+			continue
+		}
+		if first, dup := labels[id]; dup {
+			c.errorf(b.OperationIDRange, "Duplicate route", "A route labelled %q is already defined at %s.", id, first)
+			continue
+		}
+		labels[id] = b.DefRange
+		r := proxy.Route{OperationID: id, Host: strings.ToLower(strings.TrimSuffix(or(b.Host, ""), "."))}
+		if b.PathRange != (hcl.Range{}) {
+			p, err := proxy.NormalizePath(b.Path)
+			if err != nil || strings.ContainsRune(p, ';') {
+				c.errorf(b.PathRange, "Invalid path", "path must start with / and hold no encoded slash, dot segment parameters or control characters.")
+			} else {
+				r.Path = strings.TrimSuffix(p, "/")
+				if r.Path == "" {
+					r.Path = "/"
+				}
+			}
+		}
+		if b.MethodsAt != (hcl.Range{}) {
+			for _, m := range c.list(b.Methods, "methods") {
+				if !isToken(m.value) {
+					c.errorf(m.rng, "Invalid method", "%q is not an HTTP method.", m.value)
+					continue
+				}
+				r.Methods = append(r.Methods, strings.ToUpper(m.value))
+			}
+		}
+		if b.UpstreamRange != (hcl.Range{}) {
+			u, err := url.Parse(b.Upstream)
+			if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" {
+				c.errorf(b.UpstreamRange, "Invalid upstream", "upstream must be an http:// or https:// URL with a host and no credentials, query or fragment, not %q.", b.Upstream)
+			} else {
+				r.Upstream = u
+			}
+		}
+		r.Subject = defaultSources
+		if b.SubjectAt != (hcl.Range{}) {
+			r.Subject = nil
+			items := c.list(b.Subject, "subject")
+			for _, it := range items {
+				k, ok := subject.ParseKind(it.value)
+				if !ok {
+					c.errorf(it.rng, "Unknown subject source", "Sources are principal, api_key and client_ip, not %q.", it.value)
+					continue
+				}
+				if slices.Contains(r.Subject, k) {
+					c.errorf(it.rng, "Repeated subject source", "%s is already in the list.", it.value)
+					continue
+				}
+				switch {
+				case k == subject.APIKey && !hasKeys:
+					c.errorf(it.rng, "api_key needs known keys", "The api_key source counts only known keys; set subject.api_keys_file.")
+				case k == subject.Principal && !hasPrincipal:
+					c.errorf(it.rng, "principal needs a trusted proxy", "The principal source needs subject.principal_header and subject.trusted_proxies.")
+				}
+				r.Subject = append(r.Subject, k)
+			}
+			if len(items) == 0 {
+				c.errorf(b.Subject.Range(), "No subject source", "subject needs at least one source.")
+			}
+		}
+		r.Cost = c.integer(b.Cost, b.CostRange, "cost", 1, 1)
+		r.MaxBodyBytes = c.integer(b.MaxBodyBytes, b.MaxBodyBytesRange, "max_body_bytes", maxBody, 0)
+		if b.Policy != nil {
+			p, ok := policies[*b.Policy]
+			switch {
+			case !ok:
+				c.errorf(b.PolicyRange, "Unknown policy", "No policy block is named %q.", *b.Policy)
+			case p != nil:
+				r.Policy = p
+				if r.Cost > p.MaxCost {
+					c.errorf(b.CostRange, "Cost above max_cost", "cost is %d but policy %q allows at most %d.", r.Cost, *b.Policy, p.MaxCost)
+				}
+			}
+		} else if b.Cost != nil {
+			c.errorf(b.CostName, "Cost without a policy", "cost means nothing on a route without a policy.")
+		}
+		for i, o := range routes {
+			if o.Host == r.Host && o.Path == r.Path && r.Path != "" && proxy.MethodsOverlap(o.Methods, r.Methods) {
+				c.errorf(b.DefRange, "Routes overlap", "Route %q matches the same host, path and methods as %q at %s.", id, o.OperationID, ranges[i])
+			}
+		}
+		routes = append(routes, r)
+		ranges = append(ranges, b.DefRange)
+	}
+	return routes
+}

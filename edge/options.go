@@ -1,0 +1,141 @@
+package edge
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+)
+
+// Options configure the listeners: the listen block and the tls block. Zero
+// values take the defaults. Listen validates them and reports every problem
+// at once, before anything is bound.
+type Options struct {
+	HTTP  string // public plain-HTTP listener, host:port; empty: none
+	HTTPS string // public HTTPS listener, host:port; needs TLS
+	// Admin is the admin listener. It serves the admin handler with the
+	// admin timeouts (read header 5s, idle 1m) and none of the public
+	// protections: no connection cap, no framing check. Empty: none.
+	Admin string
+
+	// ShutdownTimeout is how long Shutdown lets requests in flight finish.
+	// Default 15s; negative: no drain, connections are closed at once.
+	ShutdownTimeout time.Duration
+	// ReadHeaderTimeout bounds reading a request's headers, and on HTTPS
+	// the TLS handshake too. Default 10s.
+	ReadHeaderTimeout time.Duration
+	IdleTimeout       time.Duration // keep-alive connections idle this long are closed; default 120s
+	MaxHeaderBytes    int           // default 64 KiB
+	// MaxConnections caps the open connections of each public listener; the
+	// next waits in the kernel's backlog. Default 10000; negative: no cap.
+	MaxConnections int
+
+	// TLS is the tls block. nil: no HTTPS. HTTPS and TLS go together:
+	// either without the other is an error.
+	TLS *TLSOptions
+	// Logger receives the servers' error logs (at Warn) and certmagic's
+	// messages. nil discards them.
+	Logger *slog.Logger
+}
+
+// TLSOptions is the tls block.
+type TLSOptions struct {
+	// RedirectHTTP makes the plain-HTTP listener answer every request with
+	// a 308 to the same URL on the HTTPS listener's port. ACME HTTP-01
+	// challenges are still answered.
+	RedirectHTTP          bool
+	HSTSMaxAge            time.Duration // 0: no Strict-Transport-Security
+	HSTSIncludeSubdomains bool
+	ACME                  *ACMEOptions // nil: static certificates only
+	// Certificates are loaded by Listen; any unreadable pair fails it.
+	// Static certificates win over ACME ones for the names they cover.
+	Certificates []CertificateFiles
+}
+
+// Defaults of Options.
+const (
+	defaultShutdownTimeout   = 15 * time.Second
+	defaultReadHeaderTimeout = 10 * time.Second
+	defaultIdleTimeout       = 120 * time.Second
+	defaultMaxHeaderBytes    = 64 << 10
+	defaultMaxConnections    = 10000
+)
+
+// The admin listener answers operators and probes, not clients: tighter
+// timeouts than the public ones, fixed.
+const (
+	adminReadHeaderTimeout = 5 * time.Second
+	adminIdleTimeout       = time.Minute
+)
+
+// withDefaults fills the zero values.
+func (o Options) withDefaults() Options {
+	if o.ShutdownTimeout == 0 {
+		o.ShutdownTimeout = defaultShutdownTimeout
+	}
+	if o.ReadHeaderTimeout == 0 {
+		o.ReadHeaderTimeout = defaultReadHeaderTimeout
+	}
+	if o.IdleTimeout == 0 {
+		o.IdleTimeout = defaultIdleTimeout
+	}
+	if o.MaxHeaderBytes == 0 {
+		o.MaxHeaderBytes = defaultMaxHeaderBytes
+	}
+	if o.MaxConnections == 0 {
+		o.MaxConnections = defaultMaxConnections
+	}
+	return o
+}
+
+// validate reports every problem of o, or nil. It reads no file: what the
+// TLS block names is checked when Listen loads it.
+func (o Options) validate(public, admin http.Handler) error {
+	var errs []error
+	problem := func(format string, args ...any) { errs = append(errs, fmt.Errorf("edge: "+format, args...)) }
+	if o.HTTPS != "" && o.TLS == nil {
+		problem("an HTTPS listener needs TLS options")
+	}
+	if o.TLS != nil && o.HTTPS == "" {
+		problem("TLS options need an HTTPS listener")
+	}
+	if (o.HTTP != "" || o.HTTPS != "") && public == nil {
+		problem("the public listeners need a handler")
+	}
+	// A nil handler would make http.Server serve http.DefaultServeMux.
+	if o.Admin != "" && admin == nil {
+		problem("the admin listener needs a handler")
+	}
+	if o.ReadHeaderTimeout < 0 {
+		problem("negative read header timeout %s", o.ReadHeaderTimeout)
+	}
+	if o.IdleTimeout < 0 {
+		problem("negative idle timeout %s", o.IdleTimeout)
+	}
+	if o.MaxHeaderBytes < 0 {
+		problem("negative max header bytes %d", o.MaxHeaderBytes)
+	}
+	if t := o.TLS; t != nil {
+		if t.HSTSMaxAge < 0 {
+			problem("negative HSTS max age %s", t.HSTSMaxAge)
+		}
+		if t.ACME == nil && len(t.Certificates) == 0 {
+			problem("TLS needs ACME, certificates or both")
+		}
+		if a := t.ACME; a != nil {
+			if len(a.Domains) == 0 {
+				problem("ACME needs at least one domain")
+			}
+			for _, c := range a.Challenges {
+				if c != ChallengeHTTP01 && c != ChallengeTLSALPN01 {
+					problem("unknown ACME challenge %q", c)
+				}
+			}
+			if !a.allows(ChallengeTLSALPN01) && a.allows(ChallengeHTTP01) && o.HTTP == "" {
+				problem("ACME allows only %s, which needs an HTTP listener", ChallengeHTTP01)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}

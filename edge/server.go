@@ -1,0 +1,320 @@
+package edge
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+)
+
+// Servers are the gateway's listeners with every protection wired in. Each
+// public listener caps its open connections, judges the framing of every
+// HTTP/1 request (both Content-Length and Transfer-Encoding: 400, and the
+// public handler never sees it) and applies the listen timeouts. The HTTPS
+// listener terminates TLS with the static and ACME certificates, offers
+// HTTP/2, and adds Strict-Transport-Security when asked. The plain-HTTP
+// listener answers ACME HTTP-01 challenges before anything else and, when
+// asked, redirects the rest to HTTPS.
+//
+// The lifecycle is Listen, Serve, then Shutdown or Close; Shutdown and Close
+// may also follow Listen directly. Every goroutine Servers starts has ended
+// when Shutdown or Close returns.
+type Servers struct {
+	opts     Options      // with the defaults filled
+	logger   *slog.Logger // never nil
+	errorLog *log.Logger  // the servers' own complaints, into logger
+	tls      *terminator  // nil without TLS
+	errs     chan error
+	stopTLS  sync.Once
+
+	httpLn, httpsLn, adminLn net.Listener
+	plain, secure, admin     *http.Server
+
+	mu       sync.Mutex
+	serving  bool
+	closed   bool
+	stopACME context.CancelFunc // nil until Serve starts ACME
+	running  sync.WaitGroup     // the serve goroutines and the ACME one
+}
+
+// Listen validates opts, binds every listener and builds the TLS state, but
+// serves nothing yet. Binding first matters: ACME challenges are answered on
+// the ports these sockets really have, which with port 0 are known only now.
+// On error nothing stays bound.
+//
+// public serves the HTTP and HTTPS listeners, admin the admin listener; each
+// is required when its listeners are configured.
+func Listen(opts Options, public, admin http.Handler) (*Servers, error) {
+	if err := opts.validate(public, admin); err != nil {
+		return nil, err
+	}
+	opts = opts.withDefaults()
+	s := &Servers{opts: opts, logger: opts.Logger, errs: make(chan error, 3)}
+	if s.logger == nil {
+		s.logger = slog.New(slog.DiscardHandler)
+	}
+	s.errorLog = slog.NewLogLogger(s.logger.Handler(), slog.LevelWarn)
+	static, err := loadStatic(opts.TLS)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.bind(); err != nil {
+		s.closeListeners()
+		return nil, err
+	}
+	if t := opts.TLS; t != nil {
+		var ports challengePorts
+		if t.ACME != nil {
+			if s.httpLn != nil && t.ACME.allows(ChallengeHTTP01) {
+				ports.http = port(s.httpLn)
+			}
+			if t.ACME.allows(ChallengeTLSALPN01) {
+				ports.tlsALPN = port(s.httpsLn)
+			}
+		}
+		// The caller's logger, not the discarding default: certmagic's
+		// messages are not even encoded when nobody reads them.
+		if s.tls, err = newTLS(static, t.ACME, ports, opts.Logger); err != nil {
+			s.closeListeners()
+			return nil, err
+		}
+	}
+	s.build(public, admin)
+	return s, nil
+}
+
+func loadStatic(t *TLSOptions) ([]tls.Certificate, error) {
+	if t == nil {
+		return nil, nil
+	}
+	return loadCertificates(t.Certificates)
+}
+
+func (s *Servers) bind() error {
+	for _, l := range []struct {
+		name, addr string
+		ln         *net.Listener
+	}{
+		{"http", s.opts.HTTP, &s.httpLn},
+		{"https", s.opts.HTTPS, &s.httpsLn},
+		{"admin", s.opts.Admin, &s.adminLn},
+	} {
+		if l.addr == "" {
+			continue
+		}
+		ln, err := net.Listen("tcp", l.addr)
+		if err != nil {
+			return fmt.Errorf("edge: listen %s: %w", l.name, err)
+		}
+		*l.ln = ln
+	}
+	return nil
+}
+
+// build makes the servers. The handler chains are fixed here, once: the
+// request path only runs them.
+func (s *Servers) build(public, admin http.Handler) {
+	if s.httpsLn != nil {
+		t := s.opts.TLS
+		s.secure = s.publicServer(hsts(public, t.HSTSMaxAge, t.HSTSIncludeSubdomains))
+		// The framing listener terminates TLS itself and hands HTTP/2
+		// connections over as *tls.Conn; with h2 in TLSConfig.NextProtos,
+		// Serve speaks HTTP/2 on them. The server's copy is its own because
+		// Serve writes to it while the listener handshakes with the other.
+		s.secure.TLSConfig = s.tls.config()
+	}
+	if s.httpLn != nil {
+		plain := public
+		if s.tls != nil {
+			if s.opts.TLS.RedirectHTTP {
+				plain = redirectToHTTPS(port(s.httpsLn))
+			}
+			plain = s.tls.httpChallenge(plain)
+		}
+		s.plain = s.publicServer(plain)
+	}
+	if s.adminLn != nil {
+		s.admin = &http.Server{
+			Handler:           admin,
+			ReadHeaderTimeout: adminReadHeaderTimeout,
+			IdleTimeout:       adminIdleTimeout,
+			ErrorLog:          s.errorLog,
+		}
+	}
+}
+
+func (s *Servers) publicServer(h http.Handler) *http.Server {
+	return &http.Server{
+		Handler:           rejectConflictingFraming(h),
+		ConnContext:       connContext,
+		ReadHeaderTimeout: s.opts.ReadHeaderTimeout,
+		IdleTimeout:       s.opts.IdleTimeout,
+		MaxHeaderBytes:    s.opts.MaxHeaderBytes,
+		ErrorLog:          s.errorLog,
+	}
+}
+
+func port(ln net.Listener) int { return ln.Addr().(*net.TCPAddr).Port }
+
+// Serve starts serving on every listener, then starts ACME issuance and
+// renewal: certificates are obtained once the HTTP listener can answer
+// HTTP-01, and until then the HTTPS listener has no certificate for those
+// names. It returns at once. The channel receives each listener failure
+// (any end of a listener but Shutdown or Close); it is never closed. Serve
+// after Shutdown or Close serves nothing; a second Serve changes nothing.
+func (s *Servers) Serve() <-chan error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.serving || s.closed {
+		return s.errs
+	}
+	s.serving = true
+	maxConns := max(s.opts.MaxConnections, 0)
+	if s.secure != nil {
+		ln := newFramingListener(limitConnections(s.httpsLn, maxConns), s.tls.config(), s.opts.ReadHeaderTimeout)
+		s.serveOn(s.secure, ln)
+	}
+	if s.plain != nil {
+		s.serveOn(s.plain, newFramingListener(limitConnections(s.httpLn, maxConns), nil, 0))
+	}
+	if s.admin != nil {
+		s.serveOn(s.admin, s.adminLn)
+	}
+	if s.tls != nil && s.tls.magic != nil {
+		ctx, cancel := context.WithCancel(context.Background())
+		s.stopACME = cancel
+		s.running.Go(func() {
+			if err := s.tls.manage(ctx); err != nil && ctx.Err() == nil {
+				s.logger.Error("acme: cannot obtain certificates", "error", err.Error())
+			}
+		})
+	}
+	return s.errs
+}
+
+// serveOn serves ln until Shutdown or Close; any other end is a failure.
+// errs has room for one failure per server, so this never blocks.
+func (s *Servers) serveOn(srv *http.Server, ln net.Listener) {
+	s.running.Go(func() {
+		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			s.errs <- err
+		}
+	})
+}
+
+// HTTPAddr is the bound address of the plain-HTTP listener, nil without one.
+func (s *Servers) HTTPAddr() net.Addr { return addr(s.httpLn) }
+
+// HTTPSAddr is the bound address of the HTTPS listener, nil without one.
+func (s *Servers) HTTPSAddr() net.Addr { return addr(s.httpsLn) }
+
+// AdminAddr is the bound address of the admin listener, nil without one.
+func (s *Servers) AdminAddr() net.Addr { return addr(s.adminLn) }
+
+func addr(ln net.Listener) net.Addr {
+	if ln == nil {
+		return nil
+	}
+	return ln.Addr()
+}
+
+// SwapCertificates loads the static certificate files and, only if every
+// pair loads, makes them the certificates of every handshake from now on;
+// established connections keep theirs. ACME certificates are not touched.
+// Without TLS it does nothing and returns nil. It is meant for SIGHUP.
+func (s *Servers) SwapCertificates(files []CertificateFiles) error {
+	if s.tls == nil {
+		return nil
+	}
+	certs, err := loadCertificates(files)
+	if err != nil {
+		return err
+	}
+	s.tls.static.swap(certs)
+	return nil
+}
+
+// Shutdown stops accepting, lets requests in flight finish within
+// ShutdownTimeout and closes the connections left past it, returning an
+// error then. It then closes the admin server, cancels ACME work (an
+// issuance under way is abandoned, not waited for), waits for its goroutine
+// and stops certmagic's renewals. Every goroutine Servers started has ended
+// when it returns, and every port is free.
+func (s *Servers) Shutdown() error {
+	s.markClosed()
+	ctx, cancel := context.WithTimeout(context.Background(), max(s.opts.ShutdownTimeout, 0))
+	defer cancel()
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		errs []error
+	)
+	for name, srv := range map[string]*http.Server{"http": s.plain, "https": s.secure} {
+		if srv == nil {
+			continue
+		}
+		wg.Go(func() {
+			if err := srv.Shutdown(ctx); err != nil {
+				srv.Close()
+				mu.Lock()
+				errs = append(errs, fmt.Errorf("edge: drain %s listener: %w", name, err))
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if s.admin != nil {
+		s.admin.Close()
+	}
+	s.release()
+	return errors.Join(errs...)
+}
+
+// Close closes every listener and connection at once, stops ACME work and
+// waits for every goroutine Servers started, like Shutdown without the
+// drain. It is meant for failures between Listen and a running gateway.
+func (s *Servers) Close() {
+	s.markClosed()
+	for _, srv := range []*http.Server{s.plain, s.secure, s.admin} {
+		if srv != nil {
+			srv.Close()
+		}
+	}
+	s.release()
+}
+
+// markClosed keeps a later Serve from starting anything.
+func (s *Servers) markClosed() {
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
+}
+
+// release frees what the servers do not: the sockets when Serve never ran,
+// the ACME goroutine and certmagic's cache.
+func (s *Servers) release() {
+	s.closeListeners()
+	s.mu.Lock()
+	stopACME := s.stopACME
+	s.mu.Unlock()
+	if stopACME != nil {
+		stopACME()
+	}
+	s.running.Wait()
+	if s.tls != nil {
+		s.stopTLS.Do(s.tls.stop)
+	}
+}
+
+func (s *Servers) closeListeners() {
+	for _, ln := range []net.Listener{s.httpLn, s.httpsLn, s.adminLn} {
+		if ln != nil {
+			ln.Close()
+		}
+	}
+}
