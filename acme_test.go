@@ -131,7 +131,7 @@ func TestACMEIssuanceAndSharedStorage(t *testing.T) {
 	// challenges are exempt from the redirect.
 	writeACMEConfig(t, path, httpPort, httpsPort, "http-01", ca.server.URL+"/dir", caRoot, storage, up.URL)
 	first := startFile(t, path)
-	res, serial := getHTTPS(t, first.httpsAddr.String(), ca.roots)
+	res, serial := getHTTPS(t, first.servers.HTTPSAddr().String(), ca.roots)
 	if res.StatusCode != 200 {
 		t.Fatalf("status %d over HTTPS", res.StatusCode)
 	}
@@ -156,7 +156,7 @@ func TestACMEIssuanceAndSharedStorage(t *testing.T) {
 	path2 := filepath.Join(dir, "gateway2.hcl")
 	writeACMEConfig(t, path2, redistest.FreePort(t), redistest.FreePort(t), "tls-alpn-01", ca.server.URL+"/dir", caRoot, storage, up.URL)
 	second := startFile(t, path2)
-	_, serial2 := getHTTPS(t, second.httpsAddr.String(), ca.roots)
+	_, serial2 := getHTTPS(t, second.servers.HTTPSAddr().String(), ca.roots)
 	if serial2 != serial {
 		t.Fatalf("second gateway serves serial %s, want the stored %s", serial2, serial)
 	}

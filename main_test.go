@@ -108,7 +108,7 @@ func startFile(t *testing.T, path string) *running {
 
 func (r *running) get(t *testing.T, path string) *http.Response {
 	t.Helper()
-	res, err := http.Get("http://" + r.publicAddr.String() + path)
+	res, err := http.Get("http://" + r.servers.HTTPAddr().String() + path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +119,7 @@ func (r *running) get(t *testing.T, path string) *http.Response {
 
 func (r *running) admin(t *testing.T, path string) (int, string) {
 	t.Helper()
-	res, err := http.Get("http://" + r.adminAddr.String() + path)
+	res, err := http.Get("http://" + r.servers.AdminAddr().String() + path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -245,7 +245,7 @@ func TestGracefulDrain(t *testing.T) {
 	}
 	inflight := make(chan result, 1)
 	go func() {
-		res, err := http.Get("http://" + r.publicAddr.String() + "/orders")
+		res, err := http.Get("http://" + r.servers.HTTPAddr().String() + "/orders")
 		if err != nil {
 			inflight <- result{err: err}
 			return
@@ -260,7 +260,7 @@ func TestGracefulDrain(t *testing.T) {
 	// The listener closes while the request is still in flight.
 	refused := false
 	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		c, err := net.DialTimeout("tcp", r.publicAddr.String(), time.Second)
+		c, err := net.DialTimeout("tcp", r.servers.HTTPAddr().String(), time.Second)
 		if err != nil {
 			refused = true
 			break
@@ -374,7 +374,7 @@ func TestConflictingFramingOnThePlainListener(t *testing.T) {
 	}))
 	defer up.Close()
 	r := start(t, up.URL)
-	c, err := net.Dial("tcp", r.publicAddr.String())
+	c, err := net.Dial("tcp", r.servers.HTTPAddr().String())
 	if err != nil {
 		t.Fatal(err)
 	}

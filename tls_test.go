@@ -126,7 +126,7 @@ func TestTLSWithStaticCertificates(t *testing.T) {
 	path := filepath.Join(dir, "gateway.hcl")
 	writeTLSConfig(t, path, up.URL, [][2]string{{aCert, aKey}, {bCert, bKey}})
 	r := startFile(t, path)
-	httpsAddr := r.httpsAddr.String()
+	httpsAddr := r.servers.HTTPSAddr().String()
 
 	t.Run("the certificate is chosen by SNI", func(t *testing.T) {
 		for name, serial := range map[string]int64{"a.test": aSerial, "b.test": bSerial} {
@@ -167,7 +167,7 @@ func TestTLSWithStaticCertificates(t *testing.T) {
 	})
 	t.Run("plain HTTP is redirected with 308", func(t *testing.T) {
 		_, port, _ := net.SplitHostPort(httpsAddr)
-		res, err := client("a.test").Get("http://" + r.publicAddr.String() + "/orders?page=2")
+		res, err := client("a.test").Get("http://" + r.servers.HTTPAddr().String() + "/orders?page=2")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -215,7 +215,7 @@ func TestTLSWithStaticCertificates(t *testing.T) {
 	})
 
 	t.Run("a client that never finishes its headers is cut off", func(t *testing.T) {
-		c, err := net.Dial("tcp", r.publicAddr.String())
+		c, err := net.Dial("tcp", r.servers.HTTPAddr().String())
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -124,8 +124,9 @@ func (s *Servers) build(public, admin http.Handler) {
 		s.secure = s.publicServer(hsts(public, t.HSTSMaxAge, t.HSTSIncludeSubdomains))
 		// The framing listener terminates TLS itself and hands HTTP/2
 		// connections over as *tls.Conn; with h2 in TLSConfig.NextProtos,
-		// Serve speaks HTTP/2 on them. The server's copy is its own because
-		// Serve writes to it while the listener handshakes with the other.
+		// Serve speaks HTTP/2 on them. Serve gets the listener a config of
+		// its own: http.Server adjusts this one for HTTP/2 while the
+		// listener may already be handshaking.
 		s.secure.TLSConfig = s.tls.config()
 	}
 	if s.httpLn != nil {

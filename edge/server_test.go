@@ -484,11 +484,33 @@ func TestShutdown(t *testing.T) {
 		assertFree(t, s.HTTPAddr().String())
 	})
 
-	t.Run("ends ACME work that is still trying to reach its CA", func(t *testing.T) {
-		unreachable := freeAddr(t)
+	t.Run("abandons an ACME issuance under way", func(t *testing.T) {
+		// The CA accepts connections and never answers, so the issuance is
+		// under way until Shutdown cancels it.
+		ca, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ca.Close()
+		contacted := make(chan net.Conn, 8)
+		go func() {
+			for {
+				c, err := ca.Accept()
+				if err != nil {
+					return
+				}
+				contacted <- c
+			}
+		}()
 		s, _ := serve(t, edge.Options{HTTP: "127.0.0.1:0", HTTPS: "127.0.0.1:0", TLS: &edge.TLSOptions{ACME: &edge.ACMEOptions{
-			Domains: []string{"localhost"}, CA: "https://" + unreachable + "/directory", Storage: t.TempDir(),
+			Domains: []string{"localhost"}, Email: "ops@example.test", CA: "https://" + ca.Addr().String() + "/directory", Storage: t.TempDir(),
 		}}}, okHandler, nil)
+		select {
+		case c := <-contacted:
+			defer c.Close()
+		case <-time.After(30 * time.Second):
+			t.Fatal("the ACME work never contacted the CA")
+		}
 		done := make(chan error, 1)
 		go func() { done <- s.Shutdown() }()
 		select {

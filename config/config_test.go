@@ -1,0 +1,141 @@
+package config_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/edgegate/gateway/config"
+	"github.com/edgegate/gateway/limiter"
+	"github.com/edgegate/gateway/subject"
+)
+
+func env(vars map[string]string) config.LookupEnv {
+	return func(name string) (string, bool) { v, ok := vars[name]; return v, ok }
+}
+
+const fakeSecret = "test-only-fake-hmac-secret-0123456789abcdef"
+
+func TestEnvReadsTheInjectedEnvironmentOnly(t *testing.T) {
+	t.Setenv("GATEWAY_TEST_SECRET", "from-the-process-environment-0123456789")
+	src := `
+limiter {
+  backend = "redis"
+  redis {
+    addrs    = ["127.0.0.1:6379"]
+    username = env("GATEWAY_TEST_USER", "gateway")
+    password = env("GATEWAY_TEST_PASSWORD")
+  }
+}
+pseudonym {
+  version = 1
+  key "1" { secret = env("GATEWAY_TEST_SECRET") }
+}
+`
+	f, diags := config.Parse("gateway.hcl", []byte(src), env(map[string]string{
+		"GATEWAY_TEST_PASSWORD": "test-only-fake-password",
+		"GATEWAY_TEST_SECRET":   fakeSecret,
+	}))
+	if diags.HasErrors() {
+		t.Fatal(diags.Error())
+	}
+	if got := f.Limiter.Redis.Username; got != "gateway" {
+		t.Errorf("username %q, want the env() default", got)
+	}
+	if got := f.Limiter.Redis.Password; got != "test-only-fake-password" {
+		t.Errorf("password %q", got)
+	}
+	if got := string(f.Subject.PseudonymKeys[1]); got != fakeSecret {
+		t.Errorf("secret %q, want the injected one", got)
+	}
+
+	// A typed attribute whose env() fails is reported once, not again as
+	// a value of the wrong type.
+	src = strings.Replace(src, `env("GATEWAY_TEST_USER", "gateway")`, `env("GATEWAY_TEST_USER")`, 1)
+	_, diags = config.Parse("gateway.hcl", []byte(src), env(nil))
+	var details []string
+	for _, d := range diags {
+		details = append(details, d.Detail)
+	}
+	all := strings.Join(details, "\n")
+	if len(diags) != 3 || !strings.Contains(all, "GATEWAY_TEST_USER is not set") || !strings.Contains(all, "GATEWAY_TEST_PASSWORD is not set") || !strings.Contains(all, "GATEWAY_TEST_SECRET is not set") {
+		t.Fatalf("an empty environment was not reported once per call:\n%s", all)
+	}
+}
+
+// The meaning of a block never depends on where it stands in the file.
+func TestBlockOrderDoesNotMatter(t *testing.T) {
+	blocks := []string{
+		`route "orders.read" {
+  path     = "/orders"
+  upstream = "http://127.0.0.1:9000"
+  policy   = "per-key"
+  subject  = ["api_key", "principal"]
+  cost     = 2
+}`,
+		`policy "per-key" {
+  algorithm = "fixed-window"
+  limit     = 10
+  window    = "1m"
+  max_cost  = 2
+}`,
+		`subject {
+  trusted_proxies  = ["10.0.0.0/8"]
+  principal_header = "X-Auth-Principal"
+  api_keys_file    = "../testdata/api-keys.txt"
+}`,
+		`listen {
+  http           = ":8080"
+  max_body_bytes = 4096
+}`,
+	}
+	for _, order := range [][]int{{0, 1, 2, 3}, {3, 2, 1, 0}, {0, 3, 1, 2}} {
+		var src []string
+		for _, i := range order {
+			src = append(src, blocks[i])
+		}
+		f, diags := config.Parse("gateway.hcl", []byte(strings.Join(src, "\n")), env(nil))
+		if diags.HasErrors() {
+			t.Fatalf("order %v: %s", order, diags.Error())
+		}
+		r := f.Proxy.Routes[0]
+		if r.Policy == nil || r.Policy.Name != "per-key" || r.Cost != 2 || r.MaxBodyBytes != 4096 ||
+			len(r.Subject) != 2 || r.Subject[0] != subject.APIKey || r.Subject[1] != subject.Principal {
+			t.Fatalf("order %v: route %+v", order, r)
+		}
+	}
+}
+
+// What the file leaves out stays zero, for the consuming package's
+// constructor to default; config holds no second copy of those defaults.
+func TestDefaultsAreLeftToTheConstructors(t *testing.T) {
+	f, diags := config.Parse("gateway.hcl", []byte(`listen { http = ":8080" }
+limiter { backend = "memory" }
+subject {}`), env(nil))
+	if diags.HasErrors() {
+		t.Fatal(diags.Error())
+	}
+	if f.Listen.ReadHeaderTimeout != 0 || f.Listen.MaxConnections != 0 || f.Listen.ShutdownTimeout != 0 {
+		t.Errorf("listen %+v", f.Listen)
+	}
+	if f.Proxy.Deadline != 0 || f.Proxy.FailureRetryAfter != 0 || f.Limiter.Memory.MaxEntries != 0 {
+		t.Errorf("limiter %+v, proxy %+v", f.Limiter, f.Proxy)
+	}
+	if f.Subject.ForwardedHeader != "" || f.Subject.IPv6Prefix != 0 {
+		t.Errorf("subject %+v", f.Subject)
+	}
+	if f.Limiter.Kind != limiter.KindMemory {
+		t.Errorf("kind %v", f.Limiter.Kind)
+	}
+}
+
+func TestLoadRefusesAFileWithProblems(t *testing.T) {
+	_, err := config.Load("../testdata/invalid/several_errors_at_once.hcl", env(nil))
+	var p *config.Problems
+	if !errors.As(err, &p) || len(p.Diagnostics) != 4 {
+		t.Fatalf("err %v", err)
+	}
+	if !strings.HasSuffix(err.Error(), "several_errors_at_once.hcl: 4 error(s)\n") {
+		t.Fatalf("report %q", err.Error())
+	}
+}

@@ -1,0 +1,141 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/edgegate/gateway/config"
+	"github.com/edgegate/gateway/edge"
+	"github.com/edgegate/gateway/limiter"
+	"github.com/edgegate/gateway/proxy"
+	"github.com/edgegate/gateway/subject"
+)
+
+// gateway is one running instance: its servers, its handler and what
+// survives a reload (the limiter backend and its counters, the ephemeral
+// pseudonym key, the metrics).
+type gateway struct {
+	path     string
+	logger   *slog.Logger
+	level    *slog.LevelVar
+	registry *prometheus.Registry
+	metrics  *proxy.Metrics
+	reloads  *prometheus.CounterVec
+	backend  limiter.Backend
+	handler  *proxy.Handler
+	servers  *edge.Servers
+	serveErr <-chan error
+	// ephemeral signs pseudonyms when the file has no pseudonym block; it
+	// lives as long as the process so a reload keeps every budget.
+	ephemeral []byte
+	file      *config.File
+	cfg       proxy.Config // in force, to go back to when a reload fails half-way
+}
+
+// start builds every part from f, binds the listeners and serves.
+func (g *gateway) start(f *config.File) error {
+	g.level.Set(f.Log.Level)
+	lo := f.Limiter
+	lo.Registerer, lo.Logger = g.registry, g.logger
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	backend, err := limiter.Open(ctx, lo)
+	cancel()
+	if err != nil {
+		return err
+	}
+	g.backend = backend
+	if len(f.Subject.PseudonymKeys) == 0 {
+		g.ephemeral = make([]byte, 32)
+		rand.Read(g.ephemeral)
+		g.logger.Warn("no pseudonym block: pseudonyms use a random key that lives as long as this process")
+	}
+	if g.cfg, err = g.proxyConfig(f); err != nil {
+		return err
+	}
+	if g.handler, err = proxy.NewHandler(proxy.Options{Logger: g.logger, AccessLog: f.Log.Access, Metrics: g.metrics}, g.cfg); err != nil {
+		return err
+	}
+	eo := f.Listen
+	eo.Logger = g.logger
+	if g.servers, err = edge.Listen(eo, g.handler, proxy.AdminHandler(g.backend.Ready, g.registry)); err != nil {
+		return err
+	}
+	g.serveErr = g.servers.Serve()
+	g.file = f
+	return nil
+}
+
+// proxyConfig is the request path's configuration for f, on the backend
+// the gateway owns.
+func (g *gateway) proxyConfig(f *config.File) (proxy.Config, error) {
+	so := f.Subject
+	if len(so.PseudonymKeys) == 0 {
+		if g.ephemeral == nil {
+			return proxy.Config{}, errors.New("a pseudonym block cannot be removed by a reload; restart instead")
+		}
+		so.PseudonymKeys, so.PseudonymVersion = map[int][]byte{1: g.ephemeral}, 1
+	}
+	resolver, err := subject.NewResolver(so)
+	if err != nil {
+		return proxy.Config{}, err
+	}
+	cfg := f.Proxy
+	cfg.Resolver, cfg.Limiter = resolver, g.backend
+	return cfg, nil
+}
+
+// reload applies the file again. An invalid file changes nothing; requests
+// in flight finish on the configuration they started with.
+func (g *gateway) reload() {
+	f, err := config.Load(g.path, os.LookupEnv)
+	var cfg proxy.Config
+	if err == nil {
+		cfg, err = g.proxyConfig(f)
+	}
+	if err == nil {
+		err = g.handler.Swap(cfg)
+		if err == nil {
+			if err = g.servers.SwapCertificates(certificateFiles(f)); err != nil {
+				g.handler.Swap(g.cfg) // compiled once already: it cannot fail
+			}
+		}
+	}
+	if err != nil {
+		g.reloads.WithLabelValues("error").Inc()
+		g.logger.Error("reload refused: the old configuration stays", "file", g.path, "error", err.Error())
+		return
+	}
+	if f.RestartNeeded(g.file) {
+		g.logger.Warn("listen addresses and the limiter backend change on restart only")
+	}
+	g.level.Set(f.Log.Level)
+	g.file, g.cfg = f, cfg
+	g.reloads.WithLabelValues("ok").Inc()
+	g.logger.Info("configuration reloaded", "routes", len(f.Proxy.Routes), "policies", len(f.Policies))
+}
+
+func certificateFiles(f *config.File) []edge.CertificateFiles {
+	if f.Listen.TLS == nil {
+		return nil
+	}
+	return f.Listen.TLS.Certificates
+}
+
+// shutdown stops accepting and lets requests in flight finish within the
+// shutdown timeout; past it, connections are closed.
+func (g *gateway) shutdown() int {
+	code := 0
+	if err := g.servers.Shutdown(); err != nil {
+		g.logger.Warn("drain timed out; connections were closed", "error", err.Error())
+		code = 1
+	}
+	g.backend.Close()
+	g.logger.Info("gateway stopped")
+	return code
+}
