@@ -29,7 +29,7 @@ import (
 // ended; handshakes under way are cut short.
 func newFramingListener(l net.Listener, cfg *tls.Config, handshakeTimeout time.Duration) net.Listener {
 	closing, shut := context.WithCancel(context.Background())
-	fl := &framingListener{Listener: l, cfg: cfg, timeout: handshakeTimeout, conns: make(chan net.Conn), closing: closing, shut: shut}
+	fl := &framingListener{Listener: l, cfg: cfg, timeout: handshakeTimeout, accepted: make(chan acceptResult), closing: closing, shut: shut}
 	fl.wg.Add(1)
 	go fl.acceptLoop()
 	return fl
@@ -37,9 +37,9 @@ func newFramingListener(l net.Listener, cfg *tls.Config, handshakeTimeout time.D
 
 type framingListener struct {
 	net.Listener
-	cfg     *tls.Config
-	timeout time.Duration
-	conns   chan net.Conn
+	cfg      *tls.Config
+	timeout  time.Duration
+	accepted chan acceptResult
 	// closing is done once the listener is closed: deliveries give up and
 	// handshakes under way are interrupted.
 	closing context.Context
@@ -52,10 +52,26 @@ type framingListener struct {
 	err       error // why the inner listener stopped, when it did first
 }
 
+// acceptResult is a connection ready for the server, or an accept error
+// the server retries.
+type acceptResult struct {
+	c   net.Conn
+	err error
+}
+
 func (l *framingListener) acceptLoop() {
 	defer l.wg.Done()
 	for {
 		c, err := l.Listener.Accept()
+		//lint:ignore SA1019 Temporary is what http.Server.Serve retries on, after a pause and a log line.
+		if ne, ok := err.(net.Error); ok && ne.Temporary() {
+			// Out of file descriptors, say: the server backs off before
+			// its next Accept, and this loop waits for that Accept rather
+			// than dying, which would leave the server retrying forever on
+			// a listener that no longer accepts.
+			l.hand(acceptResult{err: err})
+			continue
+		}
 		if err != nil {
 			l.mu.Lock()
 			l.err = err
@@ -98,17 +114,25 @@ func (l *framingListener) handshake(c net.Conn) {
 }
 
 func (l *framingListener) deliver(c net.Conn) {
-	select {
-	case l.conns <- c:
-	case <-l.closing.Done():
+	if !l.hand(acceptResult{c: c}) {
 		c.Close()
+	}
+}
+
+// hand passes r to the next Accept; false if the listener closed first.
+func (l *framingListener) hand(r acceptResult) bool {
+	select {
+	case l.accepted <- r:
+		return true
+	case <-l.closing.Done():
+		return false
 	}
 }
 
 func (l *framingListener) Accept() (net.Conn, error) {
 	select {
-	case c := <-l.conns:
-		return c, nil
+	case r := <-l.accepted:
+		return r.c, r.err
 	case <-l.closing.Done():
 		l.mu.Lock()
 		defer l.mu.Unlock()

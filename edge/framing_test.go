@@ -2,6 +2,13 @@ package edge
 
 import (
 	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"os"
+	"sync/atomic"
+	"syscall"
 	"testing"
 )
 
@@ -58,4 +65,40 @@ func FuzzScanner(f *testing.F) {
 			t.Fatalf("whole %v, in pieces of %d %v", whole, size, pieces)
 		}
 	})
+}
+
+// failOnce fails its first Accept the way a process out of file
+// descriptors does.
+type failOnce struct {
+	net.Listener
+	failed atomic.Bool
+}
+
+func (l *failOnce) Accept() (net.Conn, error) {
+	if l.failed.CompareAndSwap(false, true) {
+		return nil, &net.OpError{Op: "accept", Net: "tcp", Err: os.NewSyscallError("accept4", syscall.EMFILE)}
+	}
+	return l.Listener.Accept()
+}
+
+func TestFramingListenerOutlivesATemporaryAcceptError(t *testing.T) {
+	inner, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	flaky := &failOnce{Listener: inner}
+	srv := &http.Server{
+		Handler:  http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }),
+		ErrorLog: log.New(io.Discard, "", 0),
+	}
+	go srv.Serve(newFramingListener(flaky, nil, 0))
+	t.Cleanup(func() { srv.Close() })
+	res, err := http.Get("http://" + inner.Addr().String() + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusOK || !flaky.failed.Load() {
+		t.Fatalf("status %d, accept failed first: %v", res.StatusCode, flaky.failed.Load())
+	}
 }

@@ -20,7 +20,7 @@ type Options struct {
 	Admin string
 
 	// ShutdownTimeout is how long Shutdown lets requests in flight finish.
-	// Default 15s; negative: no drain, connections are closed at once.
+	// Default 15s.
 	ShutdownTimeout time.Duration
 	// ReadHeaderTimeout bounds reading a request's headers, and on HTTPS
 	// the TLS handshake too. Default 10s.
@@ -28,7 +28,7 @@ type Options struct {
 	IdleTimeout       time.Duration // keep-alive connections idle this long are closed; default 120s
 	MaxHeaderBytes    int           // default 64 KiB
 	// MaxConnections caps the open connections of each public listener; the
-	// next waits in the kernel's backlog. Default 10000; negative: no cap.
+	// next waits in the kernel's backlog. Default 10000.
 	MaxConnections int
 
 	// TLS is the tls block. nil: no HTTPS. HTTPS and TLS go together:
@@ -107,14 +107,19 @@ func (o Options) validate(public, admin http.Handler) error {
 	if o.Admin != "" && admin == nil {
 		problem("the admin listener needs a handler")
 	}
-	if o.ReadHeaderTimeout < 0 {
-		problem("negative read header timeout %s", o.ReadHeaderTimeout)
-	}
-	if o.IdleTimeout < 0 {
-		problem("negative idle timeout %s", o.IdleTimeout)
+	for _, d := range []struct {
+		name  string
+		value time.Duration
+	}{{"shutdown timeout", o.ShutdownTimeout}, {"read header timeout", o.ReadHeaderTimeout}, {"idle timeout", o.IdleTimeout}} {
+		if d.value < 0 {
+			problem("negative %s %s", d.name, d.value)
+		}
 	}
 	if o.MaxHeaderBytes < 0 {
 		problem("negative max header bytes %d", o.MaxHeaderBytes)
+	}
+	if o.MaxConnections < 0 {
+		problem("negative max connections %d", o.MaxConnections)
 	}
 	if t := o.TLS; t != nil {
 		if t.HSTSMaxAge < 0 {

@@ -175,13 +175,12 @@ func (s *Servers) Serve() <-chan error {
 		return s.errs
 	}
 	s.serving = true
-	maxConns := max(s.opts.MaxConnections, 0)
 	if s.secure != nil {
-		ln := newFramingListener(limitConnections(s.httpsLn, maxConns), s.tls.config(), s.opts.ReadHeaderTimeout)
+		ln := newFramingListener(limitConnections(s.httpsLn, s.opts.MaxConnections), s.tls.config(), s.opts.ReadHeaderTimeout)
 		s.serveOn(s.secure, ln)
 	}
 	if s.plain != nil {
-		s.serveOn(s.plain, newFramingListener(limitConnections(s.httpLn, maxConns), nil, 0))
+		s.serveOn(s.plain, newFramingListener(limitConnections(s.httpLn, s.opts.MaxConnections), nil, 0))
 	}
 	if s.admin != nil {
 		s.serveOn(s.admin, s.adminLn)
@@ -248,7 +247,7 @@ func (s *Servers) SwapCertificates(files []CertificateFiles) error {
 // when it returns, and every port is free.
 func (s *Servers) Shutdown() error {
 	s.markClosed()
-	ctx, cancel := context.WithTimeout(context.Background(), max(s.opts.ShutdownTimeout, 0))
+	ctx, cancel := context.WithTimeout(context.Background(), s.opts.ShutdownTimeout)
 	defer cancel()
 	var (
 		wg   sync.WaitGroup

@@ -193,6 +193,9 @@ func TestListenRefusesAndLeavesNothingBound(t *testing.T) {
 		{name: "public listeners without a handler", noPublic: true, opts: func(h, s string) edge.Options {
 			return edge.Options{HTTP: h}
 		}},
+		{name: "a negative shutdown timeout and connection cap", opts: func(h, s string) edge.Options {
+			return edge.Options{HTTP: h, ShutdownTimeout: -time.Second, MaxConnections: -1}
+		}},
 		{name: "an admin listener without a handler", opts: func(h, s string) edge.Options {
 			return edge.Options{HTTP: h, Admin: freeAddr(t)}
 		}},
@@ -492,22 +495,29 @@ func TestShutdown(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer ca.Close()
-		contacted := make(chan net.Conn, 8)
+		contacted := make(chan struct{})
 		go func() {
+			var held []net.Conn
+			defer func() {
+				for _, c := range held {
+					c.Close()
+				}
+			}()
 			for {
 				c, err := ca.Accept()
 				if err != nil {
 					return
 				}
-				contacted <- c
+				if held = append(held, c); len(held) == 1 {
+					close(contacted)
+				}
 			}
 		}()
 		s, _ := serve(t, edge.Options{HTTP: "127.0.0.1:0", HTTPS: "127.0.0.1:0", TLS: &edge.TLSOptions{ACME: &edge.ACMEOptions{
 			Domains: []string{"localhost"}, Email: "ops@example.test", CA: "https://" + ca.Addr().String() + "/directory", Storage: t.TempDir(),
 		}}}, okHandler, nil)
 		select {
-		case c := <-contacted:
-			defer c.Close()
+		case <-contacted:
 		case <-time.After(30 * time.Second):
 			t.Fatal("the ACME work never contacted the CA")
 		}

@@ -66,8 +66,8 @@ const (
 
 // ACMEOptions configure certificates obtained from an ACME CA. The gateway
 // answers the challenges on its own listeners: HTTP-01 on the plain-HTTP
-// one, TLS-ALPN-01 on the HTTPS one; certmagic never opens listeners of its
-// own.
+// one, TLS-ALPN-01 on the HTTPS one. Listen fills in their bound ports, so
+// callers never name them.
 type ACMEOptions struct {
 	Domains []string
 	Email   string
