@@ -96,7 +96,7 @@ const (
 // SCRIPT LOAD, PING and HELLO they are all an ACL user needs:
 //
 //	ACL SETUSER gateway on >secret ~rl:* -@all +evalsha +script|load +ping +hello
-//	    +hmget +hget +hset +hdel +pttl +pexpire +time
+//	    +time +hmget +hset +pexpire +get +set +rpush +lpop +del
 
 // NewRedis connects, checks the topology and loads the scripts. It fails
 // rather than start a backend that would deny or fail every request.
@@ -224,7 +224,7 @@ var canaryPolicy = &Policy{Name: "canary", Algorithm: FixedWindow, Revision: 1, 
 
 func (r *Redis) canary(ctx context.Context, tag string) error {
 	key := r.prefix + "{canary:" + tag + "}"
-	_, err := r.evalsha(ctx, canaryPolicy, key, 1, "")
+	_, err := r.evalsha(ctx, canaryPolicy, []string{key}, 1)
 	if err != nil {
 		if _, moved := redis.IsMovedError(err); moved && r.mode != RedisCluster {
 			return fmt.Errorf("redis at %s is a Cluster node, but mode is %s: %w", key, r.mode, err)
@@ -263,25 +263,24 @@ func (r *Redis) Evaluate(ctx context.Context, req Request) Outcome {
 		return o
 	}
 	p := req.Policy
-	if strings.IndexByte(req.EvaluationID, ';') >= 0 {
-		return Incompatible{Reason: StateUnreadable, Err: errors.New("evaluation ID holds ';'")}
+	keys := []string{r.key(p, req.Subject)}
+	dedup := p.Dedup.Enabled && req.EvaluationID != ""
+	if dedup {
+		// The record and the list of remembered IDs share the state key's
+		// hash tag: one Cluster slot. See lua/prelude.lua.
+		keys = append(keys, keys[0]+":e:"+req.EvaluationID, keys[0]+":q")
 	}
-	evalID := ""
-	if p.Dedup.Enabled {
-		evalID = req.EvaluationID
-	}
-	key := r.key(p, req.Subject)
-	o := r.decide(ctx, p, key, req.Cost, evalID)
-	if _, ambiguous := o.(Indeterminate); ambiguous && evalID != "" && ctx.Err() == nil {
+	o := r.decide(ctx, p, keys, req.Cost)
+	if _, ambiguous := o.(Indeterminate); ambiguous && dedup && ctx.Err() == nil {
 		// The first call may have been charged; the same evaluation ID makes
 		// a repeat return that first result instead of charging again.
-		o = r.decide(ctx, p, key, req.Cost, evalID)
+		o = r.decide(ctx, p, keys, req.Cost)
 	}
 	return o
 }
 
-func (r *Redis) decide(ctx context.Context, p *Policy, key string, cost int64, evalID string) Outcome {
-	reply, err := r.evalsha(ctx, p, key, cost, evalID)
+func (r *Redis) decide(ctx context.Context, p *Policy, keys []string, cost int64) Outcome {
+	reply, err := r.evalsha(ctx, p, keys, cost)
 	if err != nil {
 		return r.classify(err)
 	}
@@ -291,10 +290,10 @@ func (r *Redis) decide(ctx context.Context, p *Policy, key string, cost int64, e
 // evalsha sends one EVALSHA; on NOSCRIPT it loads the scripts and sends once
 // more; on MOVED (Cluster) it refreshes the slot map and sends once more.
 // Both mean the script did not run.
-func (r *Redis) evalsha(ctx context.Context, p *Policy, key string, cost int64, evalID string) ([]any, error) {
+func (r *Redis) evalsha(ctx context.Context, p *Policy, keys []string, cost int64) ([]any, error) {
 	s := r.scripts[p.Algorithm]
-	args := r.args(p, cost, evalID)
-	keys := []string{key}
+	args := r.args(p, cost)
+	key := keys[0]
 	var err error
 	noscriptRetried, movedRetried := false, false
 	for {
@@ -352,7 +351,7 @@ func (r *Redis) nodeFor(ctx context.Context, key string) (*redis.Client, error) 
 	return r.client.(*redis.Client), nil
 }
 
-func (r *Redis) args(p *Policy, cost int64, evalID string) []any {
+func (r *Redis) args(p *Policy, cost int64) []any {
 	now := ""
 	if p.Clock == ClockGateway {
 		now = strconv.FormatInt(r.clock.Now().UnixMilli(), 10)
@@ -364,7 +363,7 @@ func (r *Redis) args(p *Policy, cost int64, evalID string) []any {
 	return []any{
 		now, cost, p.Quota(), period.Milliseconds(), refill,
 		p.CleanupGrace.Milliseconds(), p.MaxClockRegression.Milliseconds(),
-		evalID, p.Dedup.TTL.Milliseconds(), p.Dedup.MaxEntries, p.Dedup.MaxBytes,
+		p.Dedup.TTL.Milliseconds(), p.Dedup.MaxEntries, p.Dedup.MaxBytes,
 	}
 }
 

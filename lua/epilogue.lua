@@ -1,44 +1,51 @@
--- Shared tail: apply the decision, remember it under the evaluation ID,
--- keep the TTL long enough for both.
+-- Shared tail: one write of the state, the evaluation's record, one TTL.
 local allowed, remaining, reset, retry, n_start, n_count, n_prev, ttl = decide()
 
-local function extend_ttl(ms)
-  local current = redis.call('PTTL', key)
-  if current < ms then
-    redis.call('PEXPIRE', key, ms)
+local fields = {}
+local keep = 0
+if allowed == 1 then
+  fields = {'s', n_start, 'c', n_count, 'p', n_prev, 't', now}
+  keep = ttl
+end
+
+if record then
+  local dedup_ttl = tonumber(ARGV[8])
+  local max_entries = tonumber(ARGV[9])
+  local max_bytes = tonumber(ARGV[10])
+  local id = string.sub(record, #key + 4)
+  -- What a record costs Redis, roughly: its key, its value, its place in
+  -- the list and the bookkeeping of a key with a TTL.
+  local size = #record + #id + 128
+  if size <= max_bytes then
+    local expires = now + dedup_ttl
+    redis.call('SET', record, string.format('%d,%d,%d,%d,%d', expires, allowed, remaining, reset, retry), 'PX', dedup_ttl)
+    local entries = redis.call('RPUSH', queue, id)
+    local bytes = size
+    if entries > 1 then
+      bytes = tonumber(raw[5] or '0') + size
+    end
+    -- Oldest first out, until both bounds hold: a retry follows its first
+    -- try closely, so the newest records are the ones worth keeping.
+    while entries > max_entries or bytes > max_bytes do
+      local old = redis.call('LPOP', queue)
+      redis.call('DEL', key .. ':e:' .. old)
+      bytes = bytes - (#key + 3 + 2 * #old + 128)
+      entries = entries - 1
+    end
+    redis.call('PEXPIRE', queue, dedup_ttl)
+    fields[#fields + 1] = 'eb'
+    fields[#fields + 1] = bytes
+    keep = math.max(keep, dedup_ttl + grace)
   end
 end
 
-if allowed == 1 then
-  redis.call('HSET', key, 's', n_start, 'c', n_count, 'p', n_prev, 't', now)
-  extend_ttl(ttl)
-end
-
-if eval_id ~= '' then
-  local size = #eval_id + DEDUP_OVERHEAD
-  if size <= dedup_max_bytes then
-    local held = redis.call('HMGET', key, 'dq', 'db', 'dn')
-    local queue = held[1] or ''
-    local bytes = tonumber(held[2] or '0')
-    local entries = tonumber(held[3] or '0')
-    -- Every record of a key lives for the same TTL, so insertion order is
-    -- expiry order: drop from the front while expired or over a bound.
-    while queue ~= '' do
-      local expires, id, rest = string.match(queue, '^(%d+):([^;]*);(.*)$')
-      if tonumber(expires) > now and entries < dedup_max_entries and bytes + size <= dedup_max_bytes then
-        break
-      end
-      redis.call('HDEL', key, 'd:' .. id)
-      bytes = bytes - (#id + DEDUP_OVERHEAD)
-      entries = entries - 1
-      queue = rest
-    end
-    local expires = now + dedup_ttl
-    redis.call('HSET', key, 'd:' .. eval_id,
-      string.format('%d,%d,%d,%d,%d', expires, allowed, remaining, reset, retry),
-      'dq', queue .. string.format('%d', expires) .. ':' .. eval_id .. ';',
-      'db', bytes + size, 'dn', entries + 1)
-    extend_ttl(dedup_ttl + grace)
+if #fields > 0 then
+  redis.call('HSET', key, unpack(fields))
+  if exists then
+    redis.call('PEXPIRE', key, keep, 'GT')
+  else
+    -- A new key has no TTL, and GT takes that for an endless one.
+    redis.call('PEXPIRE', key, keep)
   end
 end
 
