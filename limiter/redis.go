@@ -44,6 +44,10 @@ type RedisOptions struct {
 	KeyPrefix string
 	// Clock is read for policies whose Clock is ClockGateway.
 	Clock Clock
+	// DenialCacheEntries bounds the certain denials remembered in this
+	// instance and answered without Redis until they can end (SPEC 6.1).
+	// Default 32768; negative turns the cache off.
+	DenialCacheEntries int
 	// Registerer receives the backend's metrics; nil registers none.
 	Registerer prometheus.Registerer
 }
@@ -64,6 +68,7 @@ type Redis struct {
 	prefix  string
 	clock   Clock
 	scripts map[Algorithm]*script
+	denials *denials // nil: off
 
 	loadMu  sync.Mutex
 	loadGen uint64 // bumped by every successful load of all scripts
@@ -79,6 +84,7 @@ type script struct {
 
 type redisMetrics struct {
 	latency *prometheus.HistogramVec
+	cached  prometheus.Counter
 	reloads prometheus.Counter
 	errors  *prometheus.CounterVec
 }
@@ -117,6 +123,12 @@ func NewRedis(ctx context.Context, opts RedisOptions) (*Redis, error) {
 		return nil, errors.New("redis: tls_ca_file needs tls")
 	}
 	r := &Redis{mode: opts.Mode, prefix: opts.KeyPrefix, clock: opts.Clock, scripts: map[Algorithm]*script{}}
+	switch {
+	case opts.DenialCacheEntries == 0:
+		r.denials = newDenials(defaultDenialEntries)
+	case opts.DenialCacheEntries > 0:
+		r.denials = newDenials(opts.DenialCacheEntries)
+	}
 	for alg, src := range map[Algorithm]string{FixedWindow: lua.FixedWindow, SlidingCounter: lua.SlidingCounter, TokenBucket: lua.TokenBucket} {
 		r.scripts[alg] = &script{name: alg.String(), src: src, sha: redis.NewScript(src).Hash()}
 	}
@@ -161,6 +173,10 @@ func (r *Redis) registerMetrics(reg prometheus.Registerer) {
 			Help:    "EVALSHA round trips, by result.",
 			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, .75},
 		}, []string{"result"}),
+		cached: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "gateway_limiter_cached_denials_total",
+			Help: "Denials answered from this instance's memory of a certain denial, without a Redis call.",
+		}),
 		reloads: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "gateway_redis_noscript_reloads_total",
 			Help: "Times the scripts were loaded again after NOSCRIPT.",
@@ -171,7 +187,7 @@ func (r *Redis) registerMetrics(reg prometheus.Registerer) {
 		}, []string{"cause"}),
 	}
 	if reg != nil {
-		reg.MustRegister(r.m.latency, r.m.reloads, r.m.errors)
+		reg.MustRegister(r.m.latency, r.m.cached, r.m.reloads, r.m.errors)
 	}
 }
 
@@ -263,6 +279,14 @@ func (r *Redis) Evaluate(ctx context.Context, req Request) Outcome {
 		return o
 	}
 	p := req.Policy
+	dk := denialKey{policy: p, subject: req.Subject, cost: req.Cost}
+	sent := r.now(p)
+	if r.denials != nil {
+		if d, ok := r.denials.get(dk, sent); ok {
+			r.m.cached.Inc()
+			return Evaluated{d}
+		}
+	}
 	keys := []string{r.key(p, req.Subject)}
 	dedup := p.Dedup.Enabled && req.EvaluationID != ""
 	if dedup {
@@ -276,7 +300,20 @@ func (r *Redis) Evaluate(ctx context.Context, req Request) Outcome {
 		// a repeat return that first result instead of charging again.
 		o = r.decide(ctx, p, keys, req.Cost)
 	}
+	if e, ok := o.(Evaluated); ok && r.denials != nil {
+		r.denials.put(dk, e.Decision, sent)
+	}
 	return o
+}
+
+// now is the clock the policy's decisions are placed by, as far as this
+// instance can read it: the injected clock for ClockGateway, and for
+// ClockBackend the local one, which runs at Redis's rate.
+func (r *Redis) now(p *Policy) time.Time {
+	if p.Clock == ClockGateway {
+		return r.clock.Now()
+	}
+	return time.Now()
 }
 
 func (r *Redis) decide(ctx context.Context, p *Policy, keys []string, cost int64) Outcome {
