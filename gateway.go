@@ -35,7 +35,6 @@ type gateway struct {
 	// lives as long as the process so a reload keeps every budget.
 	ephemeral []byte
 	file      *config.File
-	cfg       proxy.Config // in force, to go back to when a reload fails half-way
 }
 
 // start builds every part from f, binds the listeners and serves.
@@ -55,10 +54,11 @@ func (g *gateway) start(f *config.File) error {
 		rand.Read(g.ephemeral)
 		g.logger.Warn("no pseudonym block: pseudonyms use a random key that lives as long as this process")
 	}
-	if g.cfg, err = g.proxyConfig(f); err != nil {
+	cfg, err := g.proxyConfig(f)
+	if err != nil {
 		return err
 	}
-	if g.handler, err = proxy.NewHandler(proxy.Options{Logger: g.logger, AccessLog: f.Log.Access, Metrics: g.metrics}, g.cfg); err != nil {
+	if g.handler, err = proxy.NewHandler(proxy.Options{Logger: g.logger, AccessLog: f.Log.Access, Metrics: g.metrics}, cfg); err != nil {
 		return err
 	}
 	eo := f.Listen
@@ -98,12 +98,16 @@ func (g *gateway) reload() {
 	if err == nil {
 		cfg, err = g.proxyConfig(f)
 	}
+	// Certificates first: reading them is what a sound file can still fail
+	// at, and until both swaps succeed nothing new may serve. A file without
+	// TLS keeps the running HTTPS listener's certificates (that listener
+	// goes on restart only).
+	if err == nil && f.Listen.TLS != nil {
+		err = g.servers.SwapCertificates(f.Listen.TLS.Certificates)
+	}
 	if err == nil {
-		err = g.handler.Swap(cfg)
-		if err == nil {
-			if err = g.servers.SwapCertificates(certificateFiles(f)); err != nil {
-				g.handler.Swap(g.cfg) // compiled once already: it cannot fail
-			}
+		if err = g.handler.Swap(cfg); err != nil && f.Listen.TLS != nil && g.file.Listen.TLS != nil {
+			g.servers.SwapCertificates(g.file.Listen.TLS.Certificates)
 		}
 	}
 	if err != nil {
@@ -115,16 +119,9 @@ func (g *gateway) reload() {
 		g.logger.Warn("listen addresses and the limiter backend change on restart only")
 	}
 	g.level.Set(f.Log.Level)
-	g.file, g.cfg = f, cfg
+	g.file = f
 	g.reloads.WithLabelValues("ok").Inc()
 	g.logger.Info("configuration reloaded", "routes", len(f.Proxy.Routes), "policies", len(f.Policies))
-}
-
-func certificateFiles(f *config.File) []edge.CertificateFiles {
-	if f.Listen.TLS == nil {
-		return nil
-	}
-	return f.Listen.TLS.Certificates
 }
 
 // shutdown stops accepting and lets requests in flight finish within the

@@ -325,7 +325,12 @@ route "orders.read" {
   upstream = %q
   policy   = "per-client"
 }
-`, s.Addr, up.URL)), 0o644)
+route "stock.read" {
+  path     = "/stock"
+  upstream = %q
+  policy   = "per-client"
+}
+`, s.Addr, up.URL, up.URL)), 0o644)
 	r := startFile(t, path)
 	if got := statusesOf(t, r, 3); got != "200 200 429" {
 		t.Fatalf("statuses %s", got)
@@ -337,8 +342,13 @@ route "orders.read" {
 	if code, _ := r.admin(t, "/readyz"); code != 503 {
 		t.Fatalf("/readyz with Redis down: %d", code)
 	}
-	if got := statusesOf(t, r, 1); got != "503" {
-		t.Fatalf("with Redis down: %s", got)
+	// A denial the instance remembers stands without Redis; a subject it
+	// knows nothing of cannot be decided.
+	if got := statusesOf(t, r, 1); got != "429" {
+		t.Fatalf("the denied subject with Redis down: %s", got)
+	}
+	if res := r.get(t, "/stock"); res.StatusCode != 503 || res.Header.Get("Retry-After") == "" {
+		t.Fatalf("a new subject with Redis down: %d, Retry-After %q", res.StatusCode, res.Header.Get("Retry-After"))
 	}
 	s.Restart()
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {

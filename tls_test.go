@@ -213,6 +213,31 @@ func TestTLSWithStaticCertificates(t *testing.T) {
 			t.Fatalf("a new handshake got serial %d, want the reloaded %d", got, newSerial)
 		}
 	})
+	t.Run("a reload without a tls block keeps serving the certificates in force", func(t *testing.T) {
+		src, _ := os.ReadFile(path)
+		defer os.WriteFile(path, src, 0o644)
+		plain := fmt.Sprintf(`
+listen {
+  http  = "127.0.0.1:0"
+  admin = "127.0.0.1:0"
+}
+route "orders" {
+  path     = "/orders"
+  upstream = %q
+}
+`, up.URL)
+		if err := os.WriteFile(path, []byte(plain), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		r.reload(t, "ok")
+		c, err := handshake(t, httpsAddr, "a.test", ca.pool, 0)
+		if err != nil {
+			t.Fatalf("HTTPS after the reload: %v", err)
+		}
+		c.Close()
+		os.WriteFile(path, src, 0o644)
+		r.reload(t, "ok")
+	})
 
 	t.Run("a client that never finishes its headers is cut off", func(t *testing.T) {
 		c, err := net.Dial("tcp", r.servers.HTTPAddr().String())

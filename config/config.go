@@ -114,7 +114,8 @@ func Parse(filename string, src []byte, env LookupEnv) (*File, hcl.Diagnostics) 
 	}
 	c := newChecker(filepath.Dir(filename), env)
 	var fb fileBlock
-	c.diags = append(c.diags, gohcl.DecodeBody(hf.Body, c.ctx, &fb)...)
+	c.nulls(hf.Body)
+	c.decoded(gohcl.DecodeBody(hf.Body, c.ctx, &fb))
 	f := c.file(&fb)
 	c.diags = sortDiagnostics(c.diags)
 	if c.diags.HasErrors() {
@@ -163,6 +164,10 @@ func (c *checker) file(fb *fileBlock) *File {
 	if fb.Listen != nil && f.Listen.HTTPS != "" && fb.TLS == nil {
 		c.errorf(fb.Listen.DefRange, "HTTPS without TLS", "listen.https needs a tls block with acme or certificate.")
 	}
+	if t := f.Listen.TLS; t != nil && t.ACME != nil && len(t.ACME.Challenges) > 0 &&
+		!slices.Contains(t.ACME.Challenges, edge.ChallengeTLSALPN01) && f.Listen.HTTP == "" {
+		c.errorf(fb.TLS.ACME.Challenges.Range(), "HTTP-01 without an HTTP listener", "acme.challenges allows only http-01, which needs listen.http.")
+	}
 	if fb.TLS != nil && f.Listen.HTTPS == "" {
 		c.errorf(fb.TLS.DefRange, "TLS without HTTPS", "A tls block needs listen.https.")
 	}
@@ -189,11 +194,19 @@ func (c *checker) listen(b *listenBlock) edge.Options {
 	if l.HTTP == "" && l.HTTPS == "" {
 		c.errorf(b.DefRange, "No public listener", "listen needs http, https or both.")
 	}
-	l.ShutdownTimeout = c.duration(b.ShutdownTimeout, b.ShutdownTimeoutRange, "shutdown_timeout", 0, time.Millisecond)
+	// The file's 0 means none, which edge spells negative (its zero is
+	// "the default").
+	l.ShutdownTimeout = c.duration(b.ShutdownTimeout, b.ShutdownTimeoutRange, "shutdown_timeout", 0, 0)
+	if b.ShutdownTimeout != nil && l.ShutdownTimeout == 0 {
+		l.ShutdownTimeout = -1
+	}
 	l.ReadHeaderTimeout = c.duration(b.ReadHeaderTimeout, b.ReadHeaderTimeoutRange, "read_header_timeout", 0, time.Millisecond)
 	l.IdleTimeout = c.duration(b.IdleTimeout, b.IdleTimeoutRange, "idle_timeout", 0, time.Millisecond)
 	l.MaxHeaderBytes = int(c.integer(b.MaxHeaderBytes, b.MaxHeaderBytesRange, "max_header_bytes", 0, 1024))
-	l.MaxConnections = int(c.integer(b.MaxConnections, b.MaxConnectionsRange, "max_connections", 0, 1))
+	l.MaxConnections = int(c.integer(b.MaxConnections, b.MaxConnectionsRange, "max_connections", 0, 0))
+	if b.MaxConnections != nil && l.MaxConnections == 0 {
+		l.MaxConnections = -1
+	}
 	return l
 }
 

@@ -25,6 +25,9 @@ type checker struct {
 	ctx   *hcl.EvalContext
 	diags hcl.Diagnostics
 	dir   string // the configuration file's folder, for relative paths
+	// failed are the expressions gohcl could not decode, already reported:
+	// what it left in their fields is not checked again.
+	failed []hcl.Range
 }
 
 func newChecker(dir string, env LookupEnv) *checker {
@@ -101,9 +104,52 @@ func or[T any](p *T, def T) T {
 	return *p
 }
 
+// decoded records what gohcl reported, so that the check pass neither
+// checks a value it failed to decode nor reports that failure twice.
+func (c *checker) decoded(diags hcl.Diagnostics) {
+	for _, d := range diags {
+		if d.Severity != hcl.DiagError {
+			continue
+		}
+		if d.Context != nil {
+			c.failed = append(c.failed, *d.Context)
+		} else if d.Subject != nil {
+			c.failed = append(c.failed, *d.Subject)
+		}
+	}
+	c.diags = append(c.diags, diags...)
+}
+
+func (c *checker) decodeFailed(rng hcl.Range) bool {
+	for _, f := range c.failed {
+		if f.Overlaps(rng) {
+			return true
+		}
+	}
+	return false
+}
+
+// nulls reports every attribute of body, at any depth, whose value is
+// null: gohcl would take it for an absent attribute, and a required one
+// would pass unnoticed.
+func (c *checker) nulls(body hcl.Body) {
+	b, ok := body.(*hclsyntax.Body)
+	if !ok {
+		return
+	}
+	for _, a := range b.Attributes {
+		if v, diags := a.Expr.Value(c.ctx); !diags.HasErrors() && v.IsNull() {
+			c.errorf(a.Expr.Range(), "Missing value", "%s must not be null.", a.Name)
+		}
+	}
+	for _, blk := range b.Blocks {
+		c.nulls(blk.Body)
+	}
+}
+
 // integer is *p, at least min; def when absent.
 func (c *checker) integer(p *int64, rng hcl.Range, name string, def, min int64) int64 {
-	if p == nil {
+	if p == nil || c.decodeFailed(rng) {
 		return def
 	}
 	if *p < min {
@@ -116,7 +162,7 @@ func (c *checker) integer(p *int64, rng hcl.Range, name string, def, min int64) 
 // duration parses a Go duration string ("750ms", "1m") no shorter than min;
 // def when absent.
 func (c *checker) duration(p *string, rng hcl.Range, name string, def, min time.Duration) time.Duration {
-	if p == nil {
+	if p == nil || c.decodeFailed(rng) {
 		return def
 	}
 	d, err := time.ParseDuration(*p)
@@ -205,12 +251,12 @@ func (c *checker) secret(expr hcl.Expression, name string) (string, bool) {
 
 // sortDiagnostics orders diagnostics as they stand in the file, so that
 // problems found while decoding and while checking read top to bottom. A
-// gohcl "Unsuitable value type" that only repeats an error already reported
-// inside the same expression (an env() that failed) is dropped.
+// gohcl "Unsuitable value type" that only repeats an error reported just
+// before it inside the same expression (an env() that failed) is dropped.
 func sortDiagnostics(diags hcl.Diagnostics) hcl.Diagnostics {
 	out := diags[:0:0]
-	for _, d := range diags {
-		if d.Summary == "Unsuitable value type" && d.Context != nil && reportedWithin(diags, d) {
+	for i, d := range diags {
+		if d.Summary == "Unsuitable value type" && d.Context != nil && reportedWithin(diags[:i], d) {
 			continue
 		}
 		out = append(out, d)
@@ -234,7 +280,7 @@ func sortDiagnostics(diags hcl.Diagnostics) hcl.Diagnostics {
 
 func reportedWithin(diags hcl.Diagnostics, d *hcl.Diagnostic) bool {
 	for _, o := range diags {
-		if o != d && o.Severity == hcl.DiagError && o.Subject != nil && d.Context.Overlaps(*o.Subject) {
+		if o.Severity == hcl.DiagError && o.Subject != nil && d.Context.Overlaps(*o.Subject) {
 			return true
 		}
 	}

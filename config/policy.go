@@ -96,6 +96,12 @@ func (c *checker) policy(b *policyBlock) *limiter.Policy {
 	if c.diags[before:].HasErrors() {
 		return nil
 	}
+	for _, rng := range []hcl.Range{b.LimitRange, b.WindowRange, b.CapacityRange, b.RefillTokensRange, b.RefillPeriodRange,
+		b.RevisionRange, b.MaxCostRange, b.CleanupGraceRange, b.MaxClockRegressionRange, b.ClockRange} {
+		if c.decodeFailed(rng) {
+			return nil // reported by gohcl; the rest would only follow from it
+		}
+	}
 	if b.MaxCost != nil && p.MaxCost > p.Quota() {
 		c.errorf(b.MaxCostRange, "max_cost above the quota", "max_cost is %d but the policy admits only %d at once.", p.MaxCost, p.Quota())
 	}

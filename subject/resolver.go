@@ -54,6 +54,7 @@ type Options struct {
 	// PrincipalHeader carries an identity asserted by a trusted proxy.
 	PrincipalHeader string
 	// APIKeyHeader carries an API key; only keys in KnownKeys count.
+	// Default X-API-Key.
 	APIKeyHeader string
 	KnownKeys    map[KeyHash]struct{}
 	// IPv6Prefix groups IPv6 clients into one subject per prefix. Default 64.
@@ -100,6 +101,9 @@ func NewResolver(opts Options) (*Resolver, error) {
 	}
 	if opts.ForwardedHeader == "" {
 		opts.ForwardedHeader = "X-Forwarded-For"
+	}
+	if opts.APIKeyHeader == "" {
+		opts.APIKeyHeader = "X-API-Key"
 	}
 	if opts.IPv6Prefix == 0 {
 		opts.IPv6Prefix = 64

@@ -157,3 +157,18 @@ func BenchmarkResolveClientIP(b *testing.B) {
 		r.Resolve(req, all, "orders.read")
 	}
 }
+
+func TestAnAPIKeyIsReadFromXAPIKeyUnlessConfiguredOtherwise(t *testing.T) {
+	r, err := subject.NewResolver(subject.Options{
+		KnownKeys:        map[subject.KeyHash]struct{}{sha256.Sum256([]byte("known-key-1")): {}},
+		PseudonymKeys:    map[int][]byte{1: []byte(fakeSecret)},
+		PseudonymVersion: 1,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := r.Resolve(request("192.0.2.1:5000", "X-API-Key", "known-key-1"), []subject.Kind{subject.APIKey}, "op")
+	if err != nil || s.Kind != subject.APIKey {
+		t.Fatalf("subject %+v, %v", s, err)
+	}
+}
