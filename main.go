@@ -107,7 +107,8 @@ func configFlag(name string, args []string, stderr io.Writer) (string, bool) {
 
 func serve(path string, stderr io.Writer, started chan<- *gateway) int {
 	level := new(slog.LevelVar)
-	logger := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
+	logger, closeLog := newLogger(stderr, level)
+	defer closeLog()
 	f, err := config.Load(path, os.LookupEnv)
 	if err != nil {
 		logger.Error("invalid configuration", "file", path, "diagnostics", err.Error())

@@ -121,12 +121,16 @@ type Decision struct {
 }
 
 // Request is one question to the limiter. Subject is a pseudonym, never a
-// raw identity. The deadline travels in the context.
+// raw identity.
 type Request struct {
 	Policy       *Policy
 	Subject      string
 	Cost         int64
 	EvaluationID string
+	// Deadline bounds the evaluation, as the context's deadline does; the
+	// earlier of the two applies. It is a field so that a backend that never
+	// blocks (memory) costs the caller no timer and no derived context.
+	Deadline time.Time
 }
 
 // DefaultDeadline is how long the gateway lets one evaluation take.
@@ -146,6 +150,9 @@ func admit(ctx context.Context, req Request) Outcome {
 		return Unavailable{Category: AdmissionRejected, Err: err}
 	}
 	if d, ok := ctx.Deadline(); ok && time.Until(d) <= 0 {
+		return Unavailable{Category: AdmissionRejected, Err: context.DeadlineExceeded}
+	}
+	if !req.Deadline.IsZero() && time.Until(req.Deadline) <= 0 {
 		return Unavailable{Category: AdmissionRejected, Err: context.DeadlineExceeded}
 	}
 	return nil

@@ -278,6 +278,11 @@ func (r *Redis) Evaluate(ctx context.Context, req Request) Outcome {
 	if o := admit(ctx, req); o != nil {
 		return o
 	}
+	if !req.Deadline.IsZero() {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, req.Deadline)
+		defer cancel()
+	}
 	p := req.Policy
 	dk := denialKey{policy: p, subject: req.Subject, cost: req.Cost}
 	sent := r.now(p)

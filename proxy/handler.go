@@ -13,8 +13,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/felixge/httpsnoop"
-
 	"github.com/edgegate/gateway/limiter"
 	"github.com/edgegate/gateway/subject"
 )
@@ -173,9 +171,13 @@ type exchange struct {
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	c := h.current.Load()
 	var x exchange
-	m := httpsnoop.CaptureMetricsFn(w, func(w http.ResponseWriter) { h.serve(w, r, c, &x) })
+	start := time.Now()
+	cw := captures.Get().(*capture)
+	h.serve(cw.wrap(w), r, c, &x)
+	code, written := cw.code, cw.written
+	cw.done()
 	if h.opts.Metrics != nil {
-		h.opts.Metrics.observeRequest(x.route, x.outcome, m.Code)
+		h.opts.Metrics.observeRequest(x.route, x.outcome, code)
 	}
 	if h.opts.AccessLog {
 		h.opts.Logger.LogAttrs(r.Context(), slog.LevelInfo, "request",
@@ -184,9 +186,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			slog.String("subject_kind", x.subjectKind.String()),
 			slog.String("pseudonym", x.pseudonym),
 			slog.String("outcome", x.outcome),
-			slog.Int("status", m.Code),
-			slog.Int64("bytes", m.Written),
-			slog.Duration("duration", m.Duration),
+			slog.Int("status", code),
+			slog.Int64("bytes", written),
+			slog.Duration("duration", time.Since(start)),
 			slog.Duration("upstream_duration", x.upstream),
 		)
 	}
@@ -260,15 +262,14 @@ func (h *Handler) limit(w http.ResponseWriter, r *http.Request, c *compiled, rt 
 	}
 	x.subjectKind, x.pseudonym = s.Kind, s.Pseudonym
 
-	ctx, cancel := context.WithTimeout(r.Context(), c.deadline)
 	start := time.Now()
-	o := c.limiter.Evaluate(ctx, limiter.Request{
+	o := c.limiter.Evaluate(r.Context(), limiter.Request{
 		Policy:       rt.Policy,
 		Subject:      s.Pseudonym,
 		Cost:         rt.Cost,
 		EvaluationID: h.evalIDs.next(),
+		Deadline:     start.Add(c.deadline),
 	})
-	cancel()
 	took := time.Since(start)
 
 	x.outcome = outcomeName(o)

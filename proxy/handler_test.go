@@ -602,6 +602,10 @@ func TestAccessLogHoldsNoRawIdentity(t *testing.T) {
 		if rec["route"] != "orders.read" || !strings.HasPrefix(fmt.Sprint(rec["pseudonym"]), "v1:") || rec["status"] != float64(200) || rec["outcome"] != "allowed" {
 			t.Errorf("record %v", rec)
 		}
+		// The upstream answers "hello from /".
+		if rec["bytes"] != float64(len("hello from /")) {
+			t.Errorf("bytes %v, want %d", rec["bytes"], len("hello from /"))
+		}
 	}
 	if n != 4 {
 		t.Fatalf("%d access records, want 4", n)

@@ -26,6 +26,15 @@ type Pseudonymizer struct {
 	pool   sync.Pool
 }
 
+// signer is one HMAC with the buffers it writes into, lent by the pool so
+// that signing allocates only the pseudonym it returns.
+type signer struct {
+	mac hash.Hash
+	in  []byte
+	sum [sha256.Size]byte
+	out []byte
+}
+
 // NewPseudonymizer returns a Pseudonymizer that signs with keys[active].
 func NewPseudonymizer(keys map[int][]byte, active int) (*Pseudonymizer, error) {
 	if len(keys) == 0 {
@@ -45,25 +54,30 @@ func NewPseudonymizer(keys map[int][]byte, active int) (*Pseudonymizer, error) {
 	}
 	key = append([]byte(nil), key...)
 	p := &Pseudonymizer{prefix: "v" + strconv.Itoa(active) + ":"}
-	p.pool.New = func() any { return hmac.New(sha256.New, key) }
+	p.pool.New = func() any {
+		return &signer{mac: hmac.New(sha256.New, key), in: make([]byte, 0, 256), out: make([]byte, 0, 80)}
+	}
 	return p, nil
 }
 
 // Pseudonym signs one subject.
 func (p *Pseudonymizer) Pseudonym(kind Kind, identity, operationID string) string {
-	h := p.pool.Get().(hash.Hash)
-	h.Reset()
-	var frame [4]byte
+	s := p.pool.Get().(*signer)
+	in := s.in[:0]
 	for _, field := range [3]string{kind.String(), identity, operationID} {
-		binary.BigEndian.PutUint32(frame[:], uint32(len(field)))
-		h.Write(frame[:])
-		h.Write([]byte(field))
+		in = binary.BigEndian.AppendUint32(in, uint32(len(field)))
+		in = append(in, field...)
 	}
-	var sum [sha256.Size]byte
-	h.Sum(sum[:0])
-	p.pool.Put(h)
-	var out [8 + 2*sha256.Size]byte
-	b := append(out[:0], p.prefix...)
-	b = hex.AppendEncode(b, sum[:])
-	return string(b)
+	s.mac.Reset()
+	s.mac.Write(in)
+	s.mac.Sum(s.sum[:0])
+	out := append(s.out[:0], p.prefix...)
+	out = hex.AppendEncode(out, s.sum[:])
+	pseudonym := string(out)
+	if cap(in) <= 4<<10 { // a huge identity is not kept in the pool
+		s.in = in
+	}
+	s.out = out
+	p.pool.Put(s)
+	return pseudonym
 }

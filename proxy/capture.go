@@ -1,0 +1,99 @@
+package proxy
+
+import (
+	"io"
+	"net/http"
+	"sync"
+
+	"github.com/felixge/httpsnoop"
+)
+
+// capture records the status and body bytes of one response for the access
+// log and the metrics. httpsnoop keeps every optional interface of the
+// server's ResponseWriter (Flusher, Hijacker, ReaderFrom, Unwrap) on the
+// wrapper; the hooks it calls are built once per pooled capture, so that a
+// request pays only for httpsnoop's own wrapper.
+type capture struct {
+	code    int
+	written int64
+	final   bool // a final status or body bytes went out
+
+	hooks httpsnoop.Hooks
+
+	nextWriteHeader httpsnoop.WriteHeaderFunc
+	nextWrite       httpsnoop.WriteFunc
+	nextWriteString httpsnoop.WriteStringFunc
+	nextReadFrom    httpsnoop.ReadFromFunc
+
+	writeHeader httpsnoop.WriteHeaderFunc
+	write       httpsnoop.WriteFunc
+	writeString httpsnoop.WriteStringFunc
+	readFrom    httpsnoop.ReadFromFunc
+}
+
+var captures = sync.Pool{New: func() any { return newCapture() }}
+
+func newCapture() *capture {
+	c := &capture{}
+	c.writeHeader, c.write, c.writeString, c.readFrom = c.onWriteHeader, c.onWrite, c.onWriteString, c.onReadFrom
+	c.hooks = httpsnoop.Hooks{
+		WriteHeader: func(next httpsnoop.WriteHeaderFunc) httpsnoop.WriteHeaderFunc {
+			c.nextWriteHeader = next
+			return c.writeHeader
+		},
+		Write: func(next httpsnoop.WriteFunc) httpsnoop.WriteFunc {
+			c.nextWrite = next
+			return c.write
+		},
+		WriteString: func(next httpsnoop.WriteStringFunc) httpsnoop.WriteStringFunc {
+			c.nextWriteString = next
+			return c.writeString
+		},
+		ReadFrom: func(next httpsnoop.ReadFromFunc) httpsnoop.ReadFromFunc {
+			c.nextReadFrom = next
+			return c.readFrom
+		},
+	}
+	return c
+}
+
+// wrap starts a capture of w; release it with done once the response is
+// complete and its figures read.
+func (c *capture) wrap(w http.ResponseWriter) http.ResponseWriter {
+	c.code, c.written, c.final = http.StatusOK, 0, false
+	return httpsnoop.Wrap(w, c.hooks)
+}
+
+func (c *capture) done() {
+	c.nextWriteHeader, c.nextWrite, c.nextWriteString, c.nextReadFrom = nil, nil, nil, nil
+	captures.Put(c)
+}
+
+func (c *capture) onWriteHeader(code int) {
+	c.nextWriteHeader(code)
+	// 1xx responses are interim; the status logged is the final one.
+	if !c.final && (code < 100 || code > 199) {
+		c.code, c.final = code, true
+	}
+}
+
+func (c *capture) onWrite(p []byte) (int, error) {
+	n, err := c.nextWrite(p)
+	c.written += int64(n)
+	c.final = true
+	return n, err
+}
+
+func (c *capture) onWriteString(s string) (int, error) {
+	n, err := c.nextWriteString(s)
+	c.written += int64(n)
+	c.final = true
+	return n, err
+}
+
+func (c *capture) onReadFrom(src io.Reader) (int64, error) {
+	n, err := c.nextReadFrom(src)
+	c.written += n
+	c.final = true
+	return n, err
+}
