@@ -44,6 +44,10 @@ type RedisOptions struct {
 	KeyPrefix string
 	// Clock is read for policies whose Clock is ClockGateway.
 	Clock Clock
+	// DisableBatching sends every decision as its own EVALSHA. By default
+	// decisions that wait for the same node at the same moment share one
+	// write and one read (a pipeline); each is still its own script call.
+	DisableBatching bool
 	// DenialCacheEntries bounds the certain denials remembered in this
 	// instance and answered without Redis until they can end (SPEC 6.1).
 	// Default 32768; negative turns the cache off.
@@ -70,6 +74,11 @@ type Redis struct {
 	scripts map[Algorithm]*script
 	denials *denials // nil: off
 
+	batching  bool
+	batchMu   sync.Mutex
+	batchers  map[*redis.Client]*batcher
+	batchStop bool
+
 	loadMu  sync.Mutex
 	loadGen uint64 // bumped by every successful load of all scripts
 
@@ -84,6 +93,7 @@ type script struct {
 
 type redisMetrics struct {
 	latency *prometheus.HistogramVec
+	batch   prometheus.Histogram
 	cached  prometheus.Counter
 	reloads prometheus.Counter
 	errors  *prometheus.CounterVec
@@ -122,7 +132,8 @@ func NewRedis(ctx context.Context, opts RedisOptions) (*Redis, error) {
 	} else if opts.TLSCAFile != "" {
 		return nil, errors.New("redis: tls_ca_file needs tls")
 	}
-	r := &Redis{mode: opts.Mode, prefix: opts.KeyPrefix, clock: opts.Clock, scripts: map[Algorithm]*script{}}
+	r := &Redis{mode: opts.Mode, prefix: opts.KeyPrefix, clock: opts.Clock, scripts: map[Algorithm]*script{},
+		batching: !opts.DisableBatching, batchers: map[*redis.Client]*batcher{}}
 	switch {
 	case opts.DenialCacheEntries == 0:
 		r.denials = newDenials(defaultDenialEntries)
@@ -173,6 +184,11 @@ func (r *Redis) registerMetrics(reg prometheus.Registerer) {
 			Help:    "EVALSHA round trips, by result.",
 			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, .75},
 		}, []string{"result"}),
+		batch: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "gateway_redis_batch_size",
+			Help:    "Script calls sent to Redis in one write.",
+			Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128},
+		}),
 		cached: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "gateway_limiter_cached_denials_total",
 			Help: "Denials answered from this instance's memory of a certain denial, without a Redis call.",
@@ -187,12 +203,42 @@ func (r *Redis) registerMetrics(reg prometheus.Registerer) {
 		}, []string{"cause"}),
 	}
 	if reg != nil {
-		reg.MustRegister(r.m.latency, r.m.cached, r.m.reloads, r.m.errors)
+		reg.MustRegister(r.m.latency, r.m.batch, r.m.cached, r.m.reloads, r.m.errors)
 	}
 }
 
-// Close closes the client.
-func (r *Redis) Close() error { return r.client.Close() }
+// Close stops the batchers, then closes the client.
+func (r *Redis) Close() error {
+	r.batchMu.Lock()
+	r.batchStop = true
+	batchers := r.batchers
+	r.batchers = nil
+	r.batchMu.Unlock()
+	for _, b := range batchers {
+		b.close()
+	}
+	return r.client.Close()
+}
+
+// send runs one EVALSHA on node c, batched with others unless batching is
+// off.
+func (r *Redis) send(ctx context.Context, c *redis.Client, sha string, keys []string, args []any) (any, error) {
+	if !r.batching {
+		return c.EvalSha(ctx, sha, keys, args...).Result()
+	}
+	r.batchMu.Lock()
+	if r.batchStop {
+		r.batchMu.Unlock()
+		return nil, fmt.Errorf("%w: %w", errNotSent, redis.ErrClosed)
+	}
+	b := r.batchers[c]
+	if b == nil {
+		b = newBatcher(c, r.m.batch)
+		r.batchers[c] = b
+	}
+	r.batchMu.Unlock()
+	return b.evalSha(ctx, sha, keys, args)
+}
 
 // load registers every script, on every node in Cluster mode. A caller
 // that saw NOSCRIPT passes the generation it ran under: if another caller
@@ -347,7 +393,7 @@ func (r *Redis) evalsha(ctx context.Context, p *Policy, keys []string, cost int6
 		}
 		start := time.Now()
 		var v any
-		v, err = c.EvalSha(ctx, s.sha, keys, args...).Result()
+		v, err = r.send(ctx, c, s.sha, keys, args)
 		result := "ok"
 		if err != nil {
 			result = "error"
@@ -467,6 +513,8 @@ func classifyRedisError(err error) (string, Outcome) {
 		return "pool", Unavailable{Category: UnavailableBeforeSend, Err: err}
 	case errors.Is(err, redis.ErrClosed):
 		return "closed", Unavailable{Category: UnavailableBeforeSend, Err: err}
+	case errors.Is(err, errNotSent):
+		return "not_sent", Unavailable{Category: UnavailableBeforeSend, Err: err}
 	case errors.As(err, &opErr) && opErr.Op == "dial":
 		return "dial", Unavailable{Category: UnavailableBeforeSend, Err: err}
 	case errors.As(err, &rerr):

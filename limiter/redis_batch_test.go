@@ -1,0 +1,116 @@
+package limiter_test
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/edgegate/gateway/limiter"
+	"github.com/edgegate/gateway/limiter/limitertest"
+	"github.com/edgegate/gateway/limiter/redistest"
+)
+
+// Decisions that wait for the same node together share writes, and each is
+// still its own decision: exactly the limit is admitted.
+func TestConcurrentDecisionsShareWritesAndStayExact(t *testing.T) {
+	s := redistest.Start(t)
+	reg := prometheus.NewRegistry()
+	r := redistest.NewLimiter(t, limiter.RedisOptions{Addrs: []string{s.Addr}, Registerer: reg})
+	p := limitertest.FixedWindow(100, time.Minute)
+	p.Clock = limiter.ClockBackend
+	subject := limitertest.Subject()
+	const n = 400
+	writesBefore, callsBefore := batches(t, reg)
+	var allowed, denied atomic.Int64
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			o := r.Evaluate(context.Background(), limiter.Request{Policy: p, Subject: subject, Cost: 1,
+				EvaluationID: "e" + strconv.Itoa(i), Deadline: time.Now().Add(5 * time.Second)})
+			switch o := o.(type) {
+			case limiter.Evaluated:
+				if o.Allowed {
+					allowed.Add(1)
+				} else {
+					denied.Add(1)
+				}
+			default:
+				t.Errorf("outcome %#v", o)
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	if allowed.Load() != 100 || denied.Load() != n-100 {
+		t.Fatalf("%d allowed, %d denied; want 100 and %d", allowed.Load(), denied.Load(), n-100)
+	}
+	writes, calls := batches(t, reg)
+	writes, calls = writes-writesBefore, calls-callsBefore
+	// The remembered denials answer some requests without Redis.
+	if calls < 101 || calls > n {
+		t.Fatalf("%v calls sent, want between 101 and %d", calls, n)
+	}
+	if writes >= calls {
+		t.Fatalf("%v writes for %v calls: nothing was batched", writes, calls)
+	}
+}
+
+// batches reads how many writes the batchers made and how many calls they
+// carried.
+func batches(t *testing.T, reg *prometheus.Registry) (writes, calls float64) {
+	t.Helper()
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() == "gateway_redis_batch_size" {
+			h := f.GetMetric()[0].GetHistogram()
+			return float64(h.GetSampleCount()), h.GetSampleSum()
+		}
+	}
+	t.Fatal("no gateway_redis_batch_size metric")
+	return 0, 0
+}
+
+// A reply lost for a whole batch leaves each of its decisions ambiguous on
+// its own; each is retried under its own evaluation ID, and none is
+// charged twice.
+func TestALostBatchReplyChargesEachDecisionOnce(t *testing.T) {
+	s := redistest.Start(t)
+	proxy := redistest.StartProxy(t, s.Addr)
+	r := redistest.NewLimiter(t, limiter.RedisOptions{Addrs: []string{proxy.Addr}})
+	p := limitertest.FixedWindow(1000, time.Minute)
+	p.Clock = limiter.ClockBackend
+	subject := limitertest.Subject()
+	mustAllow(t, first(evaluate(r, p, subject, "warm")))
+	proxy.DropNextReply()
+	const n = 64
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			o, _ := evaluate(r, p, subject, "lost-"+strconv.Itoa(i))
+			if e, ok := o.(limiter.Evaluated); !ok || !e.Allowed {
+				t.Errorf("outcome %#v, want allowed after a retry", o)
+			}
+		}()
+	}
+	wg.Wait()
+	if proxy.Dropped() != 1 {
+		t.Fatal("no reply was dropped")
+	}
+	if c := s.Client(t).HGet(context.Background(), r.Key(p, subject), "c").Val(); c != strconv.Itoa(n+1) {
+		t.Fatalf("stored count %s, want %d: a decision was charged twice or not at all", c, n+1)
+	}
+}
