@@ -2,6 +2,7 @@ package limiter_test
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -138,6 +139,48 @@ func BenchmarkRedisParallel(b *testing.B) {
 			})
 			callsAfter, usecAfter := evalshaStats(b, s)
 			b.ReportMetric((usecAfter-usec)/(callsAfter-calls), "redis-µs/call")
+		})
+	}
+}
+
+// BenchmarkRedisMemoryPerSubject measures what one subject's keys cost
+// Redis (used_memory from INFO memory), for sizing maxmemory: the state
+// alone, and the state with the evaluation records de-duplication keeps
+// for its TTL.
+func BenchmarkRedisMemoryPerSubject(b *testing.B) {
+	for _, dedup := range []bool{false, true} {
+		name := "state"
+		if dedup {
+			name = "state+dedup-record"
+		}
+		b.Run(name, func(b *testing.B) {
+			s := redistest.Start(b)
+			r := redistest.NewLimiter(b, limiter.RedisOptions{Addrs: []string{s.Addr}, DenialCacheEntries: -1})
+			p := limitertest.FixedWindow(100, time.Minute)
+			p.Clock = limiter.ClockBackend
+			if !dedup {
+				p.Dedup = limiter.Dedup{}
+			}
+			used := func() float64 {
+				info := s.Client(b).Info(context.Background(), "memory").Val()
+				for line := range strings.SplitSeq(info, "\n") {
+					if v, ok := strings.CutPrefix(line, "used_memory:"); ok {
+						f, _ := strconv.ParseFloat(strings.TrimSpace(v), 64)
+						return f
+					}
+				}
+				return 0
+			}
+			before := used()
+			n := 0
+			ctx := context.Background()
+			for b.Loop() {
+				// A pseudonym as the gateway makes them: v1: and 64 hex digits.
+				subject := fmt.Sprintf("v1:%064x", n)
+				r.Evaluate(ctx, limiter.Request{Policy: p, Subject: subject, Cost: 1, EvaluationID: fmt.Sprintf("%024x-%x", 1, n)})
+				n++
+			}
+			b.ReportMetric((used()-before)/float64(n), "redis-bytes/subject")
 		})
 	}
 }
