@@ -6,6 +6,7 @@ import (
 	"errors"
 	"log/slog"
 	"os"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -35,6 +36,7 @@ type gateway struct {
 	// lives as long as the process so a reload keeps every budget.
 	ephemeral []byte
 	file      *config.File
+	draining  atomic.Bool
 }
 
 // start builds every part from f, binds the listeners and serves.
@@ -63,12 +65,22 @@ func (g *gateway) start(f *config.File) error {
 	}
 	eo := f.Listen
 	eo.Logger = g.logger
-	if g.servers, err = edge.Listen(eo, g.handler, proxy.AdminHandler(g.backend.Ready, g.registry)); err != nil {
+	if g.servers, err = edge.Listen(eo, g.handler, proxy.AdminHandler(g.ready, g.registry)); err != nil {
 		return err
 	}
 	g.serveErr = g.servers.Serve()
 	g.file = f
 	return nil
+}
+
+// ready is /readyz: not while draining, so that a load balancer stops
+// sending before the listeners close, and not while the limiter cannot
+// decide.
+func (g *gateway) ready(ctx context.Context) error {
+	if g.draining.Load() {
+		return errors.New("draining")
+	}
+	return g.backend.Ready(ctx)
 }
 
 // proxyConfig is the request path's configuration for f, on the backend
@@ -127,6 +139,7 @@ func (g *gateway) reload() {
 // shutdown stops accepting and lets requests in flight finish within the
 // shutdown timeout; past it, connections are closed.
 func (g *gateway) shutdown() int {
+	g.draining.Store(true)
 	code := 0
 	if err := g.servers.Shutdown(); err != nil {
 		g.logger.Warn("drain timed out; connections were closed", "error", err.Error())

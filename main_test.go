@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -364,6 +365,82 @@ route "stock.read" {
 	}
 }
 
+// A gateway started while its Redis is down serves what needs no decision,
+// answers limited routes 503 with Retry-After, is not ready, and decides
+// as soon as Redis is back, without a restart.
+func TestTheGatewayStartsBeforeRedis(t *testing.T) {
+	s := redistest.Start(t)
+	s.Kill()
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	defer up.Close()
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "hmac"), []byte("test-only-fake-hmac-secret-0123456789abcdef"), 0o600)
+	path := filepath.Join(dir, "gateway.hcl")
+	os.WriteFile(path, []byte(fmt.Sprintf(`
+listen {
+  http  = "127.0.0.1:0"
+  admin = "127.0.0.1:0"
+}
+limiter {
+  backend = "redis"
+  redis { addrs = [%q] }
+}
+pseudonym {
+  version = 1
+  key "1" { secret = file("hmac") }
+}
+policy "p" {
+  algorithm = "fixed-window"
+  limit     = 100
+  window    = "1m"
+}
+route "orders.read" {
+  path     = "/orders"
+  upstream = %q
+  policy   = "p"
+}
+route "health" {
+  path     = "/health"
+  upstream = %q
+}
+`, s.Addr, up.URL, up.URL)), 0o644)
+	r := startFile(t, path)
+	if res := r.get(t, "/orders"); res.StatusCode != 503 || res.Header.Get("Retry-After") == "" {
+		t.Fatalf("limited route with Redis down: %d, Retry-After %q", res.StatusCode, res.Header.Get("Retry-After"))
+	}
+	if res := r.get(t, "/health"); res.StatusCode != 200 {
+		t.Fatalf("unlimited route with Redis down: %d", res.StatusCode)
+	}
+	code, body := r.admin(t, "/readyz")
+	var ready struct {
+		Ready  bool   `json:"ready"`
+		Reason string `json:"reason"`
+	}
+	if err := json.Unmarshal([]byte(body), &ready); err != nil || code != 503 || ready.Ready || ready.Reason == "" {
+		t.Fatalf("/readyz %d %s", code, body)
+	}
+	s.Restart()
+	restarted := time.Now()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if r.get(t, "/orders").StatusCode == 200 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no decision 10s after Redis came back")
+		}
+	}
+	t.Logf("first decision %v after Redis came back", time.Since(restarted).Round(time.Millisecond))
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if code, _ := r.admin(t, "/readyz"); code == 200 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("/readyz not 200 10s after Redis came back")
+		}
+	}
+	t.Logf("ready %v after Redis came back", time.Since(restarted).Round(time.Millisecond))
+}
+
 // syscallStop stops a running gateway with a real SIGTERM and waits.
 func syscallStop(t *testing.T, r *running) {
 	t.Helper()
@@ -419,7 +496,8 @@ func TestRedisOverTLSThroughTheCLI(t *testing.T) {
 		path := filepath.Join(dir, "gateway.hcl")
 		os.WriteFile(path, []byte(fmt.Sprintf(`
 listen {
-  http = "127.0.0.1:0"
+  http  = "127.0.0.1:0"
+  admin = "127.0.0.1:0"
 }
 limiter {
   backend = "redis"
@@ -445,10 +523,15 @@ route "orders.read" {
 `, s.Addr, tlsLines, up.URL)), 0o644)
 		return path
 	}
-	t.Run("plain text to a TLS-only Redis does not start", func(t *testing.T) {
-		var logs lockedBuffer
-		if code := run([]string{"run", "-config", write("")}, nil, io.Discard, &logs, nil); code != 1 || !strings.Contains(logs.String(), "limiter backend redis") {
-			t.Fatalf("exit %d, want 1 with a Redis start-up error:\n%s", code, logs.String())
+	t.Run("plain text to a TLS-only Redis serves nothing limited and is not ready", func(t *testing.T) {
+		// The server hangs up on plain text: as far as the client can tell,
+		// Redis is not there, so the gateway starts and says so.
+		r := startFile(t, write(""))
+		if got := statusesOf(t, r, 1); got != "503" {
+			t.Fatalf("statuses %s", got)
+		}
+		if code, body := r.admin(t, "/readyz"); code != 503 || !strings.Contains(body, `"reason":"connecting to redis`) {
+			t.Fatalf("/readyz %d %s", code, body)
 		}
 	})
 	t.Run("tls with the server's CA decides", func(t *testing.T) {

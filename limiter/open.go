@@ -84,6 +84,9 @@ func Open(ctx context.Context, opts Options) (Backend, error) {
 		if ro.Registerer == nil {
 			ro.Registerer = opts.Registerer
 		}
+		if ro.Logger == nil {
+			ro.Logger = opts.Logger
+		}
 		r, err := NewRedis(ctx, ro)
 		if err != nil {
 			return nil, fmt.Errorf("limiter backend redis: %w", err)

@@ -6,10 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -44,6 +46,8 @@ type RedisOptions struct {
 	KeyPrefix string
 	// Clock is read for policies whose Clock is ClockGateway.
 	Clock Clock
+	// Logger receives the backend's state changes; nil discards them.
+	Logger *slog.Logger
 	// DisableBatching sends every decision as its own EVALSHA. By default
 	// decisions that wait for the same node at the same moment share one
 	// write and one read (a pipeline); each is still its own script call.
@@ -81,6 +85,14 @@ type Redis struct {
 
 	loadMu  sync.Mutex
 	loadGen uint64 // bumped by every successful load of all scripts
+
+	logger *slog.Logger
+	// connected turns true once the scripts were loaded and the topology
+	// checked; until then notReady holds the last reason, and connect runs.
+	connected   atomic.Bool
+	notReady    atomic.Pointer[error]
+	stopConnect chan struct{}
+	connectDone chan struct{}
 
 	m redisMetrics
 }
@@ -132,8 +144,11 @@ func NewRedis(ctx context.Context, opts RedisOptions) (*Redis, error) {
 	} else if opts.TLSCAFile != "" {
 		return nil, errors.New("redis: tls_ca_file needs tls")
 	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
 	r := &Redis{mode: opts.Mode, prefix: opts.KeyPrefix, clock: opts.Clock, scripts: map[Algorithm]*script{},
-		batching: !opts.DisableBatching, batchers: map[*redis.Client]*batcher{}}
+		batching: !opts.DisableBatching, batchers: map[*redis.Client]*batcher{}, logger: opts.Logger}
 	switch {
 	case opts.DenialCacheEntries == 0:
 		r.denials = newDenials(defaultDenialEntries)
@@ -166,15 +181,66 @@ func NewRedis(ctx context.Context, opts RedisOptions) (*Redis, error) {
 		return nil, fmt.Errorf("redis: unknown mode %q", opts.Mode)
 	}
 	r.registerMetrics(opts.Registerer)
-	if err := r.load(ctx, 0); err != nil {
-		r.client.Close()
-		return nil, err
+	err := r.load(ctx, 0)
+	if err == nil {
+		err = r.checkTopology(ctx)
 	}
-	if err := r.checkTopology(ctx); err != nil {
+	switch {
+	case err == nil:
+		r.connected.Store(true)
+	case misconfigured(err):
 		r.client.Close()
 		return nil, err
+	default:
+		// Not there yet, or not answering: serve without it and keep trying.
+		r.logger.Warn("redis not reachable at start-up; connecting in the background", "error", err.Error())
+		r.notReady.Store(&err)
+		r.stopConnect = make(chan struct{})
+		r.connectDone = make(chan struct{})
+		go r.connect()
 	}
 	return r, nil
+}
+
+// misconfigured reports whether err shows that Redis answered and the
+// configuration is wrong for it (credentials, ACL, topology, scripts): a
+// start-up error, which waiting will not cure.
+func misconfigured(err error) bool {
+	return redis.IsAuthError(err) || redis.IsPermissionError(err) ||
+		errors.Is(err, errTopology) || errors.Is(err, errScriptMismatch)
+}
+
+var (
+	errTopology       = errors.New("redis topology is not the configured mode")
+	errScriptMismatch = errors.New("redis computed another script hash")
+)
+
+// connect loads the scripts and checks the topology until both succeed,
+// waiting at most a second between tries.
+func (r *Redis) connect() {
+	defer close(r.connectDone)
+	wait := 50 * time.Millisecond
+	for {
+		select {
+		case <-r.stopConnect:
+			return
+		case <-time.After(wait):
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		err := r.load(ctx, 0)
+		if err == nil {
+			err = r.checkTopology(ctx)
+		}
+		cancel()
+		if err == nil {
+			r.connected.Store(true)
+			r.notReady.Store(nil)
+			r.logger.Info("redis reachable; scripts loaded")
+			return
+		}
+		r.notReady.Store(&err)
+		wait = min(2*wait, time.Second)
+	}
 }
 
 func (r *Redis) registerMetrics(reg prometheus.Registerer) {
@@ -207,8 +273,12 @@ func (r *Redis) registerMetrics(reg prometheus.Registerer) {
 	}
 }
 
-// Close stops the batchers, then closes the client.
+// Close stops connecting and the batchers, then closes the client.
 func (r *Redis) Close() error {
+	if r.stopConnect != nil {
+		close(r.stopConnect)
+		<-r.connectDone
+	}
 	r.batchMu.Lock()
 	r.batchStop = true
 	batchers := r.batchers
@@ -256,7 +326,7 @@ func (r *Redis) load(ctx context.Context, seenGen uint64) error {
 			return fmt.Errorf("load script %s: %w", s.name, err)
 		}
 		if sha != s.sha {
-			return fmt.Errorf("load script %s: server says sha %s, expected %s", s.name, sha, s.sha)
+			return fmt.Errorf("load script %s: server says sha %s, expected %s: %w", s.name, sha, s.sha, errScriptMismatch)
 		}
 	}
 	r.loadGen++
@@ -289,17 +359,24 @@ func (r *Redis) canary(ctx context.Context, tag string) error {
 	_, err := r.evalsha(ctx, canaryPolicy, []string{key}, 1)
 	if err != nil {
 		if _, moved := redis.IsMovedError(err); moved && r.mode != RedisCluster {
-			return fmt.Errorf("redis at %s is a Cluster node, but mode is %s: %w", key, r.mode, err)
+			return fmt.Errorf("redis at %s is a Cluster node, but mode is %s: %w: %w", key, r.mode, errTopology, err)
 		}
 		return fmt.Errorf("redis readiness: %w", err)
 	}
 	return nil
 }
 
-// Ready runs the script path on a canary key, with NOSCRIPT recovery, for
+// Ready runs the script path on canary keys, with NOSCRIPT recovery, for
 // /readyz: it fails while Redis is unreachable, the ACL denies EVALSHA or
-// SCRIPT LOAD, or the topology is not the configured one.
+// SCRIPT LOAD, or the topology is not the configured one. Until the backend
+// has connected once it answers at once with the last reason it could not.
 func (r *Redis) Ready(ctx context.Context) error {
+	if !r.connected.Load() {
+		if err := r.notReady.Load(); err != nil {
+			return fmt.Errorf("connecting to redis: %w", *err)
+		}
+		return errors.New("connecting to redis")
+	}
 	return r.checkTopology(ctx)
 }
 

@@ -321,3 +321,40 @@ func TestRedisFaults(t *testing.T) {
 		}
 	})
 }
+
+// Waiting cures a Redis that is not there yet; it does not cure one that
+// answers and refuses the configuration.
+func TestRedisStartUpTellsAbsenceFromMisconfiguration(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	t.Run("unreachable: starts, cannot decide, is not ready", func(t *testing.T) {
+		addr := fmt.Sprintf("127.0.0.1:%d", redistest.FreePort(t))
+		r, err := limiter.NewRedis(ctx, limiter.RedisOptions{Addrs: []string{addr}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Close()
+		if err := r.Ready(ctx); err == nil || !strings.Contains(err.Error(), "connecting to redis") {
+			t.Fatalf("ready: %v", err)
+		}
+		p := limitertest.FixedWindow(5, time.Minute)
+		if o, ok := first(evaluate(r, p, limitertest.Subject(), "a")).(limiter.Unavailable); !ok || o.Category != limiter.UnavailableBeforeSend {
+			t.Fatalf("outcome %#v, want Unavailable(unavailable_before_send)", o)
+		}
+	})
+	t.Run("wrong password: a start-up error", func(t *testing.T) {
+		s := redistest.Start(t, "--requirepass", "test-only-fake-password")
+		if _, err := limiter.NewRedis(ctx, limiter.RedisOptions{Addrs: []string{s.Addr}, Password: "test-only-wrong-password"}); err == nil {
+			t.Fatal("started with a wrong password")
+		}
+	})
+	t.Run("an ACL without the script commands: a start-up error", func(t *testing.T) {
+		s := redistest.Start(t)
+		if err := s.Client(t).Do(ctx, "ACL", "SETUSER", "weak", "on", ">test-only-fake-password", "~*", "+@all", "-evalsha").Err(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := limiter.NewRedis(ctx, limiter.RedisOptions{Addrs: []string{s.Addr}, Username: "weak", Password: "test-only-fake-password"}); err == nil {
+			t.Fatal("started with a user that may not run EVALSHA")
+		}
+	})
+}

@@ -2,6 +2,8 @@ package proxy
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"net/http"
 	"time"
 
@@ -9,9 +11,15 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
+// readiness is the body of /readyz.
+type readiness struct {
+	Ready  bool   `json:"ready"`
+	Reason string `json:"reason,omitempty"`
+}
+
 // AdminHandler serves /healthz, /readyz and /metrics. It belongs on the
 // admin listener only. /readyz answers 200 when ready returns nil within two
-// seconds, and 503 with the reason otherwise; a nil ready means no
+// seconds, and 503 otherwise, with {"ready": false, "reason": "..."}; a nil ready means no
 // configuration is loaded yet.
 func AdminHandler(ready func(ctx context.Context) error, gatherer prometheus.Gatherer) http.Handler {
 	mux := http.NewServeMux()
@@ -22,18 +30,18 @@ func AdminHandler(ready func(ctx context.Context) error, gatherer prometheus.Gat
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		defer cancel()
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		if ready == nil {
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Cache-Control", "no-store")
+		err := errors.New("no configuration loaded")
+		if ready != nil {
+			err = ready(ctx)
+		}
+		if err != nil {
 			w.WriteHeader(http.StatusServiceUnavailable)
-			w.Write([]byte("no configuration loaded\n"))
+			json.NewEncoder(w).Encode(readiness{Ready: false, Reason: err.Error()})
 			return
 		}
-		if err := ready(ctx); err != nil {
-			w.WriteHeader(http.StatusServiceUnavailable)
-			w.Write([]byte("not ready: " + err.Error() + "\n"))
-			return
-		}
-		w.Write([]byte("ready\n"))
+		json.NewEncoder(w).Encode(readiness{Ready: true})
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
 	return mux
