@@ -441,6 +441,53 @@ route "health" {
 	t.Logf("ready %v after Redis came back", time.Since(restarted).Round(time.Millisecond))
 }
 
+// With fallback { instances = 2 } an instance cut off from Redis admits its
+// share of the limit, ceil(5 / 2) = 3, and says so in its log and metrics.
+func TestTheFallbackServesThroughTheCLIWhileRedisIsDown(t *testing.T) {
+	s := redistest.Start(t)
+	s.Kill()
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	defer up.Close()
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "hmac"), []byte("test-only-fake-hmac-secret-0123456789abcdef"), 0o600)
+	path := filepath.Join(dir, "gateway.hcl")
+	os.WriteFile(path, []byte(fmt.Sprintf(`
+listen {
+  http  = "127.0.0.1:0"
+  admin = "127.0.0.1:0"
+}
+limiter {
+  backend = "redis"
+  redis { addrs = [%q] }
+  fallback { instances = 2 }
+}
+pseudonym {
+  version = 1
+  key "1" { secret = file("hmac") }
+}
+policy "p" {
+  algorithm = "fixed-window"
+  limit     = 5
+  window    = "1m"
+}
+route "orders.read" {
+  path     = "/orders"
+  upstream = %q
+  policy   = "p"
+}
+`, s.Addr, up.URL)), 0o644)
+	r := startFile(t, path)
+	if got := statusesOf(t, r, 5); got != "200 200 200 429 429" {
+		t.Fatalf("statuses %s", got)
+	}
+	if v := r.metricValue(t, `gateway_limiter_fallback_total{decision="allowed",policy="p",route="orders.read"}`); v != 3 {
+		t.Fatalf("fallback allowed %v, want 3", v)
+	}
+	if !strings.Contains(r.logs.String(), `"outcome":"fallback_denied"`) {
+		t.Fatalf("no fallback_denied in the log:\n%s", r.logs.String())
+	}
+}
+
 // syscallStop stops a running gateway with a real SIGTERM and waits.
 func syscallStop(t *testing.T, r *running) {
 	t.Helper()

@@ -310,6 +310,22 @@ func (c *checker) limiter(b *limiterBlock) (limiter.Options, proxy.Config) {
 	if l.Kind == limiter.KindRedis && b.Redis == nil {
 		c.errorf(b.DefRange, "Missing redis block", "backend = \"redis\" needs a redis block.")
 	}
+	if bb := b.Breaker; bb != nil {
+		l.Redis.Breaker = limiter.BreakerOptions{
+			Disabled: !or(bb.Enabled, true),
+			Failures: int(c.integer(bb.Failures, bb.FailuresRange, "failures", 0, 1)),
+			Cooldown: c.duration(bb.Cooldown, bb.CooldownRange, "cooldown", 0, time.Millisecond),
+		}
+		if l.Kind != limiter.KindRedis {
+			c.errorf(bb.DefRange, "Breaker without Redis", "breaker applies to the redis backend; the memory backend cannot fail.")
+		}
+	}
+	if fb := b.Fallback; fb != nil {
+		l.Fallback.Instances = int(c.integer(&fb.Instances, fb.InstancesRange, "instances", 0, 1))
+		if l.Kind != limiter.KindRedis {
+			c.errorf(fb.DefRange, "Fallback without Redis", "fallback applies to the redis backend; the memory backend is already local.")
+		}
+	}
 	return l, p
 }
 

@@ -71,15 +71,32 @@ type certificateBlock struct {
 }
 
 type limiterBlock struct {
-	Backend                *string      `hcl:"backend,optional"`
-	BackendRange           hcl.Range    `hcl:"backend,attr_value_range"`
-	Deadline               *string      `hcl:"deadline,optional"`
-	DeadlineRange          hcl.Range    `hcl:"deadline,attr_value_range"`
-	FailureRetryAfter      *string      `hcl:"failure_retry_after,optional"`
-	FailureRetryAfterRange hcl.Range    `hcl:"failure_retry_after,attr_value_range"`
-	Memory                 *memoryBlock `hcl:"memory,block"`
-	Redis                  *redisBlock  `hcl:"redis,block"`
-	DefRange               hcl.Range    `hcl:",def_range"`
+	Backend                *string        `hcl:"backend,optional"`
+	BackendRange           hcl.Range      `hcl:"backend,attr_value_range"`
+	Deadline               *string        `hcl:"deadline,optional"`
+	DeadlineRange          hcl.Range      `hcl:"deadline,attr_value_range"`
+	FailureRetryAfter      *string        `hcl:"failure_retry_after,optional"`
+	FailureRetryAfterRange hcl.Range      `hcl:"failure_retry_after,attr_value_range"`
+	Memory                 *memoryBlock   `hcl:"memory,block"`
+	Redis                  *redisBlock    `hcl:"redis,block"`
+	Breaker                *breakerBlock  `hcl:"breaker,block"`
+	Fallback               *fallbackBlock `hcl:"fallback,block"`
+	DefRange               hcl.Range      `hcl:",def_range"`
+}
+
+type breakerBlock struct {
+	Enabled       *bool     `hcl:"enabled,optional"`
+	Failures      *int64    `hcl:"failures,optional"`
+	FailuresRange hcl.Range `hcl:"failures,attr_value_range"`
+	Cooldown      *string   `hcl:"cooldown,optional"`
+	CooldownRange hcl.Range `hcl:"cooldown,attr_value_range"`
+	DefRange      hcl.Range `hcl:",def_range"`
+}
+
+type fallbackBlock struct {
+	Instances      int64     `hcl:"instances"`
+	InstancesRange hcl.Range `hcl:"instances,attr_value_range"`
+	DefRange       hcl.Range `hcl:",def_range"`
 }
 
 type memoryBlock struct {

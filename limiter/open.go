@@ -46,6 +46,8 @@ type Options struct {
 	Kind   Kind
 	Memory MemoryOptions
 	Redis  RedisOptions // used when Kind is KindRedis
+	// Fallback decides locally while Redis cannot; off unless Instances > 0.
+	Fallback FallbackOptions
 	// Registerer receives the backend's metrics; nil registers none.
 	Registerer prometheus.Registerer
 	// Logger receives the Redis client's own messages (pool and dial
@@ -90,6 +92,9 @@ func Open(ctx context.Context, opts Options) (Backend, error) {
 		r, err := NewRedis(ctx, ro)
 		if err != nil {
 			return nil, fmt.Errorf("limiter backend redis: %w", err)
+		}
+		if opts.Fallback.Instances > 0 {
+			return newFallback(r, opts.Fallback), nil
 		}
 		return r, nil
 	}

@@ -54,6 +54,9 @@ const (
 	// ClockUnsafe: stored state is further in the future than the policy's
 	// max_clock_regression allows.
 	ClockUnsafe
+	// CircuitOpen: the backend's node failed often enough that calls to it
+	// are refused at once for a while; nothing was sent.
+	CircuitOpen
 )
 
 func (c UnavailableCategory) String() string {
@@ -64,6 +67,8 @@ func (c UnavailableCategory) String() string {
 		return "unavailable_before_send"
 	case ClockUnsafe:
 		return "clock_unsafe"
+	case CircuitOpen:
+		return "circuit_open"
 	}
 	return "unknown"
 }
@@ -118,6 +123,9 @@ type Decision struct {
 	ResetAfter time.Duration
 	RetryAfter time.Duration
 	Certainty  Certainty
+	// Fallback: decided by this instance alone, with a divided budget,
+	// while the shared backend could not decide (FallbackOptions).
+	Fallback bool
 }
 
 // Request is one question to the limiter. Subject is a pseudonym, never a

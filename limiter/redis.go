@@ -44,10 +44,13 @@ type RedisOptions struct {
 	// KeyPrefix starts every key; the rest of the key sits in a hash tag so
 	// each subject's key lives on one Cluster slot.
 	KeyPrefix string
-	// Clock is read for policies whose Clock is ClockGateway.
+	// Clock is read for policies whose Clock is ClockGateway, and times the
+	// circuit breakers' cooldowns.
 	Clock Clock
 	// Logger receives the backend's state changes; nil discards them.
 	Logger *slog.Logger
+	// Breaker configures each node's circuit breaker, on by default.
+	Breaker BreakerOptions
 	// DisableBatching sends every decision as its own EVALSHA. By default
 	// decisions that wait for the same node at the same moment share one
 	// write and one read (a pipeline); each is still its own script call.
@@ -78,10 +81,13 @@ type Redis struct {
 	scripts map[Algorithm]*script
 	denials *denials // nil: off
 
-	batching  bool
-	batchMu   sync.Mutex
-	batchers  map[*redis.Client]*batcher
-	batchStop bool
+	batching bool
+	breakers BreakerOptions
+	// nodes holds what each Redis node gets of its own: a batcher and a
+	// circuit breaker. closed is set by Close.
+	nodesMu sync.Mutex
+	nodes   map[*redis.Client]*node
+	closed  bool
 
 	loadMu  sync.Mutex
 	loadGen uint64 // bumped by every successful load of all scripts
@@ -104,11 +110,12 @@ type script struct {
 }
 
 type redisMetrics struct {
-	latency *prometheus.HistogramVec
-	batch   prometheus.Histogram
-	cached  prometheus.Counter
-	reloads prometheus.Counter
-	errors  *prometheus.CounterVec
+	latency     *prometheus.HistogramVec
+	breakerOpen *prometheus.GaugeVec
+	batch       prometheus.Histogram
+	cached      prometheus.Counter
+	reloads     prometheus.Counter
+	errors      *prometheus.CounterVec
 }
 
 // Client timeouts. Each stays well under the 750ms deadline, and the
@@ -148,7 +155,7 @@ func NewRedis(ctx context.Context, opts RedisOptions) (*Redis, error) {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	r := &Redis{mode: opts.Mode, prefix: opts.KeyPrefix, clock: opts.Clock, scripts: map[Algorithm]*script{},
-		batching: !opts.DisableBatching, batchers: map[*redis.Client]*batcher{}, logger: opts.Logger}
+		batching: !opts.DisableBatching, breakers: opts.Breaker, nodes: map[*redis.Client]*node{}, logger: opts.Logger}
 	switch {
 	case opts.DenialCacheEntries == 0:
 		r.denials = newDenials(defaultDenialEntries)
@@ -250,6 +257,10 @@ func (r *Redis) registerMetrics(reg prometheus.Registerer) {
 			Help:    "EVALSHA round trips, by result.",
 			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, .75},
 		}, []string{"result"}),
+		breakerOpen: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "gateway_limiter_breaker_open",
+			Help: "1 while the circuit breaker of a Redis node is open or probing, 0 once closed.",
+		}, []string{"node"}),
 		batch: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "gateway_redis_batch_size",
 			Help:    "Script calls sent to Redis in one write.",
@@ -269,7 +280,7 @@ func (r *Redis) registerMetrics(reg prometheus.Registerer) {
 		}, []string{"cause"}),
 	}
 	if reg != nil {
-		reg.MustRegister(r.m.latency, r.m.batch, r.m.cached, r.m.reloads, r.m.errors)
+		reg.MustRegister(r.m.latency, r.m.breakerOpen, r.m.batch, r.m.cached, r.m.reloads, r.m.errors)
 	}
 }
 
@@ -279,35 +290,91 @@ func (r *Redis) Close() error {
 		close(r.stopConnect)
 		<-r.connectDone
 	}
-	r.batchMu.Lock()
-	r.batchStop = true
-	batchers := r.batchers
-	r.batchers = nil
-	r.batchMu.Unlock()
-	for _, b := range batchers {
-		b.close()
+	r.nodesMu.Lock()
+	r.closed = true
+	nodes := r.nodes
+	r.nodes = nil
+	r.nodesMu.Unlock()
+	for _, n := range nodes {
+		if n.batcher != nil {
+			n.batcher.close()
+		}
 	}
 	return r.client.Close()
 }
 
-// send runs one EVALSHA on node c, batched with others unless batching is
-// off.
-func (r *Redis) send(ctx context.Context, c *redis.Client, sha string, keys []string, args []any) (any, error) {
-	if !r.batching {
-		return c.EvalSha(ctx, sha, keys, args...).Result()
-	}
-	r.batchMu.Lock()
-	if r.batchStop {
-		r.batchMu.Unlock()
+// node is one Redis node's share of the backend.
+type node struct {
+	batcher *batcher // nil: batching is off
+	breaker *breaker // nil: the breaker is off
+}
+
+var errCircuitOpen = errors.New("redis: circuit breaker open")
+
+// nodeState is c's node, made on first use.
+func (r *Redis) nodeState(c *redis.Client) (*node, error) {
+	r.nodesMu.Lock()
+	defer r.nodesMu.Unlock()
+	if r.closed {
 		return nil, fmt.Errorf("%w: %w", errNotSent, redis.ErrClosed)
 	}
-	b := r.batchers[c]
-	if b == nil {
-		b = newBatcher(c, r.m.batch)
-		r.batchers[c] = b
+	n := r.nodes[c]
+	if n == nil {
+		n = &node{}
+		if r.batching {
+			n.batcher = newBatcher(c, r.m.batch)
+		}
+		if !r.breakers.Disabled {
+			addr := c.Options().Addr
+			if addr == "" || r.mode == RedisSentinel {
+				addr = "sentinel-master"
+			}
+			n.breaker = newBreaker(addr, r.breakers, r.m.breakerOpen.WithLabelValues(addr), r.logger)
+		}
+		r.nodes[c] = n
 	}
-	r.batchMu.Unlock()
-	return b.evalSha(ctx, sha, keys, args)
+	return n, nil
+}
+
+// send runs one EVALSHA on node c: refused at once while its breaker is
+// open, batched with others unless batching is off.
+func (r *Redis) send(ctx context.Context, c *redis.Client, sha string, keys []string, args []any) (any, error) {
+	n, err := r.nodeState(c)
+	if err != nil {
+		return nil, err
+	}
+	if n.breaker != nil && !n.breaker.allow(r.clock.Now()) {
+		return nil, errCircuitOpen
+	}
+	var v any
+	if n.batcher != nil {
+		v, err = n.batcher.evalSha(ctx, sha, keys, args)
+	} else {
+		v, err = c.EvalSha(ctx, sha, keys, args...).Result()
+	}
+	if n.breaker != nil {
+		if errors.Is(err, context.Canceled) {
+			n.breaker.abandon() // a caller that went away says nothing of the node
+		} else {
+			n.breaker.record(!nodeFailed(err), r.clock.Now())
+		}
+	}
+	return v, err
+}
+
+// nodeFailed reports whether a call's error counts against its node: one
+// that ends Unavailable or Indeterminate. A script's own error reply (a
+// NOSCRIPT, a WRONGTYPE) shows the node answering.
+func nodeFailed(err error) bool {
+	if err == nil || redis.HasErrorPrefix(err, "NOSCRIPT") {
+		return false
+	}
+	_, o := classifyRedisError(err)
+	switch o.(type) {
+	case Unavailable, Indeterminate:
+		return true
+	}
+	return false
 }
 
 // load registers every script, on every node in Cluster mode. A caller
@@ -592,6 +659,8 @@ func classifyRedisError(err error) (string, Outcome) {
 		return "closed", Unavailable{Category: UnavailableBeforeSend, Err: err}
 	case errors.Is(err, errNotSent):
 		return "not_sent", Unavailable{Category: UnavailableBeforeSend, Err: err}
+	case errors.Is(err, errCircuitOpen):
+		return "circuit_open", Unavailable{Category: CircuitOpen, Err: err}
 	case errors.As(err, &opErr) && opErr.Op == "dial":
 		return "dial", Unavailable{Category: UnavailableBeforeSend, Err: err}
 	case errors.As(err, &rerr):

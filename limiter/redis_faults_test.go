@@ -3,6 +3,7 @@ package limiter_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -357,4 +358,124 @@ func TestRedisStartUpTellsAbsenceFromMisconfiguration(t *testing.T) {
 			t.Fatal("started with a user that may not run EVALSHA")
 		}
 	})
+}
+
+// A node that keeps failing is refused at once, so no request waits out
+// its deadline on it; after the cooldown one probe finds it healthy again.
+func TestTheCircuitBreakerFailsFastAndRecovers(t *testing.T) {
+	s := redistest.Start(t)
+	proxy := redistest.StartProxy(t, s.Addr)
+	reg := prometheus.NewRegistry()
+	clock := limitertest.NewClock()
+	r := redistest.NewLimiter(t, limiter.RedisOptions{Addrs: []string{proxy.Addr}, Registerer: reg, Clock: clock,
+		Breaker: limiter.BreakerOptions{Failures: 3, Cooldown: 2 * time.Second}})
+	p := limitertest.FixedWindow(1000, time.Minute)
+	p.Clock = limiter.ClockBackend
+	subject := limitertest.Subject()
+	ask := func(id string, deadline time.Duration) (limiter.Outcome, time.Duration) {
+		start := time.Now()
+		o := r.Evaluate(context.Background(), limiter.Request{Policy: p, Subject: subject, Cost: 1, EvaluationID: id, Deadline: start.Add(deadline)})
+		return o, time.Since(start)
+	}
+	mustAllow(t, first(ask("warm", time.Second)))
+	proxy.Hang()
+	for i := range 3 {
+		if o, _ := ask(fmt.Sprint("hung-", i), 100*time.Millisecond); !isFailure(o) {
+			t.Fatalf("call %d to a hung Redis: %#v", i, o)
+		}
+	}
+	if v := testutil.ToFloat64(gaugeOf(t, reg)); v != 1 {
+		t.Fatalf("gateway_limiter_breaker_open %v after 3 failures, want 1", v)
+	}
+	var took []time.Duration
+	for i := range 21 {
+		o, d := ask(fmt.Sprint("open-", i), time.Second)
+		if u, ok := o.(limiter.Unavailable); !ok || u.Category != limiter.CircuitOpen {
+			t.Fatalf("outcome %#v while open, want Unavailable(circuit_open)", o)
+		}
+		took = append(took, d)
+	}
+	slices.Sort(took)
+	if took[10] > 20*time.Millisecond {
+		t.Fatalf("median %v while open, want well under 20ms: %v", took[10], took)
+	}
+	proxy.Resume()
+	clock.Advance(2*time.Second - time.Millisecond)
+	if o, _ := ask("early", time.Second); !isFailure(o) {
+		t.Fatalf("before the cooldown ended: %#v", o)
+	}
+	clock.Advance(time.Millisecond)
+	mustAllow(t, first(ask("probe", time.Second)))
+	mustAllow(t, first(ask("after", time.Second)))
+	if v := testutil.ToFloat64(gaugeOf(t, reg)); v != 0 {
+		t.Fatalf("gateway_limiter_breaker_open %v after recovery, want 0", v)
+	}
+}
+
+func isFailure(o limiter.Outcome) bool {
+	switch o.(type) {
+	case limiter.Unavailable, limiter.Indeterminate:
+		return true
+	}
+	return false
+}
+
+// gaugeOf is the breaker gauge of the only node.
+func gaugeOf(t *testing.T, reg *prometheus.Registry) prometheus.Collector {
+	t.Helper()
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() == "gateway_limiter_breaker_open" && len(f.GetMetric()) == 1 {
+			g := prometheus.NewGauge(prometheus.GaugeOpts{Name: "copy"})
+			g.Set(f.GetMetric()[0].GetGauge().GetValue())
+			return g
+		}
+	}
+	t.Fatal("no gateway_limiter_breaker_open series")
+	return nil
+}
+
+// With the fallback on, an instance that cannot reach Redis decides alone
+// with its share of every budget: ceil(limit / instances).
+func TestTheFallbackDecidesWithADividedBudgetWhileRedisIsDown(t *testing.T) {
+	s := redistest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	b, err := limiter.Open(ctx, limiter.Options{Kind: limiter.KindRedis,
+		Redis:    limiter.RedisOptions{Addrs: []string{s.Addr}, KeyPrefix: "fb:"},
+		Fallback: limiter.FallbackOptions{Instances: 2}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	p := limitertest.FixedWindow(5, time.Minute)
+	p.Clock = limiter.ClockBackend
+	subject := limitertest.Subject()
+	ask := func(id string) limiter.Decision {
+		t.Helper()
+		o := b.Evaluate(context.Background(), limiter.Request{Policy: p, Subject: subject, Cost: 1, EvaluationID: id, Deadline: time.Now().Add(time.Second)})
+		e, ok := o.(limiter.Evaluated)
+		if !ok {
+			t.Fatalf("outcome %#v", o)
+		}
+		return e.Decision
+	}
+	if d := ask("up"); !d.Allowed || d.Fallback {
+		t.Fatalf("with Redis up: %+v", d)
+	}
+	s.Kill()
+	var admitted []bool
+	for i := range 5 {
+		d := ask(fmt.Sprint("down-", i))
+		if !d.Fallback {
+			t.Fatalf("with Redis down, not a fallback decision: %+v", d)
+		}
+		admitted = append(admitted, d.Allowed)
+	}
+	if want := []bool{true, true, true, false, false}; !slices.Equal(admitted, want) {
+		t.Fatalf("admitted %v, want %v: ceil(5/2) = 3", admitted, want)
+	}
 }

@@ -38,6 +38,10 @@ type Route struct {
 	MaxBodyBytes int64
 }
 
+// statusClientClosed is logged for a request whose client left before it
+// could be answered (nginx's 499).
+const statusClientClosed = 499
+
 // DefaultMaxBodyBytes is the body cap of a route that sets none: 10 MiB.
 const DefaultMaxBodyBytes = 10 << 20
 
@@ -273,8 +277,19 @@ func (h *Handler) limit(w http.ResponseWriter, r *http.Request, c *compiled, rt 
 	took := time.Since(start)
 
 	x.outcome = outcomeName(o)
+	if _, decided := o.(limiter.Evaluated); !decided && r.Context().Err() != nil {
+		// The client went away before the decision: that is no limiter
+		// failure, whatever the backend made of the cancelled call, and
+		// nobody is left to read an answer. 499 is what the log says.
+		x.outcome = "client_closed"
+		w.WriteHeader(statusClientClosed)
+		return false
+	}
 	if h.opts.Metrics != nil {
 		h.opts.Metrics.LimiterDuration.WithLabelValues(x.outcome).Observe(took.Seconds())
+		if e, ok := o.(limiter.Evaluated); ok && e.Fallback {
+			h.opts.Metrics.fallback(rt.OperationID, rt.Policy.Name, e.Allowed)
+		}
 	}
 	switch o := o.(type) {
 	case limiter.Evaluated:
@@ -299,7 +314,12 @@ func (h *Handler) limit(w http.ResponseWriter, r *http.Request, c *compiled, rt 
 func outcomeName(o limiter.Outcome) string {
 	switch o := o.(type) {
 	case limiter.Evaluated:
-		if o.Allowed {
+		switch {
+		case o.Fallback && o.Allowed:
+			return "fallback_allowed"
+		case o.Fallback:
+			return "fallback_denied"
+		case o.Allowed:
 			return "allowed"
 		}
 		return "denied"

@@ -11,6 +11,7 @@ import (
 type Metrics struct {
 	Requests        *prometheus.CounterVec
 	LimiterDuration *prometheus.HistogramVec
+	Fallbacks       *prometheus.CounterVec
 }
 
 // NewMetrics registers the collectors on reg.
@@ -26,7 +27,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, .75, 1},
 		}, []string{"outcome"}),
 	}
-	reg.MustRegister(m.Requests, m.LimiterDuration)
+	m.Fallbacks = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "gateway_limiter_fallback_total",
+		Help: "Decisions taken by this instance's local fallback while the shared limiter could not decide.",
+	}, []string{"route", "policy", "decision"})
+	reg.MustRegister(m.Requests, m.LimiterDuration, m.Fallbacks)
 	return m
 }
 
@@ -46,4 +51,12 @@ func (m *Metrics) observeRequest(route, outcome string, status int) {
 		route = "none"
 	}
 	m.Requests.WithLabelValues(route, outcome, label).Inc()
+}
+
+func (m *Metrics) fallback(route, policy string, allowed bool) {
+	decision := "denied"
+	if allowed {
+		decision = "allowed"
+	}
+	m.Fallbacks.WithLabelValues(route, policy, decision).Inc()
 }

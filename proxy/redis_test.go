@@ -255,3 +255,37 @@ func BenchmarkRequestPathRedis(b *testing.B) {
 		}
 	}
 }
+
+// A client that leaves while the limiter is still deciding is its own
+// outcome, never a limiter failure that would page someone about Redis.
+func TestAClientThatLeavesBeforeTheDecisionIsNotALimiterFailure(t *testing.T) {
+	hole := redistest.Blackhole(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	r, err := limiter.NewRedis(ctx, limiter.RedisOptions{Addrs: []string{hole}, Breaker: limiter.BreakerOptions{Disabled: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	up := newUpstream(t)
+	g := newGateway(t, setup{routes: []proxy.Route{route("orders.read", "/", up, t, redisPolicy(limitertest.FixedWindow(5, time.Minute), "p"))}, limiter: r})
+	reqCtx, leave := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer leave()
+	req, _ := http.NewRequestWithContext(reqCtx, "GET", g.URL+"/", nil)
+	if res, err := http.DefaultClient.Do(req); err == nil {
+		res.Body.Close()
+		t.Fatalf("answered %d before the deadline of a black hole", res.StatusCode)
+	}
+	for deadline := time.Now().Add(5 * time.Second); !strings.Contains(g.logs.String(), `"msg":"request"`); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("no access log line")
+		}
+	}
+	logs := g.logs.String()
+	if !strings.Contains(logs, `"outcome":"client_closed"`) || !strings.Contains(logs, `"status":499`) {
+		t.Fatalf("access log: %s", logs)
+	}
+	if up.count() != 0 {
+		t.Fatal("the upstream was reached")
+	}
+}

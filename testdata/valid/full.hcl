@@ -22,6 +22,13 @@ limiter {
     tls         = false
     key_prefix  = "rl:"
   }
+  breaker {
+    failures = 5
+    cooldown = "2s"
+  }
+  fallback {
+    instances = 3
+  }
 }
 
 subject {

@@ -1,0 +1,128 @@
+package limiter
+
+import (
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// BreakerOptions configure the circuit breaker each Redis node gets. After
+// Failures consecutive calls to a node that end Unavailable or
+// Indeterminate, calls to it fail at once as Unavailable(circuit_open) for
+// Cooldown, so that no request waits out its deadline on a node known to be
+// failing; then one call at a time probes it, and a success closes the
+// breaker. Zero values take the defaults: 5 failures, 2s.
+type BreakerOptions struct {
+	Disabled bool
+	Failures int
+	Cooldown time.Duration
+}
+
+const (
+	defaultBreakerFailures = 5
+	defaultBreakerCooldown = 2 * time.Second
+)
+
+type breakerState uint8
+
+const (
+	breakerClosed breakerState = iota
+	breakerOpen
+	breakerHalfOpen // one probe in flight or allowed
+)
+
+// breaker is one node's circuit breaker. Its methods are safe for
+// concurrent use.
+type breaker struct {
+	node     string
+	failures int
+	cooldown time.Duration
+	gauge    prometheus.Gauge
+	logger   *slog.Logger
+
+	mu          sync.Mutex
+	state       breakerState
+	consecutive int
+	openedAt    time.Time
+	probing     bool
+}
+
+func newBreaker(node string, opts BreakerOptions, gauge prometheus.Gauge, logger *slog.Logger) *breaker {
+	if opts.Failures <= 0 {
+		opts.Failures = defaultBreakerFailures
+	}
+	if opts.Cooldown <= 0 {
+		opts.Cooldown = defaultBreakerCooldown
+	}
+	return &breaker{node: node, failures: opts.Failures, cooldown: opts.Cooldown, gauge: gauge, logger: logger}
+}
+
+// allow reports whether a call may go to the node now. When the cooldown
+// has passed it lets exactly one call through as the probe.
+func (b *breaker) allow(now time.Time) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch b.state {
+	case breakerOpen:
+		if now.Sub(b.openedAt) < b.cooldown {
+			return false
+		}
+		b.state, b.probing = breakerHalfOpen, true
+		return true
+	case breakerHalfOpen:
+		if b.probing {
+			return false
+		}
+		b.probing = true
+		return true
+	}
+	return true
+}
+
+// record counts the end of a call that allow let through: ok when the node
+// answered it.
+func (b *breaker) record(ok bool, now time.Time) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch b.state {
+	case breakerClosed:
+		if ok {
+			b.consecutive = 0
+			return
+		}
+		b.consecutive++
+		if b.consecutive >= b.failures {
+			b.open(now, "consecutive failures")
+		}
+	case breakerHalfOpen:
+		b.probing = false
+		if !ok {
+			b.open(now, "the probe failed")
+			return
+		}
+		b.state, b.consecutive = breakerClosed, 0
+		b.gauge.Set(0)
+		b.logger.Info("redis circuit breaker closed", "node", b.node)
+	case breakerOpen:
+		// A call that was under way when the breaker opened: it changes
+		// nothing until the cooldown ends.
+	}
+}
+
+// abandon ends a call that allow let through without a verdict on the
+// node; a probe's place goes to the next call.
+func (b *breaker) abandon() {
+	b.mu.Lock()
+	if b.state == breakerHalfOpen {
+		b.probing = false
+	}
+	b.mu.Unlock()
+}
+
+func (b *breaker) open(now time.Time, why string) {
+	b.state, b.openedAt = breakerOpen, now
+	b.gauge.Set(1)
+	b.logger.Warn("redis circuit breaker open", "node", b.node, "reason", why, "cooldown", b.cooldown.String())
+}

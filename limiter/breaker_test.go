@@ -1,0 +1,48 @@
+package limiter
+
+import (
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+func TestBreakerLetsOneProbeThroughAtATime(t *testing.T) {
+	b := newBreaker("n", BreakerOptions{Failures: 2, Cooldown: time.Second}, prometheus.NewGauge(prometheus.GaugeOpts{Name: "g"}), slog.New(slog.DiscardHandler))
+	now := time.Unix(1_800_000_000, 0)
+	b.record(false, now)
+	if !b.allow(now) {
+		t.Fatal("open after one failure of two")
+	}
+	b.record(true, now) // a success in between starts the count again
+	b.record(false, now)
+	b.record(false, now)
+	if b.allow(now.Add(time.Second - time.Nanosecond)) {
+		t.Fatal("closed within the cooldown")
+	}
+	probeAt := now.Add(time.Second)
+	if !b.allow(probeAt) {
+		t.Fatal("no probe after the cooldown")
+	}
+	if b.allow(probeAt) {
+		t.Fatal("a second call went through while the probe was out")
+	}
+	b.abandon() // the probe's caller went away: the next call probes
+	if !b.allow(probeAt) {
+		t.Fatal("no probe after an abandoned one")
+	}
+	b.record(false, probeAt) // the probe failed: open for another cooldown
+	if b.allow(probeAt.Add(time.Second - time.Nanosecond)) {
+		t.Fatal("closed after a failed probe")
+	}
+	if !b.allow(probeAt.Add(time.Second)) {
+		t.Fatal("no probe after the second cooldown")
+	}
+	b.record(true, probeAt.Add(time.Second))
+	for range 5 {
+		if !b.allow(probeAt.Add(time.Second)) {
+			t.Fatal("refused after a successful probe")
+		}
+	}
+}

@@ -1,0 +1,89 @@
+package limiter
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// FallbackOptions configure the local fallback: while the shared backend
+// cannot decide, each gateway instance decides alone, with every budget
+// divided by Instances, rounded up (limit, capacity and refill alike). With
+// N instances that fall back together, at most N × ceil(limit / N) requests
+// are admitted per window: a bounded overshoot of at most N - 1, instead of
+// a refusal of everyone. Zero Instances: no fallback, fail closed.
+type FallbackOptions struct {
+	Instances int
+}
+
+// fallback is a Backend that asks the shared one first and, when it cannot
+// decide (Unavailable, Indeterminate, a breaker open), asks an in-process
+// Memory backend with the divided policies. Its decisions say Fallback.
+type fallback struct {
+	shared    Backend
+	local     *Memory
+	instances int64
+
+	mu     sync.Mutex
+	scaled map[*Policy]*Policy
+}
+
+func newFallback(shared Backend, opts FallbackOptions) *fallback {
+	return &fallback{shared: shared, local: NewMemory(MemoryOptions{}), instances: int64(opts.Instances), scaled: map[*Policy]*Policy{}}
+}
+
+func (f *fallback) Evaluate(ctx context.Context, req Request) Outcome {
+	o := f.shared.Evaluate(ctx, req)
+	switch o.(type) {
+	case Unavailable, Indeterminate:
+	default:
+		return o
+	}
+	if ctx.Err() != nil || req.Policy == nil {
+		return o // the client went away; nobody needs a decision
+	}
+	local := req
+	local.Policy = f.scale(req.Policy)
+	local.Deadline = time.Time{}
+	lo := f.local.Evaluate(context.WithoutCancel(ctx), local)
+	e, ok := lo.(Evaluated)
+	if !ok {
+		return o
+	}
+	e.Fallback = true
+	return e
+}
+
+// scale is p with every budget divided by the number of instances, made
+// once per policy value.
+func (f *fallback) scale(p *Policy) *Policy {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if s, ok := f.scaled[p]; ok {
+		return s
+	}
+	s := *p
+	s.Limit = ceilDiv(p.Limit, f.instances)
+	s.Capacity = ceilDiv(p.Capacity, f.instances)
+	s.RefillTokens = ceilDiv(p.RefillTokens, f.instances)
+	s.MaxCost = min(p.MaxCost, s.Quota())
+	s.Clock = ClockBackend // the process is this backend's store
+	f.scaled[p] = &s
+	return &s
+}
+
+func ceilDiv(a, b int64) int64 {
+	if a <= 0 {
+		return a
+	}
+	return (a + b - 1) / b
+}
+
+// Ready is the shared backend's: an instance running on its fallback is
+// not ready, so that operators see the outage.
+func (f *fallback) Ready(ctx context.Context) error { return f.shared.Ready(ctx) }
+
+func (f *fallback) Close() error {
+	f.local.Close()
+	return f.shared.Close()
+}
