@@ -1,0 +1,223 @@
+// Command bench is the gateway's load harness. One command builds the
+// gateway, starts every target on loopback, drives them with wrk in
+// interleaved rounds and prints a markdown table:
+//
+//	go run ./bench                      # main mode: what the gateway costs per request
+//	go run ./bench -mode flood          # one subject far over its limit
+//	go run ./bench -rounds 5 -duration 10s -conns 64,512,1024
+//
+// The targets, in the order each round drives them:
+//
+//	upstream-direct  the harness's own upstream, no proxy: the load side's ceiling
+//	bare-proxy       httputil.ReverseProxy with Rewrite + SetURL and a pooled Transport: the floor
+//	gateway-memory   the gateway, memory limiter
+//	gateway-redis    the gateway, Redis limiter on a private redis-server
+//	nginx            nginx with limit_req, when nginx is installed
+//
+// Every proxy runs on CPU 0 (taskset -c 0); the load generator, the
+// upstream and redis-server share CPU 1, so nothing else the harness starts
+// competes with the proxy under test. Other jobs on the machine can: the
+// "other CPU" column says how much they took. Everything the harness
+// starts is stopped at the end and on Ctrl-C, and its temporary folder is
+// removed.
+//
+// The harness runs itself again for the processes it needs besides wrk,
+// nginx, redis-server and the gateway: `bench internal-upstream`,
+// `bench internal-bare-proxy` and `bench internal-load` (the Go load
+// generator used when wrk is missing). They are not meant to be run by hand.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+func main() {
+	if len(os.Args) > 1 && strings.HasPrefix(os.Args[1], "internal-") {
+		os.Exit(runRole(os.Args[1], os.Args[2:]))
+	}
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// settings are the harness's flags, checked.
+type settings struct {
+	modes    []string // "main", "flood", in order
+	rounds   int
+	duration time.Duration
+	warmup   time.Duration
+	conns    []int
+	loader   string          // "auto", "wrk" or "go"
+	only     map[string]bool // targets to drive; empty drives all
+	repo     string          // the gateway module's root
+	keep     bool            // keep the temporary folder
+	dedup    bool            // the gateways' policy de-duplicates evaluations
+	args     []string        // as given, for the report
+}
+
+func parseSettings(args []string, stderr io.Writer) (settings, error) {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	mode := fs.String("mode", "main", "`main` (a limit that never denies), flood (one subject over a 5/min limit) or both")
+	rounds := fs.Int("rounds", 3, "interleaved rounds; every figure is the median over them")
+	duration := fs.Duration("duration", 8*time.Second, "length of one load run")
+	warmup := fs.Duration("warmup", 2*time.Second, "unmeasured load on each target before the first round")
+	conns := fs.String("conns", "64,512", "comma-separated connection counts, each a run per target and round")
+	loader := fs.String("loader", "auto", "`auto` (wrk when installed, else the Go generator), wrk or go")
+	targets := fs.String("targets", "", "comma-separated targets to drive (default all): "+strings.Join(targetOrder, ", "))
+	repo := fs.String("repo", ".", "a folder inside the gateway module")
+	dedup := fs.Bool("dedup", true, "leave the gateways' policy de-duplication on (its default); -dedup=false to see what it costs")
+	keep := fs.Bool("keep", false, "keep the temporary folder (configurations, logs) and print its path")
+	if err := fs.Parse(args); err != nil {
+		return settings{}, err
+	}
+	if fs.NArg() > 0 {
+		return settings{}, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	s := settings{rounds: *rounds, duration: *duration, warmup: *warmup, loader: *loader, keep: *keep, dedup: *dedup, args: args, only: map[string]bool{}}
+	switch *mode {
+	case "main", "flood":
+		s.modes = []string{*mode}
+	case "both":
+		s.modes = []string{"main", "flood"}
+	default:
+		return s, fmt.Errorf("-mode %q: want main, flood or both", *mode)
+	}
+	if s.rounds < 1 {
+		return s, errors.New("-rounds must be at least 1")
+	}
+	if s.duration < time.Second {
+		return s, errors.New("-duration must be at least 1s (wrk counts whole seconds)")
+	}
+	for _, f := range strings.Split(*conns, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return s, fmt.Errorf("-conns %q: want positive integers separated by commas", *conns)
+		}
+		s.conns = append(s.conns, n)
+	}
+	if !slices.Contains([]string{"auto", "wrk", "go"}, s.loader) {
+		return s, fmt.Errorf("-loader %q: want auto, wrk or go", s.loader)
+	}
+	if *targets != "" {
+		for _, name := range strings.Split(*targets, ",") {
+			name = strings.TrimSpace(name)
+			if !slices.Contains(targetOrder, name) {
+				return s, fmt.Errorf("-targets: unknown target %q; known: %s", name, strings.Join(targetOrder, ", "))
+			}
+			s.only[name] = true
+		}
+	}
+	root, err := moduleRoot(*repo)
+	if err != nil {
+		return s, err
+	}
+	s.repo = root
+	return s, nil
+}
+
+// moduleRoot is the folder holding the gateway's go.mod, found from dir
+// upwards.
+func moduleRoot(dir string) (string, error) {
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		return "", err
+	}
+	for d := dir; ; d = filepath.Dir(d) {
+		b, err := os.ReadFile(filepath.Join(d, "go.mod"))
+		if err == nil && strings.Contains(string(b), "module github.com/edgegate/gateway\n") {
+			return d, nil
+		}
+		if filepath.Dir(d) == d {
+			return "", fmt.Errorf("no go.mod of github.com/edgegate/gateway in %s or above; run from the repository or pass -repo", dir)
+		}
+	}
+}
+
+// commandLine is how the harness was invoked, for the report.
+func commandLine(args []string) string {
+	cmd := "go run ./bench"
+	if exe, err := os.Executable(); err == nil && !strings.Contains(exe, "go-build") {
+		cmd = os.Args[0]
+	}
+	for _, a := range args {
+		if a == "" || strings.ContainsAny(a, " \t'\"$") {
+			a = strconv.Quote(a)
+		}
+		cmd += " " + a
+	}
+	return cmd
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	s, err := parseSettings(args, stderr)
+	if err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(stderr, "bench:", err)
+		}
+		return 2
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	signals := make(chan os.Signal, 1)
+	signal.Notify(signals, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(signals)
+	go func() {
+		select {
+		case sig := <-signals:
+			fmt.Fprintf(stderr, "\nbench: %s: stopping everything it started (again to abandon the clean-up)\n", sig)
+			signal.Reset(os.Interrupt, syscall.SIGTERM)
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+
+	h, err := newHarness(s, stderr)
+	if err != nil {
+		fmt.Fprintln(stderr, "bench:", err)
+		return 1
+	}
+	defer h.close()
+
+	started := time.Now()
+	if err := h.setup(ctx); err != nil {
+		return failed(ctx, stderr, err)
+	}
+	var reports []string
+	for _, mode := range s.modes {
+		samples, err := h.runMode(ctx, mode)
+		if err != nil {
+			return failed(ctx, stderr, err)
+		}
+		reports = append(reports, h.report(mode, samples))
+	}
+	fmt.Fprintln(stdout)
+	for _, r := range reports {
+		fmt.Fprint(stdout, r)
+	}
+	fmt.Fprint(stdout, h.setupNotes())
+	fmt.Fprintf(stdout, "\nCommand: `%s` (%s in all)\n", commandLine(s.args), time.Since(started).Round(time.Second))
+	return 0
+}
+
+// failed reports err, or the interruption that caused it, and gives the
+// exit code; the deferred clean-up runs after it.
+func failed(ctx context.Context, stderr io.Writer, err error) int {
+	if ctx.Err() != nil {
+		fmt.Fprintln(stderr, "bench: interrupted")
+		return 130
+	}
+	fmt.Fprintln(stderr, "bench:", err)
+	return 1
+}

@@ -1,0 +1,259 @@
+package main
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"time"
+)
+
+// summary is one target at one connection count: each figure the median
+// over the rounds, taken on its own.
+type summary struct {
+	target               string
+	conns                int
+	rounds               int
+	perSecond            float64
+	p50, p99             time.Duration
+	microsPerRequest     float64
+	proxyCoreBusy        float64
+	loadCoreBusy         float64
+	otherCPU             float64
+	redisCallsPerRequest float64
+	redisMicrosPerCall   float64
+	upstreamConns        float64
+	upstreamRequestShare float64 // upstream requests per served request
+	share429             float64 // 429s per access log line; NaN without an access log
+	non2xxShare          float64
+	socketErrors         int64 // summed over rounds
+}
+
+// median of xs, ignoring NaN; NaN when nothing is left.
+func median(xs []float64) float64 {
+	xs = slices.DeleteFunc(slices.Clone(xs), math.IsNaN)
+	if len(xs) == 0 {
+		return math.NaN()
+	}
+	slices.Sort(xs)
+	n := len(xs)
+	if n%2 == 1 {
+		return xs[n/2]
+	}
+	return (xs[n/2-1] + xs[n/2]) / 2
+}
+
+// summarize groups samples by connection count, then target, in the order
+// they were first driven.
+func summarize(samples []sample) []summary {
+	type key struct {
+		target string
+		conns  int
+	}
+	var order []key
+	groups := map[key][]sample{}
+	for _, s := range samples {
+		k := key{s.target, s.conns}
+		if _, ok := groups[k]; !ok {
+			order = append(order, k)
+		}
+		groups[k] = append(groups[k], s)
+	}
+	slices.SortStableFunc(order, func(a, b key) int { return a.conns - b.conns })
+	var out []summary
+	for _, k := range order {
+		g := groups[k]
+		of := func(f func(sample) float64) float64 {
+			xs := make([]float64, len(g))
+			for i, s := range g {
+				xs[i] = f(s)
+			}
+			return median(xs)
+		}
+		sum := summary{
+			target:               k.target,
+			conns:                k.conns,
+			rounds:               len(g),
+			perSecond:            of(func(s sample) float64 { return s.load.perSecond }),
+			p50:                  time.Duration(of(func(s sample) float64 { return float64(s.load.p50) })),
+			p99:                  time.Duration(of(func(s sample) float64 { return float64(s.load.p99) })),
+			microsPerRequest:     of(func(s sample) float64 { return s.microsPerRequest }),
+			proxyCoreBusy:        of(func(s sample) float64 { return s.proxyCoreBusy }),
+			loadCoreBusy:         of(func(s sample) float64 { return s.loadCoreBusy }),
+			otherCPU:             of(func(s sample) float64 { return s.otherCPU }),
+			redisCallsPerRequest: of(func(s sample) float64 { return s.redisCallsPerRequest }),
+			redisMicrosPerCall:   of(func(s sample) float64 { return s.redisMicrosPerCall }),
+			upstreamConns:        of(func(s sample) float64 { return float64(s.upstreamConns) }),
+			upstreamRequestShare: of(func(s sample) float64 { return float64(s.upstreamRequests) / float64(s.served) }),
+			non2xxShare:          of(func(s sample) float64 { return float64(s.load.non2xx) / float64(s.load.requests) }),
+			share429: of(func(s sample) float64 {
+				if s.accessLogLines <= 0 {
+					return math.NaN()
+				}
+				return float64(s.status429) / float64(s.accessLogLines)
+			}),
+		}
+		for _, s := range g {
+			sum.socketErrors += s.load.errors
+		}
+		out = append(out, sum)
+	}
+	return out
+}
+
+func formatMillis(d time.Duration) string {
+	return fmt.Sprintf("%.2f ms", float64(d)/float64(time.Millisecond))
+}
+
+// orDash formats f, or "–" when it is NaN.
+func orDash(format string, f float64) string {
+	if math.IsNaN(f) {
+		return "–"
+	}
+	return fmt.Sprintf(format, f)
+}
+
+func thousands(f float64) string {
+	s := fmt.Sprintf("%.0f", f)
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
+}
+
+// report is the markdown for one mode.
+func (h *harness) report(mode string, samples []sample) string {
+	sums := summarize(samples)
+	var b strings.Builder
+	switch mode {
+	case "main":
+		fmt.Fprintf(&b, "### Main mode: a limit that never denies (medians of %d interleaved rounds of %s)\n\n", h.s.rounds, h.s.duration)
+		b.WriteString("| target | conns | req/s | p50 | p99 | CPU µs/req | proxy core busy | load core busy | other CPU | Redis calls/req | Redis µs/call | new upstream conns/run |\n")
+		b.WriteString("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+		for _, s := range sums {
+			fmt.Fprintf(&b, "| %s | %d | %s | %s | %s | %.1f | %.0f%% | %.0f%% | %.0f%% | %s | %s | %.0f |\n",
+				s.target, s.conns, thousands(s.perSecond), formatMillis(s.p50), formatMillis(s.p99), s.microsPerRequest,
+				100*s.proxyCoreBusy, 100*s.loadCoreBusy, 100*s.otherCPU, orDash("%.2f", s.redisCallsPerRequest), orDash("%.1f", s.redisMicrosPerCall), s.upstreamConns)
+		}
+		b.WriteString(ratioTable(sums))
+	case "flood":
+		fmt.Fprintf(&b, "### Flood mode: one subject over a 5/min limit (medians of %d interleaved rounds of %s)\n\n", h.s.rounds, h.s.duration)
+		b.WriteString("| target | conns | req/s | p50 | p99 | 429 share | CPU µs/req | proxy core busy | load core busy | other CPU | Redis calls/req | upstream reqs/req |\n")
+		b.WriteString("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+		for _, s := range sums {
+			fmt.Fprintf(&b, "| %s | %d | %s | %s | %s | %s | %.1f | %.0f%% | %.0f%% | %.0f%% | %s | %.5f |\n",
+				s.target, s.conns, thousands(s.perSecond), formatMillis(s.p50), formatMillis(s.p99), orDash("%.3f%%", 100*s.share429),
+				s.microsPerRequest, 100*s.proxyCoreBusy, 100*s.loadCoreBusy, 100*s.otherCPU, orDash("%.4f", s.redisCallsPerRequest), s.upstreamRequestShare)
+		}
+	}
+	b.WriteString(warnings(mode, sums))
+	b.WriteString("\n")
+	return b.String()
+}
+
+// ratioTable compares targets at each connection count; a ratio whose
+// targets did not both run is left out.
+func ratioTable(sums []summary) string {
+	type pair struct{ label, num, den string }
+	pairs := []pair{
+		{"gateway-memory / bare-proxy", "gateway-memory", "bare-proxy"},
+		{"gateway-redis / gateway-memory", "gateway-redis", "gateway-memory"},
+		{"gateway-memory / nginx", "gateway-memory", "nginx"},
+		{"gateway-redis / nginx", "gateway-redis", "nginx"},
+		{"bare-proxy / nginx", "bare-proxy", "nginx"},
+	}
+	find := func(target string, conns int) *summary {
+		for i := range sums {
+			if sums[i].target == target && sums[i].conns == conns {
+				return &sums[i]
+			}
+		}
+		return nil
+	}
+	var conns []int
+	for _, s := range sums {
+		if !slices.Contains(conns, s.conns) {
+			conns = append(conns, s.conns)
+		}
+	}
+	var b strings.Builder
+	b.WriteString("\n| req/s ratio (CPU µs/req ratio) |")
+	for _, c := range conns {
+		fmt.Fprintf(&b, " %d conns |", c)
+	}
+	b.WriteString("\n| --- |" + strings.Repeat(" ---: |", len(conns)) + "\n")
+	rows := 0
+	for _, p := range pairs {
+		line := "| " + p.label + " |"
+		present := false
+		for _, c := range conns {
+			num, den := find(p.num, c), find(p.den, c)
+			if num == nil || den == nil {
+				line += " – |"
+				continue
+			}
+			present = true
+			line += fmt.Sprintf(" %.2f (%.2f) |", num.perSecond/den.perSecond, num.microsPerRequest/den.microsPerRequest)
+		}
+		if present {
+			b.WriteString(line + "\n")
+			rows++
+		}
+	}
+	if rows == 0 {
+		return ""
+	}
+	return b.String()
+}
+
+// warnings point at runs whose figures mean something else than the
+// table's heading says.
+func warnings(mode string, sums []summary) string {
+	var b strings.Builder
+	for _, s := range sums {
+		if s.otherCPU > 0.15 {
+			fmt.Fprintf(&b, "\n- warning: %s at %d conns: other work took %.0f%% of a core in the median run; more rounds or a quieter machine", s.target, s.conns, 100*s.otherCPU)
+		}
+		if mode == "main" && s.non2xxShare > 0 {
+			fmt.Fprintf(&b, "\n- warning: %s at %d conns answered %.3f%% of requests with a non-2xx status", s.target, s.conns, 100*s.non2xxShare)
+		}
+		if mode == "flood" && !math.IsNaN(s.share429) && s.non2xxShare-s.share429 > 0.0001 {
+			fmt.Fprintf(&b, "\n- warning: %s at %d conns: %.3f%% non-2xx but only %.3f%% 429 (503s?)", s.target, s.conns, 100*s.non2xxShare, 100*s.share429)
+		}
+		if s.socketErrors > 0 {
+			fmt.Fprintf(&b, "\n- warning: %s at %d conns: %d socket errors over the rounds", s.target, s.conns, s.socketErrors)
+		}
+	}
+	if b.Len() > 0 {
+		b.WriteString("\n")
+	}
+	return b.String()
+}
+
+// setupNotes say how the figures were taken.
+func (h *harness) setupNotes() string {
+	var b strings.Builder
+	b.WriteString("How these were taken:\n")
+	if h.pin.taskset != "" {
+		b.WriteString("- pinned with taskset: each proxy on CPU 0, where nothing else the harness starts runs; the load generator, the upstream and redis-server share CPU 1\n")
+	}
+	fmt.Fprintf(&b, "- %s; %s\n", strings.Join(h.environment, ", "), cpuModel())
+	if h.driven["upstream-direct"] {
+		b.WriteString("- upstream-direct is the harness's upstream without a proxy (its CPU is the upstream's, on the load core): the ceiling of the load side\n")
+	}
+	b.WriteString("- CPU µs/req: utime+stime of the proxy's processes (/proc/<pid>/stat) over the run, divided by the requests it served (its access log lines, else the upstream's count)\n")
+	b.WriteString("- proxy/load core busy: /proc/stat of CPU 0 and CPU 1; other CPU: time charged to processes the harness did not start, in % of one core (noise; high means another job shared the machine)\n")
+	b.WriteString("- Redis: EVALSHA calls and usec from INFO commandstats of the private redis-server, over the run, per served request and per call\n")
+	dedup := "dedup on"
+	if !h.s.dedup {
+		dedup = "dedup OFF (-dedup=false)"
+	}
+	b.WriteString("- gateways: one route, subject client_ip (one hot key, 127.0.0.1), " + dedup + ", access log on with stderr appended to a file in the temporary folder (emptied after each run)\n")
+	if h.driven["nginx"] {
+		b.WriteString("- nginx: one worker, limit_req on $binary_remote_addr, keepalive to the upstream, a JSON access log to a file\n")
+	}
+	for _, n := range h.notes {
+		fmt.Fprintf(&b, "- %s\n", n)
+	}
+	return b.String()
+}

@@ -1,0 +1,278 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// targetOrder is the order each round drives the targets in.
+var targetOrder = []string{"upstream-direct", "bare-proxy", "gateway-memory", "gateway-redis", "nginx"}
+
+// target is one URL the loader drives, and the process whose CPU time is
+// charged to it (with its descendants).
+type target struct {
+	name      string
+	url       string
+	proc      *process
+	accessLog string // a JSON-lines access log, emptied after each run; "" for none
+	redis     bool   // charge EVALSHA calls to it
+}
+
+// The pseudonym secret the gateways read with file(). It is fake, on
+// purpose and visibly: it signs load-test pseudonyms and nothing else.
+const (
+	pseudonymSecretFile = "pseudonym-secret.txt"
+	fakePseudonymSecret = "FAKE-bench-only-pseudonym-secret-not-for-any-real-gateway"
+)
+
+// Policies of the two modes: main never denies, flood holds one subject
+// over five requests a minute.
+var modeLimits = map[string]int64{"main": 1_000_000_000, "flood": 5}
+
+// startTargets starts the mode's targets, in targetOrder. Flood mode has
+// no use for the targets that do not limit.
+func (h *harness) startTargets(ctx context.Context, mode string) ([]*target, error) {
+	var targets []*target
+	for _, name := range targetOrder {
+		if !h.wants(name) {
+			continue
+		}
+		var t *target
+		var err error
+		switch name {
+		case "upstream-direct":
+			if mode == "main" {
+				t = &target{name: name, url: "http://" + h.upstreamAddr + "/", proc: h.upstream}
+			}
+		case "bare-proxy":
+			if mode == "main" {
+				t, err = h.startBareProxy(ctx)
+			}
+		case "gateway-memory":
+			t, err = h.startGateway(ctx, mode, name, false)
+		case "gateway-redis":
+			if h.redisAddr != "" {
+				t, err = h.startGateway(ctx, mode, name, true)
+			}
+		case "nginx":
+			if h.nginxBin != "" {
+				t, err = h.startNginx(ctx, mode)
+			}
+		}
+		if err != nil {
+			return nil, err
+		}
+		if t != nil {
+			targets = append(targets, t)
+		}
+	}
+	return targets, nil
+}
+
+func (h *harness) startBareProxy(ctx context.Context) (*target, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	addr, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	p, err := h.start("bare-proxy", h.pin.argv(proxyCPU, self, "internal-bare-proxy", "-listen", addr, "-upstream", "http://"+h.upstreamAddr),
+		filepath.Join(h.dir, "bare-proxy.log"))
+	if err != nil {
+		return nil, err
+	}
+	t := &target{name: "bare-proxy", url: "http://" + addr + "/", proc: p}
+	return t, waitHTTP(ctx, p, t.url, isOK, 10*time.Second)
+}
+
+// startGateway writes a configuration, has the gateway validate it, starts
+// the gateway with its stderr (the access log) appended to a file and waits
+// for /readyz.
+func (h *harness) startGateway(ctx context.Context, mode, name string, withRedis bool) (*target, error) {
+	listen, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	admin, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	redisAddr := ""
+	if withRedis {
+		redisAddr = h.redisAddr
+	}
+	conf := filepath.Join(h.dir, name+"-"+mode+".hcl")
+	if err := os.WriteFile(conf, []byte(gatewayConfig(mode, listen, admin, h.upstreamAddr, redisAddr, h.s.dedup)), 0o644); err != nil {
+		return nil, err
+	}
+	if out, err := exec.CommandContext(ctx, h.gatewayBin, "validate", "-config", conf).CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("gateway validate %s: %w\n%s", conf, err, out)
+	}
+	logPath := filepath.Join(h.dir, name+"-"+mode+".log")
+	p, err := h.start(name, h.pin.argv(proxyCPU, h.gatewayBin, "run", "-config", conf), logPath)
+	if err != nil {
+		return nil, err
+	}
+	if err := waitHTTP(ctx, p, "http://"+admin+"/readyz", isOK, 20*time.Second); err != nil {
+		return nil, err
+	}
+	return &target{name: name, url: "http://" + listen + "/", proc: p, accessLog: logPath, redis: withRedis}, nil
+}
+
+// gatewayConfig is the gateway's file for a mode: one route, one policy,
+// the client address as the only subject (every request of the load comes
+// from 127.0.0.1: one hot key), the access log on. With redisAddr set the
+// limiter is Redis; the files differ in nothing else. De-duplication is
+// the policy's default (on) unless dedup is false.
+func gatewayConfig(mode, listen, admin, upstream, redisAddr string, dedup bool) string {
+	limiter := `limiter {
+  backend = "memory"
+}`
+	if redisAddr != "" {
+		limiter = fmt.Sprintf(`limiter {
+  backend = "redis"
+  redis {
+    mode       = "standalone"
+    addrs      = [%q]
+    key_prefix = "bench:"
+  }
+}`, redisAddr)
+	}
+	return fmt.Sprintf(`# Written by go run ./bench for one load test; removed when it ends.
+listen {
+  http             = %q
+  admin            = %q
+  shutdown_timeout = "1s"
+}
+
+%s
+
+# The secret in this file is fake: it signs load-test pseudonyms only.
+pseudonym {
+  version = 1
+  key "1" { secret = file(%q) }
+}
+
+log {
+  level  = "info"
+  access = true
+}
+
+policy "bench-%s" {
+  algorithm = "fixed-window"
+  limit     = %d
+  window    = "1m"
+  dedup {
+    enabled = %t
+  }
+}
+
+route "bench" {
+  path     = "/"
+  upstream = "http://%s"
+  policy   = "bench-%s"
+  subject  = ["client_ip"]
+}
+`, listen, admin, limiter, pseudonymSecretFile, mode, modeLimits[mode], dedup, upstream, mode)
+}
+
+// startNginx runs nginx in the foreground with one worker, its prefix,
+// configuration, logs and temporary files in a folder of its own. An nginx
+// that cannot run here is a note in the report, not a failure: it is only
+// the reference.
+func (h *harness) startNginx(ctx context.Context, mode string) (*target, error) {
+	prefix := filepath.Join(h.dir, "nginx-"+mode)
+	if err := os.Mkdir(prefix, 0o755); err != nil {
+		return nil, err
+	}
+	listen, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	conf := filepath.Join(prefix, "nginx.conf")
+	if err := os.WriteFile(conf, []byte(nginxConfig(mode, prefix, listen, h.upstreamAddr)), 0o644); err != nil {
+		return nil, err
+	}
+	errorLog := filepath.Join(prefix, "error.log")
+	argv := []string{h.nginxBin, "-e", errorLog, "-p", prefix, "-c", conf, "-g", "daemon off;"}
+	if out, err := exec.CommandContext(ctx, argv[0], append(argv[1:], "-t")...).CombinedOutput(); err != nil {
+		h.note("nginx cannot use its configuration, no nginx rows in %s mode: %v: %s", mode, err, strings.TrimSpace(string(out)))
+		return nil, nil
+	}
+	p, err := h.start("nginx", h.pin.argv(proxyCPU, argv...), filepath.Join(prefix, "stderr.log"))
+	if err != nil {
+		h.note("nginx does not start, no nginx rows in %s mode: %v", mode, err)
+		return nil, nil
+	}
+	t := &target{name: "nginx", url: "http://" + listen + "/", proc: p, accessLog: filepath.Join(prefix, "access.log")}
+	anyAnswer := func(int) bool { return true }
+	if err := waitHTTP(ctx, p, t.url, anyAnswer, 10*time.Second); err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		p.stop()
+		h.note("nginx does not answer, no nginx rows in %s mode: %v", mode, err)
+		return nil, nil
+	}
+	return t, nil
+}
+
+// nginxConfig is the reference: one worker, keep-alive to the upstream,
+// limit_req on the client address, and an access log of JSON lines about
+// as long as the gateway's. Main mode's rate and burst are too high to
+// deny; flood mode allows 5 requests a minute (one every 12s, nginx's leaky
+// bucket) with no burst.
+func nginxConfig(mode, prefix, listen, upstream string) string {
+	limit := "rate=1000000r/s"
+	burst := "burst=1000000 nodelay"
+	if mode == "flood" {
+		limit, burst = "rate=5r/m", "nodelay"
+	}
+	return fmt.Sprintf(`# Written by go run ./bench for one load test; removed when it ends.
+worker_processes 1;
+worker_rlimit_nofile 16384;
+pid %[1]s/nginx.pid;
+error_log %[1]s/error.log error;
+
+events {
+  worker_connections 8192;
+}
+
+http {
+  client_body_temp_path %[1]s/client_body;
+  proxy_temp_path       %[1]s/proxy;
+  fastcgi_temp_path     %[1]s/fastcgi;
+  uwsgi_temp_path       %[1]s/uwsgi;
+  scgi_temp_path        %[1]s/scgi;
+
+  log_format bench escape=json '{"time":"$time_iso8601","method":"$request_method","uri":"$uri","status":$status,"bytes":$body_bytes_sent,"duration":$request_time,"upstream_duration":"$upstream_response_time","remote":"$remote_addr"}';
+  access_log %[1]s/access.log bench;
+
+  limit_req_zone $binary_remote_addr zone=bench:1m %[4]s;
+  limit_req_status 429;
+  limit_req_log_level warn;
+
+  upstream backend {
+    server %[3]s;
+    keepalive 1024;
+  }
+
+  server {
+    listen %[2]s;
+    location / {
+      limit_req zone=bench %[5]s;
+      proxy_pass http://backend;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+    }
+  }
+}
+`, prefix, listen, upstream, limit, burst)
+}
