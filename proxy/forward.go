@@ -23,7 +23,7 @@ func newTransport() *http.Transport {
 			Timeout:   5 * time.Second,
 			KeepAlive: 30 * time.Second,
 		}).DialContext,
-		ForceAttemptHTTP2:     true,
+		ForceAttemptHTTP2: true,
 		// As many idle connections per upstream as a busy listener has
 		// clients: fewer, and a gateway under load dials anew for a share
 		// of its requests (the load harness saw a third at 512 clients).
