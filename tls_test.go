@@ -143,6 +143,22 @@ func TestTLSWithStaticCertificates(t *testing.T) {
 			c.Close()
 		}
 	})
+	t.Run("TLS 1.2 offers AEAD suites only", func(t *testing.T) {
+		cbc := []uint16{tls.TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA, tls.TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA,
+			tls.TLS_ECDHE_ECDSA_WITH_AES_256_CBC_SHA, tls.TLS_ECDHE_RSA_WITH_AES_256_CBC_SHA}
+		if c, err := tls.Dial("tcp", httpsAddr, &tls.Config{ServerName: "a.test", RootCAs: ca.pool, MaxVersion: tls.VersionTLS12, CipherSuites: cbc}); err == nil {
+			c.Close()
+			t.Fatalf("a CBC-only TLS 1.2 client was served %s", tls.CipherSuiteName(c.ConnectionState().CipherSuite))
+		}
+		c, err := tls.Dial("tcp", httpsAddr, &tls.Config{ServerName: "a.test", RootCAs: ca.pool, MaxVersion: tls.VersionTLS12})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		if name := tls.CipherSuiteName(c.ConnectionState().CipherSuite); !strings.Contains(name, "GCM") && !strings.Contains(name, "CHACHA20") {
+			t.Fatalf("TLS 1.2 negotiated %s", name)
+		}
+	})
 	t.Run("TLS 1.1 is refused", func(t *testing.T) {
 		if c, err := handshake(t, httpsAddr, "a.test", ca.pool, tls.VersionTLS11); err == nil {
 			c.Close()

@@ -160,6 +160,9 @@ func (c *checker) file(fb *fileBlock) *File {
 		maxBody = c.integer(fb.Listen.MaxBodyBytes, fb.Listen.MaxBodyBytesRange, "max_body_bytes", maxBody, 0)
 	}
 	f.Proxy.Routes = c.routes(fb.Routes, policies, &f.Subject, maxBody)
+	if fb.Listen != nil {
+		f.Proxy.AllowUnderscoreHeaders = or(fb.Listen.AllowUnderscoreHeaders, false)
+	}
 
 	if fb.Listen != nil && f.Listen.HTTPS != "" && fb.TLS == nil {
 		c.errorf(fb.Listen.DefRange, "HTTPS without TLS", "listen.https needs a tls block with acme or certificate.")

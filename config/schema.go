@@ -39,6 +39,7 @@ type listenBlock struct {
 	MaxConnectionsRange    hcl.Range `hcl:"max_connections,attr_value_range"`
 	MaxBodyBytes           *int64    `hcl:"max_body_bytes,optional"`
 	MaxBodyBytesRange      hcl.Range `hcl:"max_body_bytes,attr_value_range"`
+	AllowUnderscoreHeaders *bool     `hcl:"allow_underscore_headers,optional"`
 	DefRange               hcl.Range `hcl:",def_range"`
 }
 

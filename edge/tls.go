@@ -183,10 +183,23 @@ func (t *terminator) stop() {
 
 // config is the listener's tls.Config: TLS 1.2 at least, HTTP/2 and
 // HTTP/1.1 by ALPN, and the ACME TLS-ALPN-01 protocol when ACME is on.
+// aeadSuites are the TLS 1.2 cipher suites of Mozilla's intermediate
+// profile: ECDHE key exchange with AES-GCM or ChaCha20-Poly1305, never
+// CBC. TLS 1.3 suites are not configurable and are all AEAD.
+var aeadSuites = []uint16{
+	tls.TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,
+	tls.TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,
+	tls.TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,
+	tls.TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384,
+	tls.TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256,
+	tls.TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256,
+}
+
 func (t *terminator) config() *tls.Config {
 	cfg := &tls.Config{
-		MinVersion: tls.VersionTLS12,
-		NextProtos: []string{"h2", "http/1.1"},
+		MinVersion:   tls.VersionTLS12,
+		CipherSuites: aeadSuites,
+		NextProtos:   []string{"h2", "http/1.1"},
 	}
 	var magicTLS *tls.Config
 	if t.magic != nil {

@@ -15,7 +15,8 @@ import (
 // the exact policy value (a reloaded policy is another pointer, so it never
 // meets the denials of its predecessor) and cost that were refused. The
 // retry time is counted from before the request was sent, so the entry
-// ends no later than the backend's own denial would. A fixed window cannot
+// ends no later than the backend's own denial would (a millisecond sooner,
+// for the scripts' rounding). A fixed window cannot
 // admit before it ends; a token bucket only gains tokens with time, and
 // other instances can only spend them.
 //
@@ -86,7 +87,14 @@ func (d *denials) put(k denialKey, dec Decision, sent time.Time) {
 	if dec.Allowed || dec.Certainty != Certain || dec.RetryAfter <= 0 {
 		return
 	}
-	e := denial{retryAt: sent.Add(dec.RetryAfter), resetAt: sent.Add(dec.ResetAfter), remaining: dec.Remaining}
+	// The scripts count whole milliseconds, rounded down: the backend's
+	// "now" can be up to a millisecond before sent, and its retry time as
+	// much later. One millisecond off keeps the entry within the denial.
+	retry := dec.RetryAfter - time.Millisecond
+	if retry <= 0 {
+		return
+	}
+	e := denial{retryAt: sent.Add(retry), resetAt: sent.Add(dec.ResetAfter - time.Millisecond), remaining: dec.Remaining}
 	s := d.shard(k)
 	s.mu.Lock()
 	if _, ok := s.m[k]; !ok && len(s.m) >= d.perShard {

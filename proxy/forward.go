@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httputil"
+	"strings"
 	"sync"
 	"time"
 
@@ -49,13 +50,20 @@ func (p *bufferPool) Put(b []byte) { p.pool.Put(&b) }
 // Director: hop-by-hop headers and the client's forwarding headers are gone
 // before Rewrite runs, so a client cannot strip what the gateway adds. What
 // the upstream may believe about the client is the resolver's to say.
-func newForwarder(rt *route, resolver *subject.Resolver, transport http.RoundTripper, logger *slog.Logger) http.Handler {
+func newForwarder(rt *route, resolver *subject.Resolver, transport http.RoundTripper, logger *slog.Logger, underscores bool) http.Handler {
 	target := rt.Upstream
 	return &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			// SetURL joins the target's path with the inbound one; the
 			// inbound one is already the normalized, matched path.
 			pr.SetURL(target)
+			if !underscores {
+				for name := range pr.Out.Header {
+					if strings.IndexByte(name, '_') >= 0 {
+						delete(pr.Out.Header, name)
+					}
+				}
+			}
 			resolver.SetForwarded(pr)
 		},
 		Transport:     transport,

@@ -53,6 +53,11 @@ type Config struct {
 	Limiter           Limiter
 	Deadline          time.Duration // default limiter.DefaultDeadline
 	FailureRetryAfter time.Duration // Retry-After on 503; default 1s
+	// AllowUnderscoreHeaders forwards request headers whose names hold
+	// "_". By default they are dropped: CGI, WSGI and Rack backends fold
+	// "_" into "-", so X_Real_IP would reach them as X-Real-IP, past the
+	// gateway's own checks (nginx drops them too).
+	AllowUnderscoreHeaders bool
 }
 
 // Options are the parts of a Handler that do not change on reload.
@@ -151,7 +156,7 @@ func (h *Handler) compile(cfg Config) (*compiled, error) {
 			r.policyHeader = policyHeader(r.Policy)
 			r.problem429 = quotaProblem(r.Policy.Name)
 		}
-		r.forward = newForwarder(r, cfg.Resolver, h.transport, h.opts.Logger)
+		r.forward = newForwarder(r, cfg.Resolver, h.transport, h.opts.Logger, cfg.AllowUnderscoreHeaders)
 		routes = append(routes, r)
 	}
 	return &compiled{
@@ -205,6 +210,11 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, c *compiled, x *
 	if err != nil {
 		x.outcome = "rejected"
 		writeProblem(w, problemBadPath)
+		return
+	}
+	if c.router.methodCaseFolded(r.Method) {
+		x.outcome = "rejected"
+		writeProblem(w, problemMethodCase)
 		return
 	}
 	rt, allow := c.router.match(canonicalHost(r.Host), path, r.Method)
@@ -324,7 +334,7 @@ func outcomeName(o limiter.Outcome) string {
 		}
 		return "denied"
 	case limiter.Unavailable:
-		return "unavailable_" + o.Category.String()
+		return o.Category.String() // admission_rejected, unavailable_before_send, clock_unsafe, circuit_open
 	case limiter.Indeterminate:
 		return "indeterminate"
 	case limiter.Incompatible:

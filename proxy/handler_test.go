@@ -93,9 +93,10 @@ func (s *syncBuffer) String() string {
 }
 
 type setup struct {
-	routes  []proxy.Route
-	trusted []string
-	limiter proxy.Limiter
+	routes      []proxy.Route
+	trusted     []string
+	limiter     proxy.Limiter
+	underscores bool // AllowUnderscoreHeaders
 }
 
 func newResolver(t testing.TB, trusted []string) *subject.Resolver {
@@ -132,7 +133,7 @@ func newGateway(t *testing.T, s setup) *gateway {
 	h, err := proxy.NewHandler(proxy.Options{
 		Logger:    slog.New(slog.NewJSONHandler(g.logs, nil)),
 		AccessLog: true,
-	}, proxy.Config{Routes: s.routes, Resolver: newResolver(t, s.trusted), Limiter: lim})
+	}, proxy.Config{Routes: s.routes, Resolver: newResolver(t, s.trusted), Limiter: lim, AllowUnderscoreHeaders: s.underscores})
 	if err != nil {
 		t.Fatal(err)
 	}

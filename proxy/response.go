@@ -17,6 +17,7 @@ const (
 	typeNoRoute          = "urn:edge-gateway:problem:no-route"
 	typeMethodNotAllowed = "urn:edge-gateway:problem:method-not-allowed"
 	typeBadPath          = "urn:edge-gateway:problem:bad-path"
+	typeBadMethod        = "urn:edge-gateway:problem:bad-method"
 	typeAmbiguousCred    = "urn:edge-gateway:problem:ambiguous-credential"
 	typeUnidentified     = "urn:edge-gateway:problem:unidentified-subject"
 	typeUpstreamFailed   = "urn:edge-gateway:problem:upstream-failed"
@@ -43,6 +44,7 @@ func newProblem(status int, typ, title, detail string) problem {
 var (
 	problemNoRoute             = newProblem(http.StatusNotFound, typeNoRoute, "No route", "No route of this gateway matches the request.")
 	problemMethodNotAllowed    = newProblem(http.StatusMethodNotAllowed, typeMethodNotAllowed, "Method not allowed", "The route that matches this path does not allow the method.")
+	problemMethodCase          = newProblem(http.StatusBadRequest, typeBadMethod, "Bad method", "Methods are case-sensitive; this one differs from a known method only in case.")
 	problemBadPath             = newProblem(http.StatusBadRequest, typeBadPath, "Bad request path", "The path has an encoded slash or backslash, a control character, a bad escape or a dot segment with parameters.")
 	problemAmbiguousCredential = newProblem(http.StatusBadRequest, typeAmbiguousCred, "Ambiguous credentials", "A credential header was sent more than once.")
 	problemUnidentified        = newProblem(http.StatusUnauthorized, typeUnidentified, "Unidentified client", "This route needs a principal or a known API key.")

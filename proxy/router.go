@@ -131,9 +131,42 @@ func isUnreserved(c byte) bool {
 // ties fall to file order.
 type router struct {
 	routes []*route // in precedence order
+	// methods are the standard methods and every method a route lists, in
+	// upper case: a request that spells one of them in another case is
+	// refused, since a backend that folds case would serve it as the
+	// method a route limits.
+	methods map[string]bool
+}
+
+// standardMethods are RFC 9110's and PATCH.
+var standardMethods = []string{"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE", "CONNECT"}
+
+// explicitOnly are the methods a route without a methods list does not
+// take: TRACE reflects the request (credentials included) and CONNECT asks
+// for a tunnel; a route must list them to serve them.
+func explicitOnly(m string) bool { return m == "TRACE" || m == "CONNECT" }
+
+// methodCaseFolded reports whether m is not upper case but is, upper-cased,
+// a method the gateway knows.
+func (rt router) methodCaseFolded(m string) bool {
+	for i := 0; i < len(m); i++ {
+		if 'a' <= m[i] && m[i] <= 'z' {
+			return rt.methods[strings.ToUpper(m)]
+		}
+	}
+	return false
 }
 
 func newRouter(routes []*route) router {
+	methods := map[string]bool{}
+	for _, m := range standardMethods {
+		methods[m] = true
+	}
+	for _, r := range routes {
+		for _, m := range r.Methods {
+			methods[strings.ToUpper(m)] = true
+		}
+	}
 	sorted := slices.Clone(routes)
 	slices.SortStableFunc(sorted, func(a, b *route) int {
 		if d := len(b.Path) - len(a.Path); d != 0 {
@@ -147,7 +180,7 @@ func newRouter(routes []*route) router {
 		}
 		return 0
 	})
-	return router{routes: sorted}
+	return router{routes: sorted, methods: methods}
 }
 
 // match returns the route for the request, or nil and the methods that the
@@ -164,10 +197,18 @@ func (rt router) match(host, path, method string) (*route, []string) {
 		if r.allowsMethod(method) {
 			return r, nil
 		}
-		allow = append(allow, r.Methods...)
+		if len(r.Methods) == 0 {
+			allow = append(allow, anyMethod...)
+		} else {
+			allow = append(allow, r.Methods...)
+		}
 	}
-	return nil, allow
+	slices.Sort(allow)
+	return nil, slices.Compact(allow)
 }
+
+// anyMethod is what a route without a methods list allows, for Allow.
+var anyMethod = []string{"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"}
 
 // prefixOnSegments reports whether prefix covers path on whole segments.
 // Matrix parameters (";x") do not make a segment another segment: servlet
@@ -189,10 +230,15 @@ func prefixOnSegments(path, prefix string) bool {
 func stripParams(path string) string {
 	var b strings.Builder
 	for seg := range strings.SplitSeq(path, "/") {
+		bare, _, _ := strings.Cut(seg, ";")
+		if bare == "" && seg != "" {
+			// ";x" alone is no segment to a servlet container: "/;x/orders"
+			// is "/orders".
+			continue
+		}
 		if b.Len() > 0 || seg != "" {
 			b.WriteByte('/')
 		}
-		bare, _, _ := strings.Cut(seg, ";")
 		b.WriteString(bare)
 	}
 	return b.String()
@@ -210,7 +256,7 @@ func canonicalHost(h string) string {
 
 func (r *route) allowsMethod(m string) bool {
 	if len(r.Methods) == 0 {
-		return true
+		return !explicitOnly(m)
 	}
 	for _, x := range r.Methods {
 		if x == m {
