@@ -46,7 +46,8 @@ type denialKey struct {
 }
 
 type denial struct {
-	retryAt, resetAt time.Time
+	retryAt, resetAt time.Time // as the backend said, for the answer
+	until            time.Time // when the entry stops answering
 	remaining        int64
 }
 
@@ -67,7 +68,7 @@ func (d *denials) get(k denialKey, now time.Time) (Decision, bool) {
 	s := d.shard(k)
 	s.mu.Lock()
 	e, ok := s.m[k]
-	if ok && !now.Before(e.retryAt) {
+	if ok && !now.Before(e.until) {
 		delete(s.m, k)
 		ok = false
 	}
@@ -90,11 +91,11 @@ func (d *denials) put(k denialKey, dec Decision, sent time.Time) {
 	// The scripts count whole milliseconds, rounded down: the backend's
 	// "now" can be up to a millisecond before sent, and its retry time as
 	// much later. One millisecond off keeps the entry within the denial.
-	retry := dec.RetryAfter - time.Millisecond
-	if retry <= 0 {
+	if dec.RetryAfter <= time.Millisecond {
 		return
 	}
-	e := denial{retryAt: sent.Add(retry), resetAt: sent.Add(dec.ResetAfter - time.Millisecond), remaining: dec.Remaining}
+	e := denial{retryAt: sent.Add(dec.RetryAfter), resetAt: sent.Add(dec.ResetAfter),
+		until: sent.Add(dec.RetryAfter - time.Millisecond), remaining: dec.Remaining}
 	s := d.shard(k)
 	s.mu.Lock()
 	if _, ok := s.m[k]; !ok && len(s.m) >= d.perShard {

@@ -89,8 +89,10 @@ type Redis struct {
 	nodes   map[*redis.Client]*node
 	closed  bool
 
-	loadMu  sync.Mutex
-	loadGen uint64 // bumped by every successful load of all scripts
+	// loading admits one load at a time; a caller waits for it no longer
+	// than its own deadline. loadGen is bumped by every successful load.
+	loading chan struct{}
+	loadGen atomic.Uint64
 
 	logger *slog.Logger
 	// connected turns true once the scripts were loaded and the topology
@@ -155,7 +157,8 @@ func NewRedis(ctx context.Context, opts RedisOptions) (*Redis, error) {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	r := &Redis{mode: opts.Mode, prefix: opts.KeyPrefix, clock: opts.Clock, scripts: map[Algorithm]*script{},
-		batching: !opts.DisableBatching, breakers: opts.Breaker, nodes: map[*redis.Client]*node{}, logger: opts.Logger}
+		batching: !opts.DisableBatching, breakers: opts.Breaker, nodes: map[*redis.Client]*node{}, logger: opts.Logger,
+		loading: make(chan struct{}, 1)}
 	switch {
 	case opts.DenialCacheEntries == 0:
 		r.denials = newDenials(defaultDenialEntries)
@@ -382,9 +385,13 @@ func nodeFailed(err error) bool {
 // has loaded since, there is nothing left to do, so a failover that makes
 // every request see NOSCRIPT causes one load, not one per request.
 func (r *Redis) load(ctx context.Context, seenGen uint64) error {
-	r.loadMu.Lock()
-	defer r.loadMu.Unlock()
-	if r.loadGen > seenGen {
+	select {
+	case r.loading <- struct{}{}:
+	case <-ctx.Done():
+		return fmt.Errorf("%w: waiting for a script load: %w", errNotSent, ctx.Err())
+	}
+	defer func() { <-r.loading }()
+	if r.loadGen.Load() > seenGen {
 		return nil
 	}
 	for _, s := range r.scripts {
@@ -396,15 +403,11 @@ func (r *Redis) load(ctx context.Context, seenGen uint64) error {
 			return fmt.Errorf("load script %s: server says sha %s, expected %s: %w", s.name, sha, s.sha, errScriptMismatch)
 		}
 	}
-	r.loadGen++
+	r.loadGen.Add(1)
 	return nil
 }
 
-func (r *Redis) generation() uint64 {
-	r.loadMu.Lock()
-	defer r.loadMu.Unlock()
-	return r.loadGen
-}
+func (r *Redis) generation() uint64 { return r.loadGen.Load() }
 
 // checkTopology runs the real script path on canary keys spread over the
 // hash slots: a standalone client pointed at a Cluster node gets MOVED for

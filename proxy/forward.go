@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"errors"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -77,9 +78,15 @@ func newForwarder(rt *route, resolver *subject.Resolver, transport http.RoundTri
 			}
 			var maxBytes *http.MaxBytesError
 			var netErr net.Error
+			var bodyErr *clientBodyError
 			switch {
 			case errors.As(err, &maxBytes):
 				writeProblem(w, problemTooLarge)
+			case errors.As(err, &bodyErr):
+				// The client broke its own body (a malformed chunk): its
+				// fault, not the upstream's.
+				logger.LogAttrs(r.Context(), slog.LevelInfo, "client sent a malformed body", slog.String("route", rt.OperationID), slog.String("error", bodyErr.Error()))
+				writeProblem(w, problemBadBody)
 			case errors.Is(err, context.DeadlineExceeded) || errors.As(err, &netErr) && netErr.Timeout():
 				logger.LogAttrs(r.Context(), slog.LevelWarn, "upstream timed out", slog.String("route", rt.OperationID), slog.String("error", err.Error()))
 				writeProblem(w, problemUpstreamTimeout)
@@ -89,4 +96,24 @@ func newForwarder(rt *route, resolver *subject.Resolver, transport http.RoundTri
 			}
 		},
 	}
+}
+
+// clientBody marks the errors of reading the request body as the
+// client's, so that a body the client broke is answered 400 and logged as
+// its fault, not 502 as the upstream's: the transport hands a body's read
+// error back as it got it.
+type clientBody struct{ io.ReadCloser }
+
+// clientBodyError is a failure to read the client's body.
+type clientBodyError struct{ err error }
+
+func (e *clientBodyError) Error() string { return e.err.Error() }
+func (e *clientBodyError) Unwrap() error { return e.err }
+
+func (b clientBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil && err != io.EOF {
+		err = &clientBodyError{err}
+	}
+	return n, err
 }

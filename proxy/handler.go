@@ -75,6 +75,7 @@ type Handler struct {
 	current   atomic.Pointer[compiled]
 	evalIDs   evaluationIDs
 	transport http.RoundTripper
+	denials   denialLog
 }
 
 type compiled struct {
@@ -189,6 +190,16 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.opts.Metrics.observeRequest(x.route, x.outcome, code)
 	}
 	if h.opts.AccessLog {
+		var notLogged slog.Attr // empty, and so left out, but after a flood
+		if x.outcome == "denied" || x.outcome == "fallback_denied" {
+			log, skipped := h.denials.admit(x.route, x.pseudonym, start)
+			if !log {
+				return
+			}
+			if skipped > 0 {
+				notLogged = slog.Int64("denials_not_logged", skipped)
+			}
+		}
 		h.opts.Logger.LogAttrs(r.Context(), slog.LevelInfo, "request",
 			slog.String("route", x.route),
 			slog.String("method", r.Method),
@@ -199,6 +210,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			slog.Int64("bytes", written),
 			slog.Duration("duration", time.Since(start)),
 			slog.Duration("upstream_duration", x.upstream),
+			notLogged,
 		)
 	}
 }
@@ -247,6 +259,9 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, c *compiled, x *
 		return
 	}
 
+	if r.Body != nil && r.Body != http.NoBody {
+		r.Body = clientBody{r.Body}
+	}
 	// The path forwarded is the one that was matched.
 	if path != r.URL.EscapedPath() {
 		r.URL.RawPath = path

@@ -1,6 +1,11 @@
 package proxy_test
 
 import (
+	"bufio"
+	"io"
+	"net"
+	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -69,5 +74,51 @@ func TestUnderscoreHeadersPassWhenTheOperatorAllowsThem(t *testing.T) {
 	g.raw(t, "GET / HTTP/1.1", "X_Custom", "kept")
 	if v := up.last().Header.Get("X_Custom"); v != "kept" {
 		t.Fatalf("X_Custom %q with allow_underscore_headers", v)
+	}
+}
+
+// A body the client breaks is the client's fault: 400, and no complete
+// request upstream.
+func TestAMalformedChunkedBodyIsTheClientsFault(t *testing.T) {
+	up := newUpstream(t)
+	g := newGateway(t, setup{routes: []proxy.Route{route("r", "/", up, t, nil)}})
+	c, err := net.Dial("tcp", g.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	io.WriteString(c, "POST /upload HTTP/1.1\r\nHost: gw.test\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\nzz\r\n")
+	res, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	if res.StatusCode != 400 || !strings.Contains(string(body), "bad-body") {
+		t.Fatalf("%d %s, want 400 bad-body", res.StatusCode, body)
+	}
+	if up.count() != 0 {
+		t.Fatal("the upstream served the request")
+	}
+	if strings.Contains(g.logs.String(), "upstream failed") {
+		t.Fatalf("logged as an upstream failure:\n%s", g.logs.String())
+	}
+}
+
+// A flood of denials from one subject writes about a line a second, not a
+// line a request; the next line says how many were left out.
+func TestAFloodOfDenialsWritesABoundedLog(t *testing.T) {
+	up := newUpstream(t)
+	g := newGateway(t, setup{routes: []proxy.Route{route("r", "/", up, t, policy(limitertest.FixedWindow(1, time.Minute), "p"))}})
+	start := time.Now()
+	const n = 300
+	got := statuses(t, g, "/", n)
+	took := time.Since(start)
+	if got[0] != 200 || got[n-1] != 429 {
+		t.Fatalf("statuses %v ... %v", got[0], got[n-1])
+	}
+	lines := strings.Count(g.logs.String(), `"outcome":"denied"`)
+	// One line per second the flood touched.
+	if most := int(took/time.Second) + 2; lines < 1 || lines > most {
+		t.Fatalf("%d denial lines for %d denials in %v, want at most %d", lines, n-1, took, most)
 	}
 }

@@ -23,6 +23,7 @@ const (
 	typeUpstreamFailed   = "urn:edge-gateway:problem:upstream-failed"
 	typeUpstreamTimeout  = "urn:edge-gateway:problem:upstream-timeout"
 	typeRequestTooLarge  = "urn:edge-gateway:problem:request-too-large"
+	typeBadBody          = "urn:edge-gateway:problem:bad-body"
 	problemContentType   = "application/problem+json"
 )
 
@@ -51,6 +52,7 @@ var (
 	problemUnavailable         = newProblem(http.StatusServiceUnavailable, typeReducedCapacity, "Service temporarily unavailable", "The rate limiter could not decide; nothing was forwarded. Retry after the time given.")
 	problemUpstreamFailed      = newProblem(http.StatusBadGateway, typeUpstreamFailed, "Upstream failed", "The upstream could not be reached or broke the response.")
 	problemUpstreamTimeout     = newProblem(http.StatusGatewayTimeout, typeUpstreamTimeout, "Upstream timed out", "The upstream did not answer in time.")
+	problemBadBody             = newProblem(http.StatusBadRequest, typeBadBody, "Malformed request body", "The request body could not be read as sent (for example a malformed chunk).")
 	problemTooLarge            = newProblem(http.StatusRequestEntityTooLarge, typeRequestTooLarge, "Request body too large", "The request body is larger than this route accepts.")
 )
 
