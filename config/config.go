@@ -428,10 +428,13 @@ func (c *checker) subject(b *subjectBlock) subject.Options {
 	return o
 }
 
+// maxAPIKeysFileBytes bounds api_keys_file: about a million keys.
+const maxAPIKeysFileBytes = 64 << 20
+
 // apiKeys reads the known API keys: the SHA-256 of each key in hex, one a
 // line; blank lines and lines starting with # are skipped.
 func (c *checker) apiKeys(rng hcl.Range, path string) map[subject.KeyHash]struct{} {
-	src, err := os.ReadFile(path)
+	src, err := readFile(path, maxAPIKeysFileBytes)
 	if err != nil {
 		c.errorf(rng, "Cannot read api_keys_file", "%s.", err)
 		return nil

@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -69,13 +70,43 @@ func (c *checker) fileFunction() function.Function {
 		Params: []function.Parameter{{Name: "path", Type: cty.String}},
 		Type:   function.StaticReturnType(cty.String),
 		Impl: func(args []cty.Value, _ cty.Type) (cty.Value, error) {
-			b, err := os.ReadFile(c.path(args[0].AsString()))
+			b, err := readFile(c.path(args[0].AsString()), maxFileBytes)
 			if err != nil {
 				return cty.NilVal, err
 			}
 			return cty.StringVal(strings.TrimRight(string(b), "\r\n")), nil
 		},
 	})
+}
+
+// maxFileBytes bounds what file() reads: it holds a secret, and a path such
+// as /dev/zero must not be read until memory runs out.
+const maxFileBytes = 1 << 20
+
+// readFile reads the regular file at path, refusing it when it holds more
+// than limit bytes. A device, FIFO or socket is refused unread: it could
+// block, or never end.
+func readFile(path string, limit int64) ([]byte, error) {
+	info, err := os.Stat(path)
+	if err != nil {
+		return nil, err
+	}
+	if !info.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s is not a regular file", path)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(b)) > limit {
+		return nil, fmt.Errorf("%s is larger than %d bytes", path, limit)
+	}
+	return b, nil
 }
 
 // path resolves p against the configuration file's folder.
@@ -195,6 +226,10 @@ func (c *checker) list(expr hcl.Expression, name string) []listItem {
 		}
 		var out []listItem
 		for _, e := range v.AsValueSlice() {
+			if e.IsNull() {
+				c.errorf(expr.Range(), "Wrong type", "each element of %s must be a string.", name)
+				continue
+			}
 			out = append(out, listItem{e.AsString(), expr.Range()})
 		}
 		return out

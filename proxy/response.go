@@ -134,10 +134,16 @@ func sfString(s string) string {
 	return string(append(b, '"'))
 }
 
-// ceilSeconds rounds d up to whole seconds.
+// ceilSeconds rounds d up to whole seconds. It divides before it rounds:
+// adding a second first would overflow for a duration within a second of
+// the longest, which a window in the configuration may be.
 func ceilSeconds(d time.Duration) int64 {
 	if d <= 0 {
 		return 0
 	}
-	return int64((d + time.Second - 1) / time.Second)
+	s := int64(d / time.Second)
+	if d%time.Second != 0 {
+		s++
+	}
+	return s
 }
