@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -403,6 +404,10 @@ func (r *Redis) load(ctx context.Context, seenGen uint64) error {
 			return fmt.Errorf("load script %s: server says sha %s, expected %s: %w", s.name, sha, s.sha, errScriptMismatch)
 		}
 	}
+	if seenGen > 0 {
+		// A load after one that worked: the server lost the scripts.
+		r.m.reloads.Inc()
+	}
 	r.loadGen.Add(1)
 	return nil
 }
@@ -555,7 +560,6 @@ func (r *Redis) evalsha(ctx context.Context, p *Policy, keys []string, cost int6
 			return reply, nil
 		case redis.HasErrorPrefix(err, "NOSCRIPT") && !noscriptRetried:
 			noscriptRetried = true
-			r.m.reloads.Inc()
 			if lerr := r.load(ctx, gen); lerr != nil {
 				return nil, lerr
 			}
@@ -679,7 +683,8 @@ func classifyRedisError(err error) (string, Outcome) {
 		return "deadline", Indeterminate{Err: err}
 	case isTimeout(err):
 		return "timeout", Indeterminate{Err: err}
-	case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed):
+	case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE):
 		return "connection_lost", Indeterminate{Err: err}
 	}
 	return "other", Indeterminate{Err: err}
