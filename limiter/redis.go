@@ -102,6 +102,8 @@ type Redis struct {
 	notReady    atomic.Pointer[error]
 	stopConnect chan struct{}
 	connectDone chan struct{}
+	stopWatch   chan struct{}
+	watchDone   chan struct{}
 
 	m redisMetrics
 }
@@ -113,6 +115,7 @@ type script struct {
 }
 
 type redisMetrics struct {
+	restarts    prometheus.Counter
 	latency     *prometheus.HistogramVec
 	breakerOpen *prometheus.GaugeVec
 	batch       prometheus.Histogram
@@ -210,6 +213,8 @@ func NewRedis(ctx context.Context, opts RedisOptions) (*Redis, error) {
 		r.connectDone = make(chan struct{})
 		go r.connect()
 	}
+	r.stopWatch, r.watchDone = make(chan struct{}), make(chan struct{})
+	go r.watchRestarts(restartWatchInterval)
 	return r, nil
 }
 
@@ -261,6 +266,10 @@ func (r *Redis) registerMetrics(reg prometheus.Registerer) {
 			Help:    "EVALSHA round trips, by result.",
 			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, .75},
 		}, []string{"result"}),
+		restarts: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "gateway_redis_restarts_seen_total",
+			Help: "Redis restarts seen as a change of a master's run_id; without persistence each hands every subject a fresh budget.",
+		}),
 		breakerOpen: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "gateway_limiter_breaker_open",
 			Help: "1 while the circuit breaker of a Redis node is open or probing, 0 once closed.",
@@ -284,7 +293,7 @@ func (r *Redis) registerMetrics(reg prometheus.Registerer) {
 		}, []string{"cause"}),
 	}
 	if reg != nil {
-		reg.MustRegister(r.m.latency, r.m.breakerOpen, r.m.batch, r.m.cached, r.m.reloads, r.m.errors)
+		reg.MustRegister(r.m.restarts, r.m.latency, r.m.breakerOpen, r.m.batch, r.m.cached, r.m.reloads, r.m.errors)
 	}
 }
 
@@ -294,6 +303,8 @@ func (r *Redis) Close() error {
 		close(r.stopConnect)
 		<-r.connectDone
 	}
+	close(r.stopWatch)
+	<-r.watchDone
 	r.nodesMu.Lock()
 	r.closed = true
 	nodes := r.nodes

@@ -1,0 +1,39 @@
+package limiter_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/edgegate/gateway/limiter"
+	"github.com/edgegate/gateway/limiter/redistest"
+)
+
+// A Redis that restarts without persistence comes back empty and says
+// nothing; the backend notices the new run_id and counts the restart.
+func TestARedisRestartIsCounted(t *testing.T) {
+	defer limiter.SetRestartWatchInterval(limiter.SetRestartWatchInterval(20 * time.Millisecond))
+	s := redistest.Start(t)
+	reg := prometheus.NewRegistry()
+	redistest.NewLimiter(t, limiter.RedisOptions{Addrs: []string{s.Addr}, Registerer: reg})
+	restarts := func() float64 {
+		families, _ := reg.Gather()
+		for _, f := range families {
+			if f.GetName() == "gateway_redis_restarts_seen_total" {
+				return f.GetMetric()[0].GetCounter().GetValue()
+			}
+		}
+		return -1
+	}
+	time.Sleep(100 * time.Millisecond) // a few readings of the first run_id
+	if n := restarts(); n != 0 {
+		t.Fatalf("%v restarts before any", n)
+	}
+	s.Restart()
+	for deadline := time.Now().Add(5 * time.Second); restarts() < 1; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the restart was not seen")
+		}
+	}
+}
