@@ -247,10 +247,9 @@ type sample struct {
 	conns  int
 	round  int
 	load   loadResult
-	// served is how many requests the target handled: its access log's
-	// lines, or else the upstream's count. It exceeds load.requests by the
-	// requests in flight when the generator stopped, and is what the
-	// per-request CPU and Redis figures divide by.
+	// served is how many requests the target handled: the largest of the
+	// generator's count, the access log's lines and the upstream's count.
+	// It is what the per-request CPU and Redis figures divide by.
 	served           int64
 	microsPerRequest float64 // CPU time of the target's processes per served request
 	proxyCoreBusy    float64 // share of CPU 0 busy during the run
@@ -309,14 +308,10 @@ func (h *harness) measure(ctx context.Context, t *target, conns, round int, d ti
 			return s, err
 		}
 	}
-	switch {
-	case s.accessLogLines > 0:
-		s.served = s.accessLogLines
-	case s.upstreamRequests > 0:
-		s.served = s.upstreamRequests
-	default:
-		s.served = res.requests
-	}
+	// The most any count saw: the access log holds the requests in flight
+	// when the generator stopped, but not every denial (the gateway logs
+	// at most one a second per route and subject).
+	s.served = max(res.requests, s.accessLogLines, s.upstreamRequests)
 	s.microsPerRequest = float64(after.proxyTicks-before.proxyTicks) * 1e6 / clockTicksPerSecond / float64(s.served)
 	all, perCore := after.cpus["cpu"], after.cpus["cpu0"]
 	all.tasks -= before.cpus["cpu"].tasks

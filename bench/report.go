@@ -87,7 +87,8 @@ func summarize(samples []sample) []summary {
 			upstreamRequestShare: of(func(s sample) float64 { return float64(s.upstreamRequests) / float64(s.served) }),
 			non2xxShare:          of(func(s sample) float64 { return float64(s.load.non2xx) / float64(s.load.requests) }),
 			share429: of(func(s sample) float64 {
-				if s.accessLogLines <= 0 {
+				// A log that leaves denials out cannot give their share.
+				if s.accessLogLines <= 0 || s.accessLogLines < s.load.requests {
 					return math.NaN()
 				}
 				return float64(s.status429) / float64(s.accessLogLines)
@@ -241,7 +242,7 @@ func (h *harness) setupNotes() string {
 	if h.driven["upstream-direct"] {
 		b.WriteString("- upstream-direct is the harness's upstream without a proxy (its CPU is the upstream's, on the load core): the ceiling of the load side\n")
 	}
-	b.WriteString("- CPU µs/req: utime+stime of the proxy's processes (/proc/<pid>/stat) over the run, divided by the requests it served (its access log lines, else the upstream's count)\n")
+	b.WriteString("- CPU µs/req: utime+stime of the proxy's processes (/proc/<pid>/stat) over the run, divided by the requests it served (the largest of the load generator's count, the access log lines and the upstream's count)\n")
 	b.WriteString("- proxy/load core busy: /proc/stat of CPU 0 and CPU 1; other CPU: time charged to processes the harness did not start, in % of one core (noise; high means another job shared the machine)\n")
 	b.WriteString("- Redis: EVALSHA calls and usec from INFO commandstats of the private redis-server, over the run, per served request and per call\n")
 	dedup := "dedup on"
