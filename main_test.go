@@ -373,37 +373,11 @@ func TestTheGatewayStartsBeforeRedis(t *testing.T) {
 	s.Kill()
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
 	defer up.Close()
-	dir := t.TempDir()
-	os.WriteFile(filepath.Join(dir, "hmac"), []byte("test-only-fake-hmac-secret-0123456789abcdef"), 0o600)
-	path := filepath.Join(dir, "gateway.hcl")
-	os.WriteFile(path, []byte(fmt.Sprintf(`
-listen {
-  http  = "127.0.0.1:0"
-  admin = "127.0.0.1:0"
-}
-limiter {
-  backend = "redis"
-  redis { addrs = [%q] }
-}
-pseudonym {
-  version = 1
-  key "1" { secret = file("hmac") }
-}
-policy "p" {
-  algorithm = "fixed-window"
-  limit     = 100
-  window    = "1m"
-}
-route "orders.read" {
-  path     = "/orders"
-  upstream = %q
-  policy   = "p"
-}
+	path := writeRedisConfig(t, s.Addr, "", 100, up.URL, `
 route "health" {
   path     = "/health"
-  upstream = %q
-}
-`, s.Addr, up.URL, up.URL)), 0o644)
+  upstream = "`+up.URL+`"
+}`)
 	r := startFile(t, path)
 	if res := r.get(t, "/orders"); res.StatusCode != 503 || res.Header.Get("Retry-After") == "" {
 		t.Fatalf("limited route with Redis down: %d, Retry-After %q", res.StatusCode, res.Header.Get("Retry-After"))
@@ -448,34 +422,7 @@ func TestTheFallbackServesThroughTheCLIWhileRedisIsDown(t *testing.T) {
 	s.Kill()
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
 	defer up.Close()
-	dir := t.TempDir()
-	os.WriteFile(filepath.Join(dir, "hmac"), []byte("test-only-fake-hmac-secret-0123456789abcdef"), 0o600)
-	path := filepath.Join(dir, "gateway.hcl")
-	os.WriteFile(path, []byte(fmt.Sprintf(`
-listen {
-  http  = "127.0.0.1:0"
-  admin = "127.0.0.1:0"
-}
-limiter {
-  backend = "redis"
-  redis { addrs = [%q] }
-  fallback { instances = 2 }
-}
-pseudonym {
-  version = 1
-  key "1" { secret = file("hmac") }
-}
-policy "p" {
-  algorithm = "fixed-window"
-  limit     = 5
-  window    = "1m"
-}
-route "orders.read" {
-  path     = "/orders"
-  upstream = %q
-  policy   = "p"
-}
-`, s.Addr, up.URL)), 0o644)
+	path := writeRedisConfig(t, s.Addr, "fallback { instances = 2 }", 5, up.URL, "")
 	r := startFile(t, path)
 	if got := statusesOf(t, r, 5); got != "200 200 200 429 429" {
 		t.Fatalf("statuses %s", got)
@@ -486,6 +433,48 @@ route "orders.read" {
 	if !strings.Contains(r.logs.String(), `"outcome":"fallback_denied"`) {
 		t.Fatalf("no fallback_denied in the log:\n%s", r.logs.String())
 	}
+}
+
+// writeRedisConfig writes a gateway file for the Redis at addr: limiter
+// lines beside the redis block, a fixed-window policy "p" of limit a
+// minute on route orders.read (/orders to upstream), and extra blocks.
+func writeRedisConfig(t *testing.T, addr, limiterLines string, limit int, upstream, extra string) string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "hmac"), []byte("test-only-fake-hmac-secret-0123456789abcdef"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "gateway.hcl")
+	src := fmt.Sprintf(`
+listen {
+  http  = "127.0.0.1:0"
+  admin = "127.0.0.1:0"
+}
+limiter {
+  backend = "redis"
+  redis { addrs = [%q] }
+  %s
+}
+pseudonym {
+  version = 1
+  key "1" { secret = file("hmac") }
+}
+policy "p" {
+  algorithm = "fixed-window"
+  limit     = %d
+  window    = "1m"
+}
+route "orders.read" {
+  path     = "/orders"
+  upstream = %q
+  policy   = "p"
+}
+%s
+`, addr, limiterLines, limit, upstream, extra)
+	if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
 
 // syscallStop stops a running gateway with a real SIGTERM and waits.
