@@ -49,7 +49,8 @@ type Options struct {
 	// believed. Everyone else's are ignored.
 	TrustedProxies []netip.Prefix
 	// ForwardedHeader lists client addresses, X-Forwarded-For style: each hop
-	// appends the address it saw. Default X-Forwarded-For.
+	// appends the address it saw. "Forwarded" is read as RFC 7239: the for=
+	// parameter of each element. Default X-Forwarded-For.
 	ForwardedHeader string
 	// PrincipalHeader carries an identity asserted by a trusted proxy.
 	PrincipalHeader string
@@ -215,7 +216,13 @@ func (r *Resolver) clientAddr(req *http.Request, peer netip.Addr, peerTrusted bo
 			if hop == "" {
 				continue
 			}
-			addr, ok := parseHop(hop)
+			var addr netip.Addr
+			var ok bool
+			if r.forwardedHeader == "Forwarded" {
+				addr, ok = parseForwardedFor(hop)
+			} else {
+				addr, ok = parseHop(hop)
+			}
 			if !ok {
 				// A trusted hop wrote something that is not an address: the
 				// last hop we could read stands for the client.
@@ -228,6 +235,40 @@ func (r *Resolver) clientAddr(req *http.Request, peer netip.Addr, peerTrusted bo
 		}
 	}
 	return client
+}
+
+// parseForwardedFor reads the for= parameter of one RFC 7239 Forwarded
+// element: a bare IPv4 address, or a quoted string holding an address with
+// a port or an IPv6 address in brackets ("[2001:db8::17]:4711"). Obfuscated
+// and "unknown" nodes are not addresses.
+func parseForwardedFor(element string) (netip.Addr, bool) {
+	for pair := range strings.SplitSeq(element, ";") {
+		name, value, found := strings.Cut(strings.TrimSpace(pair), "=")
+		if !found || !strings.EqualFold(strings.TrimSpace(name), "for") {
+			continue
+		}
+		value = strings.TrimSpace(value)
+		if len(value) >= 2 && value[0] == '"' && value[len(value)-1] == '"' {
+			value = value[1 : len(value)-1]
+		}
+		if strings.HasPrefix(value, "[") {
+			end := strings.IndexByte(value, ']')
+			if end < 0 {
+				return netip.Addr{}, false
+			}
+			rest := value[end+1:]
+			if rest != "" && (rest[0] != ':' || len(rest) == 1) {
+				return netip.Addr{}, false
+			}
+			a, err := netip.ParseAddr(value[1:end])
+			if err != nil || !a.Is6() {
+				return netip.Addr{}, false
+			}
+			return a.Unmap(), true
+		}
+		return parseHop(value)
+	}
+	return netip.Addr{}, false
 }
 
 func parseHop(s string) (netip.Addr, bool) {

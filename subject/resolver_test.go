@@ -172,3 +172,44 @@ func TestAnAPIKeyIsReadFromXAPIKeyUnlessConfiguredOtherwise(t *testing.T) {
 		t.Fatalf("subject %+v, %v", s, err)
 	}
 }
+
+// forwarded_header = "Forwarded" reads RFC 7239 for= elements, quoted IPv6
+// with ports included, so clients behind a proxy that speaks it get buckets
+// of their own.
+func TestForwardedIsReadAsRFC7239(t *testing.T) {
+	r, err := subject.NewResolver(subject.Options{
+		TrustedProxies:   []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")},
+		ForwardedHeader:  "Forwarded",
+		PseudonymKeys:    map[int][]byte{1: []byte(fakeSecret)},
+		PseudonymVersion: 1,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pseudonym := func(peer string, headers ...string) string {
+		t.Helper()
+		s, err := r.Resolve(request(peer, headers...), []subject.Kind{subject.ClientIP}, "op")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s.Pseudonym
+	}
+	direct := func(addr string) string { return pseudonym(addr + ":1000") }
+	for _, c := range []struct {
+		name, header, want string
+	}{
+		{"an IPv4 for=", `for=192.0.2.60;proto=http;by=203.0.113.43`, direct("192.0.2.60")},
+		{"a quoted IPv4 with a port", `for="192.0.2.60:4711"`, direct("192.0.2.60")},
+		{"a quoted IPv6 with a port", `For="[2001:db8:cafe::17]:4711"`, direct("[2001:db8:cafe::17]")},
+		{"the right-most untrusted element", `for=198.51.100.1, for=192.0.2.60, for=10.1.2.3`, direct("192.0.2.60")},
+		{"an obfuscated node stops the walk at the last readable hop", `for=198.51.100.1, for=_hidden, for=10.1.2.3`, direct("10.1.2.3")},
+	} {
+		if got := pseudonym("10.0.0.1:5000", "Forwarded", c.header); got != c.want {
+			t.Errorf("%s: a different subject", c.name)
+		}
+	}
+	// From an untrusted peer the header is ignored.
+	if pseudonym("192.0.2.99:5000", "Forwarded", "for=198.51.100.1") != direct("192.0.2.99") {
+		t.Error("an untrusted peer's Forwarded was believed")
+	}
+}
