@@ -2,11 +2,13 @@ package limiter
 
 import (
 	"context"
+	"encoding/binary"
 	"hash/maphash"
-	"strconv"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 )
 
 // Clock tells the time. Backends take one so tests can move time by hand.
@@ -23,8 +25,11 @@ func (systemClock) Now() time.Time { return time.Now() }
 type MemoryOptions struct {
 	// MaxEntries caps the number of keys held. When full, the least recently
 	// used key is dropped and counted in Evictions. Default 1,000,000.
+	// The cap is split evenly over the shards, so a shard that draws more
+	// than its share of keys evicts before the total is reached.
 	MaxEntries int
-	// SweepInterval is how often expired keys are removed. Default 10s.
+	// SweepInterval is how often expired keys, and expired remembered
+	// evaluations of live keys, are removed. Default 10s.
 	SweepInterval time.Duration
 	Clock         Clock
 }
@@ -34,39 +39,157 @@ const memoryShards = 64
 // Memory is the in-process backend: one gateway instance, the three
 // algorithms of the Redis scripts, bounded memory with expiry. It is safe for
 // concurrent use. Close stops its sweeper.
+//
+// A key costs about 170 bytes: a 128-byte slot, which also holds its newest
+// remembered evaluation, and its share of the shard's index. A key that is
+// asked again within the dedup TTL keeps its older evaluations in a queue of
+// its own, 56 bytes each. Slots are not pointers, nor do they hold any, so
+// the garbage collector never scans them. Freed slots are reused, not handed
+// back: the heap stays at the peak number of keys.
 type Memory struct {
 	clock     Clock
-	seed      maphash.Seed
-	shards    [memoryShards]memoryShard
+	seeds     [2]maphash.Seed
+	shards    [memoryShards]paddedShard
 	evictions atomic.Uint64
 	stop      chan struct{}
 	done      chan struct{}
 	closeOnce sync.Once
 }
 
+// memoryKey names one policy revision and subject by 128 bits: two maphash
+// sums of the encoded key under the backend's two random seeds. The full key
+// is not kept, so two keys that share all 128 bits would share a budget. For
+// keys that do not depend on the seeds, which never leave the process, the
+// chance that any two of n keys collide is about n²/2¹²⁹: 1.5e-27 for a
+// million keys, 1.5e-15 for a trillion distinct keys over a process's life.
+// (maphash is not a cryptographic hash; subjects are keyed pseudonyms that a
+// client cannot choose either.)
+type memoryKey [16]byte
+
+// half is the first 64 bits of k, which the index is keyed by.
+func (k memoryKey) half() uint64 { return binary.LittleEndian.Uint64(k[:8]) }
+
+// evaluationKey is an evaluation ID hashed the same way. Two IDs of one key
+// that collide would make the later evaluation a replay of the earlier.
+type evaluationKey [16]byte
+
+// memoryShard holds the keys whose hash selects it. Slots are addressed by
+// index, 0 meaning none, and live in pages that never move, so a pointer to
+// one stays valid while the lock is held. Queues are addressed the same way,
+// but their slice moves when it grows: no pointer to one outlives newQueue.
 type memoryShard struct {
 	mu         sync.Mutex
-	entries    map[string]*memoryEntry
 	maxEntries int
-	// head is the most recently used entry, tail the least; the list is
-	// intrusive so that touching a key allocates nothing.
-	head, tail *memoryEntry
+
+	// index finds the slot of each key held by the key's first half, the
+	// slot holding it in full; a key whose first half another key has taken
+	// is found in collided instead, which with n keys in the shard happens
+	// to a new key with a chance of n/2⁶⁴, 1e-15 at the default size. A map
+	// keyed by uint64 costs less time and memory than one keyed by 16 bytes.
+	index     map[uint64]uint32
+	collided  map[memoryKey]uint32
+	slots     []*slotPage
+	slotsUsed uint32 // slots ever handed out, counting the unused slot 0
+	freeSlot  uint32 // freed slots, linked through lessRecent
+	// head is the most recently used slot, tail the least.
+	head, tail uint32
+
+	queues     []recordQueue // queue 0 is unused
+	freeQueues []uint32
+	// recordIndex finds the records of a queue longer than recordsScanned,
+	// by sequence number; a shorter queue is searched in order.
+	recordIndex map[recordKey]uint32
 }
 
-type memoryEntry struct {
-	key        string
-	st         state
+// paddedShard keeps each shard's lock and list heads off its neighbours'
+// cache lines (two, for the adjacent-line prefetcher).
+type paddedShard struct {
+	memoryShard
+	_ [128 - unsafe.Sizeof(memoryShard{})%128]byte
+}
+
+type recordKey struct {
+	id   evaluationKey
+	slot uint32
+}
+
+// memorySlot is one key: the algorithm's state, its expiry, its place in the
+// shard's LRU list, and the evaluations it remembers for retries. Those are
+// the newest, held in the slot itself (lastID, last), and the older ones, in
+// the key's queue if it has one.
+//
+// The first 64 bytes are all that a decision without de-duplication reads,
+// one cache line, unless it is the sliding counter's, which also keeps prev.
+type memorySlot struct {
+	key memoryKey
+
+	// The fields of state, which see; stateValid in flags is its Valid.
+	start, count, seen int64
+
+	expiresAt              int64 // milliseconds
+	moreRecent, lessRecent uint32
+	flags                  slotFlags
+
+	prev     int64
+	lastID   evaluationKey
+	last     rememberedDecision
+	lastSize uint32
+	queue    uint32
+}
+
+type slotFlags uint8
+
+const (
+	slotInUse slotFlags = 1 << iota
+	stateValid
+	lastHeld
+	lastAllowed
+)
+
+// rememberedDecision is what a retry gets back. Like the Redis scripts, it
+// leaves out the limit and the certainty, which follow from the policy.
+type rememberedDecision struct {
 	expiresAt  int64 // milliseconds
-	dedup      map[string]dedupRecord
-	dedupOrder []string // insertion order of the keys of dedup
-	dedupBytes int
-	prev, next *memoryEntry
+	remaining  int64
+	resetAfter time.Duration
+	retryAfter time.Duration
 }
 
-type dedupRecord struct {
-	decision  Decision
-	expiresAt int64
+// recordQueue holds the remembered evaluations of one key older than its
+// newest, oldest first, in two rings of a power-of-two length: the IDs apart,
+// so that looking for one reads few cache lines. Record number seq, counted
+// from the queue's start, sits at position seq & (len-1) while it is held,
+// first <= seq < first+n in uint32 arithmetic.
+type recordQueue struct {
+	ids       []evaluationKey
+	decisions []queuedDecision
+	first, n  uint32
+	bytes     uint32 // the sizes of the records, as the Dedup bounds count them
+	indexed   bool   // its records are in recordIndex
 }
+
+type queuedDecision struct {
+	rememberedDecision
+	size    uint32
+	allowed bool
+}
+
+// recordsScanned is the longest queue searched in order: 16 IDs are four
+// cache lines, cheaper to read than a map the size of the shard is to
+// update. A longer queue is indexed until it is empty.
+const recordsScanned = 16
+
+// Slots come in pages of one 8 KiB size class.
+const (
+	slotsPerPage = 64
+	slotPageMask = slotsPerPage - 1
+	slotPageBits = 6
+)
+
+type slotPage [slotsPerPage]memorySlot
+
+// A page must not outgrow its size class.
+var _ = [128 - unsafe.Sizeof(memorySlot{})]struct{}{}
 
 // NewMemory returns a ready Memory backend.
 func NewMemory(opts MemoryOptions) *Memory {
@@ -79,11 +202,23 @@ func NewMemory(opts MemoryOptions) *Memory {
 	if opts.Clock == nil {
 		opts.Clock = systemClock{}
 	}
-	m := &Memory{clock: opts.Clock, seed: maphash.MakeSeed(), stop: make(chan struct{}), done: make(chan struct{})}
-	perShard := max(opts.MaxEntries/memoryShards, 1)
+	m := &Memory{
+		clock: opts.Clock,
+		seeds: [2]maphash.Seed{maphash.MakeSeed(), maphash.MakeSeed()},
+		stop:  make(chan struct{}),
+		done:  make(chan struct{}),
+	}
+	// A shard never holds more slots than its cap, plus the unused slot 0,
+	// so the cap keeps slot numbers within uint32.
+	perShard := min(max(opts.MaxEntries/memoryShards, 1), math.MaxInt32)
 	for i := range m.shards {
-		m.shards[i].entries = make(map[string]*memoryEntry)
-		m.shards[i].maxEntries = perShard
+		s := &m.shards[i]
+		s.maxEntries = perShard
+		s.index = make(map[uint64]uint32)
+		s.collided = make(map[memoryKey]uint32)
+		s.slotsUsed = 1
+		s.queues = make([]recordQueue, 1)
+		s.recordIndex = make(map[recordKey]uint32)
 	}
 	go m.sweepEvery(opts.SweepInterval)
 	return m
@@ -106,7 +241,7 @@ func (m *Memory) entries() int {
 	for i := range m.shards {
 		s := &m.shards[i]
 		s.mu.Lock()
-		n += len(s.entries)
+		n += s.len()
 		s.mu.Unlock()
 	}
 	return n
@@ -121,29 +256,41 @@ func (m *Memory) Evaluate(ctx context.Context, req Request) Outcome {
 	if o := admit(ctx, req); o != nil {
 		return o
 	}
+	var keyBuf [160]byte
+	key := m.sum(appendMemoryKey(keyBuf[:0], req.Policy, req.Subject))
+	var id evaluationKey
+	if req.Policy.Dedup.Enabled && req.EvaluationID != "" {
+		id = m.sumString(req.EvaluationID)
+	}
+	return m.evaluate(req, key, id)
+}
+
+// evaluate decides an admitted request for the key and evaluation ID it
+// hashes to.
+func (m *Memory) evaluate(req Request, key memoryKey, id evaluationKey) Outcome {
 	p := req.Policy
 	nowMillis := m.clock.Now().UnixMilli()
-	var keyBuf [160]byte
-	key := appendMemoryKey(keyBuf[:0], p, req.Subject)
-	s := &m.shards[maphash.Bytes(m.seed, key)%memoryShards]
+	dedup := p.Dedup.Enabled && req.EvaluationID != ""
+	s := &m.shards[key[0]%memoryShards]
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	e := s.entries[string(key)] // a lookup by converted bytes does not allocate
-	if e != nil && e.expiresAt <= nowMillis {
-		s.remove(e)
-		e = nil
+	i, e := s.find(key)
+	if i != 0 {
+		if e.expiresAt <= nowMillis {
+			s.remove(i)
+			i, e = 0, nil
+		}
 	}
-	dedup := p.Dedup.Enabled && req.EvaluationID != ""
 	if e != nil && dedup {
-		if rec, ok := e.dedup[req.EvaluationID]; ok && rec.expiresAt > nowMillis {
-			s.touch(e)
-			return Evaluated{rec.decision}
+		if d, ok := s.recall(i, e, id, nowMillis, p); ok {
+			s.touch(i, e)
+			return Evaluated{d}
 		}
 	}
 	var st state
 	if e != nil {
-		st = e.st
+		st = e.state(p.Algorithm)
 	}
 	res := decide(p, st, nowMillis, req.Cost)
 	if res.clockUnsafe {
@@ -151,114 +298,348 @@ func (m *Memory) Evaluate(ctx context.Context, req Request) Outcome {
 	}
 	if !res.charged && !dedup {
 		if e != nil {
-			s.touch(e)
+			s.touch(i, e)
 		}
 		return Evaluated{res.decision}
 	}
 	if e == nil {
-		e = s.insert(string(key), &m.evictions, nowMillis)
+		i, e = s.insert(key, &m.evictions, nowMillis)
 	} else {
-		s.touch(e)
+		s.touch(i, e)
 	}
 	if res.charged {
-		e.st = res.next
+		e.setState(res.next)
 		e.expiresAt = max(e.expiresAt, nowMillis+res.ttlMillis)
 	}
 	if dedup {
-		e.remember(req.EvaluationID, res.decision, nowMillis, p.Dedup)
+		s.remember(i, e, id, len(req.EvaluationID), res.decision, nowMillis, p.Dedup)
 		e.expiresAt = max(e.expiresAt, nowMillis+p.Dedup.TTL.Milliseconds())
 	}
 	return Evaluated{res.decision}
 }
 
 // appendMemoryKey carries the policy revision, so a changed policy starts
-// afresh.
+// afresh. The name's length comes first and the revision has a fixed width,
+// so no two policies and subjects encode alike.
 func appendMemoryKey(b []byte, p *Policy, subject string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(p.Name)))
 	b = append(b, p.Name...)
-	b = append(b, 0)
-	b = strconv.AppendInt(b, p.Revision, 10)
-	b = append(b, 0)
+	b = binary.LittleEndian.AppendUint64(b, uint64(p.Revision))
 	return append(b, subject...)
 }
+
+func (m *Memory) sum(b []byte) (k memoryKey) {
+	binary.LittleEndian.PutUint64(k[:8], maphash.Bytes(m.seeds[0], b))
+	binary.LittleEndian.PutUint64(k[8:], maphash.Bytes(m.seeds[1], b))
+	return k
+}
+
+func (m *Memory) sumString(s string) (k evaluationKey) {
+	binary.LittleEndian.PutUint64(k[:8], maphash.String(m.seeds[0], s))
+	binary.LittleEndian.PutUint64(k[8:], maphash.String(m.seeds[1], s))
+	return k
+}
+
+// state is the key's state under algorithm a, which leaves Prev zero unless
+// it is the sliding counter.
+func (e *memorySlot) state(a Algorithm) state {
+	st := state{Valid: e.flags&stateValid != 0, Start: e.start, Count: e.count, Seen: e.seen}
+	if a == SlidingCounter {
+		st.Prev = e.prev
+	}
+	return st
+}
+
+func (e *memorySlot) setState(st state) {
+	e.start, e.count, e.seen = st.Start, st.Count, st.Seen
+	if st.Prev != 0 || e.prev != 0 { // so that only the sliding counter writes the second line
+		e.prev = st.Prev
+	}
+	if st.Valid {
+		e.flags |= stateValid
+	} else {
+		e.flags &^= stateValid
+	}
+}
+
+func (s *memoryShard) slot(i uint32) *memorySlot {
+	return &s.slots[i>>slotPageBits][i&slotPageMask]
+}
+
+// find returns the slot of key, or 0 and nil.
+func (s *memoryShard) find(key memoryKey) (uint32, *memorySlot) {
+	if i := s.index[key.half()]; i != 0 {
+		if e := s.slot(i); e.key == key {
+			return i, e
+		}
+	}
+	if len(s.collided) != 0 {
+		if i := s.collided[key]; i != 0 {
+			return i, s.slot(i)
+		}
+	}
+	return 0, nil
+}
+
+func (s *memoryShard) len() int { return len(s.index) + len(s.collided) }
 
 // dedupRecordOverhead approximates what one remembered decision costs beside
 // its evaluation ID, for the MaxBytes bound.
 const dedupRecordOverhead = 64
 
-func (e *memoryEntry) remember(id string, d Decision, now int64, opts Dedup) {
-	if e.dedup == nil {
-		e.dedup = make(map[string]dedupRecord)
+// recall returns the decision remembered under id, if it has not expired.
+func (s *memoryShard) recall(i uint32, e *memorySlot, id evaluationKey, now int64, p *Policy) (Decision, bool) {
+	if e.flags&lastHeld != 0 && e.lastID == id && e.last.expiresAt > now {
+		return e.last.decision(p, e.flags&lastAllowed != 0), true
 	}
-	size := len(id) + dedupRecordOverhead
-	if size > opts.MaxBytes {
-		return
+	if e.queue == 0 {
+		return Decision{}, false
 	}
-	// Every record of a key lives for the same TTL, so the order of insertion
-	// is the order of expiry: drop from the front while expired or over a bound.
-	for len(e.dedupOrder) > 0 {
-		oldest := e.dedupOrder[0]
-		if e.dedup[oldest].expiresAt > now && len(e.dedup) < opts.MaxEntries && e.dedupBytes+size <= opts.MaxBytes {
-			break
+	q := &s.queues[e.queue]
+	mask := uint32(len(q.ids) - 1)
+	pos := -1
+	if q.indexed {
+		if seq, ok := s.recordIndex[recordKey{id, i}]; ok {
+			pos = int(seq & mask)
 		}
-		delete(e.dedup, oldest)
-		e.dedupBytes -= len(oldest) + dedupRecordOverhead
-		e.dedupOrder = e.dedupOrder[1:]
+	} else {
+		// The newest record of an ID counts, as in the index.
+		for j := q.n; j > 0; j-- {
+			if at := (q.first + j - 1) & mask; q.ids[at] == id {
+				pos = int(at)
+				break
+			}
+		}
 	}
-	e.dedup[id] = dedupRecord{decision: d, expiresAt: now + opts.TTL.Milliseconds()}
-	e.dedupOrder = append(e.dedupOrder, id)
-	e.dedupBytes += size
+	if pos < 0 || q.decisions[pos].expiresAt <= now {
+		return Decision{}, false
+	}
+	return q.decisions[pos].decision(p, q.decisions[pos].allowed), true
 }
 
-func (s *memoryShard) insert(key string, evictions *atomic.Uint64, now int64) *memoryEntry {
-	for len(s.entries) >= s.maxEntries && s.tail != nil {
+func (r rememberedDecision) decision(p *Policy, allowed bool) Decision {
+	certainty := Certain
+	if p.Algorithm == SlidingCounter {
+		certainty = Approximate
+	}
+	return Decision{
+		Allowed: allowed, Limit: p.Quota(), Remaining: r.remaining,
+		ResetAfter: r.resetAfter, RetryAfter: r.retryAfter, Certainty: certainty,
+	}
+}
+
+// remember keeps d under id for the policy's dedup TTL, within its bounds on
+// the number and size of the evaluations one key remembers.
+func (s *memoryShard) remember(i uint32, e *memorySlot, id evaluationKey, idLen int, d Decision, now int64, opts Dedup) {
+	size := idLen + dedupRecordOverhead
+	maxBytes := min(opts.MaxBytes, math.MaxInt32) // so that the sizes fit uint32
+	if size > maxBytes {
+		return
+	}
+	// Every evaluation of a key lives for the same TTL, so the oldest is the
+	// first to expire: drop from the front while expired or over a bound.
+	for e.flags&lastHeld != 0 {
+		n, bytes := 1, int(e.lastSize)
+		if e.queue != 0 {
+			q := &s.queues[e.queue]
+			n, bytes = n+int(q.n), bytes+int(q.bytes)
+		}
+		if s.oldestExpiry(e) > now && n < opts.MaxEntries && bytes+size <= maxBytes {
+			break
+		}
+		s.forgetOldest(i, e)
+	}
+	if e.flags&lastHeld != 0 {
+		s.enqueueLast(i, e)
+	}
+	e.lastID = id
+	e.last = rememberedDecision{
+		expiresAt: now + opts.TTL.Milliseconds(),
+		remaining: d.Remaining, resetAfter: d.ResetAfter, retryAfter: d.RetryAfter,
+	}
+	e.lastSize = uint32(size)
+	e.flags |= lastHeld
+	if d.Allowed {
+		e.flags |= lastAllowed
+	} else {
+		e.flags &^= lastAllowed
+	}
+}
+
+// enqueueLast moves the newest remembered evaluation of slot i out of the
+// slot, to the back of the key's queue.
+func (s *memoryShard) enqueueLast(i uint32, e *memorySlot) {
+	if e.queue == 0 {
+		e.queue = s.newQueue()
+	}
+	q := &s.queues[e.queue]
+	if int(q.n) == len(q.ids) {
+		q.grow()
+	}
+	seq := q.first + q.n
+	pos := seq & uint32(len(q.ids)-1)
+	q.ids[pos] = e.lastID
+	q.decisions[pos] = queuedDecision{rememberedDecision: e.last, size: e.lastSize, allowed: e.flags&lastAllowed != 0}
+	q.n++
+	q.bytes += e.lastSize
+	// An older record with the same ID, which can only have expired, stays
+	// in the queue until its turn to go, but is no longer found.
+	switch {
+	case q.indexed:
+		s.recordIndex[recordKey{e.lastID, i}] = seq
+	case q.n > recordsScanned:
+		for j := range q.n {
+			seq := q.first + j
+			s.recordIndex[recordKey{q.ids[seq&uint32(len(q.ids)-1)], i}] = seq
+		}
+		q.indexed = true
+	}
+}
+
+func (s *memoryShard) newQueue() uint32 {
+	if n := len(s.freeQueues); n > 0 {
+		r := s.freeQueues[n-1]
+		s.freeQueues = s.freeQueues[:n-1]
+		return r
+	}
+	s.queues = append(s.queues, recordQueue{})
+	return uint32(len(s.queues) - 1)
+}
+
+// grow doubles a full queue's rings; every record keeps its sequence number.
+func (q *recordQueue) grow() {
+	size := max(2*len(q.ids), 4)
+	ids, decisions := make([]evaluationKey, size), make([]queuedDecision, size)
+	for j := range q.n {
+		seq := q.first + j
+		from, to := seq&uint32(len(q.ids)-1), seq&uint32(size-1)
+		ids[to], decisions[to] = q.ids[from], q.decisions[from]
+	}
+	q.ids, q.decisions = ids, decisions
+}
+
+func (s *memoryShard) oldestExpiry(e *memorySlot) int64 {
+	if e.queue != 0 {
+		q := &s.queues[e.queue]
+		return q.decisions[q.first&uint32(len(q.ids)-1)].expiresAt
+	}
+	return e.last.expiresAt
+}
+
+// forgetOldest drops the oldest remembered evaluation of slot i; there must
+// be one.
+func (s *memoryShard) forgetOldest(i uint32, e *memorySlot) {
+	if e.queue == 0 {
+		e.flags &^= lastHeld | lastAllowed
+		return
+	}
+	q := &s.queues[e.queue]
+	pos := q.first & uint32(len(q.ids)-1)
+	if q.indexed {
+		k := recordKey{q.ids[pos], i}
+		if s.recordIndex[k] == q.first {
+			delete(s.recordIndex, k)
+		}
+	}
+	q.bytes -= q.decisions[pos].size
+	q.first++
+	if q.n--; q.n == 0 {
+		s.freeQueue(e)
+	}
+}
+
+// freeQueue hands back slot e's queue, whose records must be unindexed.
+func (s *memoryShard) freeQueue(e *memorySlot) {
+	s.queues[e.queue] = recordQueue{}
+	s.freeQueues = append(s.freeQueues, e.queue)
+	e.queue = 0
+}
+
+func (s *memoryShard) insert(key memoryKey, evictions *atomic.Uint64, now int64) (uint32, *memorySlot) {
+	for s.len() >= s.maxEntries && s.tail != 0 {
 		victim := s.tail
-		if victim.expiresAt > now {
+		if s.slot(victim).expiresAt > now {
 			evictions.Add(1)
 		}
 		s.remove(victim)
 	}
-	e := &memoryEntry{key: key}
-	s.entries[key] = e
-	s.pushFront(e)
-	return e
+	i := s.freeSlot
+	if i != 0 {
+		s.freeSlot = s.slot(i).lessRecent
+	} else {
+		i = s.slotsUsed
+		if int(i>>slotPageBits) == len(s.slots) {
+			s.slots = append(s.slots, new(slotPage))
+		}
+		s.slotsUsed++
+	}
+	e := s.slot(i)
+	*e = memorySlot{key: key, flags: slotInUse}
+	if _, taken := s.index[key.half()]; taken {
+		s.collided[key] = i
+	} else {
+		s.index[key.half()] = i
+	}
+	s.pushFront(i, e)
+	return i, e
 }
 
-func (s *memoryShard) remove(e *memoryEntry) {
-	delete(s.entries, e.key)
-	s.unlink(e)
+// remove frees slot i and every evaluation its key remembers.
+func (s *memoryShard) remove(i uint32) {
+	e := s.slot(i)
+	if s.index[e.key.half()] == i {
+		delete(s.index, e.key.half())
+	} else {
+		delete(s.collided, e.key)
+	}
+	s.unlink(i, e)
+	if e.queue != 0 {
+		if q := &s.queues[e.queue]; q.indexed {
+			for j := range q.n {
+				seq := q.first + j
+				k := recordKey{q.ids[seq&uint32(len(q.ids)-1)], i}
+				if s.recordIndex[k] == seq {
+					delete(s.recordIndex, k)
+				}
+			}
+		}
+		s.freeQueue(e)
+	}
+	*e = memorySlot{lessRecent: s.freeSlot}
+	s.freeSlot = i
 }
 
-func (s *memoryShard) touch(e *memoryEntry) {
-	if s.head == e {
+func (s *memoryShard) touch(i uint32, e *memorySlot) {
+	if s.head == i {
 		return
 	}
-	s.unlink(e)
-	s.pushFront(e)
+	s.unlink(i, e)
+	s.pushFront(i, e)
 }
 
-func (s *memoryShard) pushFront(e *memoryEntry) {
-	e.prev, e.next = nil, s.head
-	if s.head != nil {
-		s.head.prev = e
+func (s *memoryShard) pushFront(i uint32, e *memorySlot) {
+	e.moreRecent, e.lessRecent = 0, s.head
+	if s.head != 0 {
+		s.slot(s.head).moreRecent = i
 	}
-	s.head = e
-	if s.tail == nil {
-		s.tail = e
+	s.head = i
+	if s.tail == 0 {
+		s.tail = i
 	}
 }
 
-func (s *memoryShard) unlink(e *memoryEntry) {
-	if e.prev != nil {
-		e.prev.next = e.next
+func (s *memoryShard) unlink(i uint32, e *memorySlot) {
+	if e.moreRecent != 0 {
+		s.slot(e.moreRecent).lessRecent = e.lessRecent
 	} else {
-		s.head = e.next
+		s.head = e.lessRecent
 	}
-	if e.next != nil {
-		e.next.prev = e.prev
+	if e.lessRecent != 0 {
+		s.slot(e.lessRecent).moreRecent = e.moreRecent
 	} else {
-		s.tail = e.prev
+		s.tail = e.moreRecent
 	}
-	e.prev, e.next = nil, nil
+	e.moreRecent, e.lessRecent = 0, 0
 }
 
 func (m *Memory) sweepEvery(every time.Duration) {
@@ -275,15 +656,23 @@ func (m *Memory) sweepEvery(every time.Duration) {
 	}
 }
 
-// sweep removes every expired key now.
+// sweep removes every expired key now, and the expired evaluations that the
+// live keys remember.
 func (m *Memory) sweep() {
 	now := m.clock.Now().UnixMilli()
 	for i := range m.shards {
 		s := &m.shards[i]
 		s.mu.Lock()
-		for _, e := range s.entries {
-			if e.expiresAt <= now {
-				s.remove(e)
+		for j := uint32(1); j < s.slotsUsed; j++ {
+			e := s.slot(j)
+			switch {
+			case e.flags&slotInUse == 0:
+			case e.expiresAt <= now:
+				s.remove(j)
+			default:
+				for e.flags&lastHeld != 0 && s.oldestExpiry(e) <= now {
+					s.forgetOldest(j, e)
+				}
 			}
 		}
 		s.mu.Unlock()
