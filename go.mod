@@ -10,6 +10,7 @@ require (
 	github.com/hashicorp/hcl/v2 v2.25.0
 	github.com/letsencrypt/pebble/v2 v2.10.3
 	github.com/prometheus/client_golang v1.25.0
+	github.com/prometheus/client_model v0.6.3
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/zclconf/go-cty v1.20.0
 	go.uber.org/zap v1.28.0
@@ -32,7 +33,6 @@ require (
 	github.com/miekg/dns v1.1.73 // indirect
 	github.com/mitchellh/go-wordwrap v1.0.1 // indirect
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
-	github.com/prometheus/client_model v0.6.3 // indirect
 	github.com/prometheus/common v0.72.0 // indirect
 	github.com/prometheus/procfs v0.22.0 // indirect
 	github.com/zeebo/blake3 v0.2.4 // indirect

@@ -12,13 +12,6 @@ import (
 // maxExactInLua: the scripts compute in doubles, exact up to 2^53.
 const maxExactInLua = 1 << 53
 
-// maxHeaderInteger is the largest Structured Field integer (RFC 9651):
-// 15 digits.
-const maxHeaderInteger = 999_999_999_999_999
-
-func ceilSeconds(d time.Duration) int64 {
-	return int64((d + time.Second - 1) / time.Second)
-}
 
 // policy checks one policy block. It returns nil when the block is too
 // broken to use; its problems are already reported.
@@ -117,7 +110,8 @@ func (c *checker) policy(b *policyBlock) *limiter.Policy {
 	if alg == limiter.TokenBucket {
 		period = p.RefillPeriod
 	}
-	if p.Quota() > maxHeaderInteger || ceilSeconds(p.QuotaWindow()) > maxHeaderInteger {
+	// A window in seconds always fits: no duration reaches 16 digits of them.
+	if p.Quota() > limiter.MaxHeaderInteger {
 		c.errorf(b.DefRange, "Policy too large for the headers", "RateLimit-Policy carries the quota and the window in seconds as Structured Field integers, at most 15 digits each.")
 	}
 	if p.Quota() > maxExactInLua/max(period.Milliseconds(), 1)/4 {

@@ -83,6 +83,10 @@ type Policy struct {
 	Dedup              Dedup
 }
 
+// MaxHeaderInteger is the largest Structured Field integer (RFC 9651, 15
+// digits): every quota must fit the RateLimit headers.
+const MaxHeaderInteger = 999_999_999_999_999
+
 // Defaults for the optional policy attributes.
 const (
 	DefaultCleanupGrace       = 5 * time.Second
@@ -133,6 +137,9 @@ func (p *Policy) Validate() error {
 		}
 	default:
 		return fmt.Errorf("policy %q: unknown algorithm", p.Name)
+	}
+	if p.Quota() > MaxHeaderInteger {
+		return fmt.Errorf("policy %q: a quota of %d does not fit the RateLimit headers (15 digits at most)", p.Name, p.Quota())
 	}
 	if p.MaxCost < 1 || p.MaxCost > p.Quota() {
 		return fmt.Errorf("policy %q: max_cost must be between 1 and the quota %d", p.Name, p.Quota())

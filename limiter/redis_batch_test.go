@@ -68,18 +68,8 @@ func TestConcurrentDecisionsShareWritesAndStayExact(t *testing.T) {
 // carried.
 func batches(t *testing.T, reg *prometheus.Registry) (writes, calls float64) {
 	t.Helper()
-	families, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range families {
-		if f.GetName() == "gateway_redis_batch_size" {
-			h := f.GetMetric()[0].GetHistogram()
-			return float64(h.GetSampleCount()), h.GetSampleSum()
-		}
-	}
-	t.Fatal("no gateway_redis_batch_size metric")
-	return 0, 0
+	h := metric(t, reg, "gateway_redis_batch_size").GetHistogram()
+	return float64(h.GetSampleCount()), h.GetSampleSum()
 }
 
 // A reply lost for a whole batch leaves each of its decisions ambiguous on

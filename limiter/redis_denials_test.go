@@ -2,8 +2,6 @@ package limiter_test
 
 import (
 	"context"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -14,17 +12,8 @@ import (
 
 func evalshaCalls(t *testing.T, s *redistest.Server) int64 {
 	t.Helper()
-	v, err := s.Client(t).Do(context.Background(), "INFO", "commandstats").Text()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for line := range strings.SplitSeq(v, "\n") {
-		if rest, ok := strings.CutPrefix(line, "cmdstat_evalsha:calls="); ok {
-			n, _ := strconv.ParseInt(rest[:strings.IndexByte(rest, ',')], 10, 64)
-			return n
-		}
-	}
-	return 0
+	calls, _ := evalshaStats(t, s)
+	return int64(calls)
 }
 
 // A subject over its limit that keeps asking costs Redis one call per

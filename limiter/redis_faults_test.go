@@ -383,7 +383,7 @@ func TestTheCircuitBreakerFailsFastAndRecovers(t *testing.T) {
 			t.Fatalf("call %d to a hung Redis: %#v", i, o)
 		}
 	}
-	if v := testutil.ToFloat64(gaugeOf(t, reg)); v != 1 {
+	if v := metric(t, reg, "gateway_limiter_breaker_open").GetGauge().GetValue(); v != 1 {
 		t.Fatalf("gateway_limiter_breaker_open %v after 3 failures, want 1", v)
 	}
 	var took []time.Duration
@@ -406,7 +406,7 @@ func TestTheCircuitBreakerFailsFastAndRecovers(t *testing.T) {
 	clock.Advance(time.Millisecond)
 	mustAllow(t, first(ask("probe", time.Second)))
 	mustAllow(t, first(ask("after", time.Second)))
-	if v := testutil.ToFloat64(gaugeOf(t, reg)); v != 0 {
+	if v := metric(t, reg, "gateway_limiter_breaker_open").GetGauge().GetValue(); v != 0 {
 		t.Fatalf("gateway_limiter_breaker_open %v after recovery, want 0", v)
 	}
 }
@@ -419,23 +419,6 @@ func isFailure(o limiter.Outcome) bool {
 	return false
 }
 
-// gaugeOf is the breaker gauge of the only node.
-func gaugeOf(t *testing.T, reg *prometheus.Registry) prometheus.Collector {
-	t.Helper()
-	families, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range families {
-		if f.GetName() == "gateway_limiter_breaker_open" && len(f.GetMetric()) == 1 {
-			g := prometheus.NewGauge(prometheus.GaugeOpts{Name: "copy"})
-			g.Set(f.GetMetric()[0].GetGauge().GetValue())
-			return g
-		}
-	}
-	t.Fatal("no gateway_limiter_breaker_open series")
-	return nil
-}
 
 // With the fallback on, an instance that cannot reach Redis decides alone
 // with its share of every budget: ceil(limit / instances).

@@ -17,15 +17,7 @@ func TestARedisRestartIsCounted(t *testing.T) {
 	s := redistest.Start(t)
 	reg := prometheus.NewRegistry()
 	redistest.NewLimiter(t, limiter.RedisOptions{Addrs: []string{s.Addr}, Registerer: reg})
-	restarts := func() float64 {
-		families, _ := reg.Gather()
-		for _, f := range families {
-			if f.GetName() == "gateway_redis_restarts_seen_total" {
-				return f.GetMetric()[0].GetCounter().GetValue()
-			}
-		}
-		return -1
-	}
+	restarts := func() float64 { return metric(t, reg, "gateway_redis_restarts_seen_total").GetCounter().GetValue() }
 	time.Sleep(100 * time.Millisecond) // a few readings of the first run_id
 	if n := restarts(); n != 0 {
 		t.Fatalf("%v restarts before any", n)

@@ -9,6 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
 	"github.com/edgegate/gateway/limiter"
 	"github.com/edgegate/gateway/limiter/limitertest"
 	"github.com/edgegate/gateway/limiter/redistest"
@@ -51,8 +54,8 @@ func TestRedisConformance(t *testing.T) {
 
 // evalshaStats reads how many EVALSHA calls the server has run and the
 // microseconds of Redis time they took, from INFO commandstats.
-func evalshaStats(b *testing.B, s *redistest.Server) (calls, usec float64) {
-	info := s.Client(b).Info(context.Background(), "commandstats").Val()
+func evalshaStats(t testing.TB, s *redistest.Server) (calls, usec float64) {
+	info := s.Client(t).Info(context.Background(), "commandstats").Val()
 	for line := range strings.SplitSeq(info, "\n") {
 		if rest, ok := strings.CutPrefix(line, "cmdstat_evalsha:"); ok {
 			for field := range strings.SplitSeq(strings.TrimSpace(rest), ",") {
@@ -106,6 +109,23 @@ func BenchmarkRedis(b *testing.B) {
 			})
 		}
 	}
+}
+
+// metric is the one series of the metric named name in reg; it fails the
+// test when there is not exactly one.
+func metric(t testing.TB, reg *prometheus.Registry, name string) *dto.Metric {
+	t.Helper()
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() == name && len(f.GetMetric()) == 1 {
+			return f.GetMetric()[0]
+		}
+	}
+	t.Fatalf("no single %s series", name)
+	return nil
 }
 
 // BenchmarkRedisParallel is many requests at once against one hot key, as
