@@ -12,7 +12,6 @@ import (
 // maxExactInLua: the scripts compute in doubles, exact up to 2^53.
 const maxExactInLua = 1 << 53
 
-
 // policy checks one policy block. It returns nil when the block is too
 // broken to use; its problems are already reported.
 func (c *checker) policy(b *policyBlock) *limiter.Policy {

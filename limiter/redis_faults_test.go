@@ -419,7 +419,6 @@ func isFailure(o limiter.Outcome) bool {
 	return false
 }
 
-
 // With the fallback on, an instance that cannot reach Redis decides alone
 // with its share of every budget: ceil(limit / instances).
 func TestTheFallbackDecidesWithADividedBudgetWhileRedisIsDown(t *testing.T) {
