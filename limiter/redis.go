@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"strconv"
 	"strings"
@@ -85,10 +86,10 @@ type Redis struct {
 	batching bool
 	breakers BreakerOptions
 	// nodes holds what each Redis node gets of its own: a batcher and a
-	// circuit breaker. closed is set by Close.
+	// circuit breaker. Every decision reads it; it is replaced, never
+	// changed, under nodesMu when a node appears or on Close (nil: closed).
 	nodesMu sync.Mutex
-	nodes   map[*redis.Client]*node
-	closed  bool
+	nodes   atomic.Pointer[map[*redis.Client]*node]
 
 	// loading admits one load at a time; a caller waits for it no longer
 	// than its own deadline. loadGen is bumped by every successful load.
@@ -161,8 +162,9 @@ func NewRedis(ctx context.Context, opts RedisOptions) (*Redis, error) {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	r := &Redis{mode: opts.Mode, prefix: opts.KeyPrefix, clock: opts.Clock, scripts: map[Algorithm]*script{},
-		batching: !opts.DisableBatching, breakers: opts.Breaker, nodes: map[*redis.Client]*node{}, logger: opts.Logger,
+		batching: !opts.DisableBatching, breakers: opts.Breaker, logger: opts.Logger,
 		loading: make(chan struct{}, 1)}
+	r.nodes.Store(&map[*redis.Client]*node{})
 	switch {
 	case opts.DenialCacheEntries == 0:
 		r.denials = newDenials(defaultDenialEntries)
@@ -306,11 +308,9 @@ func (r *Redis) Close() error {
 	close(r.stopWatch)
 	<-r.watchDone
 	r.nodesMu.Lock()
-	r.closed = true
-	nodes := r.nodes
-	r.nodes = nil
+	nodes := r.nodes.Swap(nil)
 	r.nodesMu.Unlock()
-	for _, n := range nodes {
+	for _, n := range *nodes {
 		if n.batcher != nil {
 			n.batcher.close()
 		}
@@ -328,26 +328,37 @@ var errCircuitOpen = errors.New("redis: circuit breaker open")
 
 // nodeState is c's node, made on first use.
 func (r *Redis) nodeState(c *redis.Client) (*node, error) {
-	r.nodesMu.Lock()
-	defer r.nodesMu.Unlock()
-	if r.closed {
+	nodes := r.nodes.Load()
+	if nodes == nil {
 		return nil, fmt.Errorf("%w: %w", errNotSent, redis.ErrClosed)
 	}
-	n := r.nodes[c]
-	if n == nil {
-		n = &node{}
-		if r.batching {
-			n.batcher = newBatcher(c, r.m.batch)
-		}
-		if !r.breakers.Disabled {
-			addr := c.Options().Addr
-			if addr == "" || r.mode == RedisSentinel {
-				addr = "sentinel-master"
-			}
-			n.breaker = newBreaker(addr, r.breakers, r.m.breakerOpen.WithLabelValues(addr), r.logger)
-		}
-		r.nodes[c] = n
+	if n := (*nodes)[c]; n != nil {
+		return n, nil
 	}
+	r.nodesMu.Lock()
+	defer r.nodesMu.Unlock()
+	nodes = r.nodes.Load()
+	if nodes == nil {
+		return nil, fmt.Errorf("%w: %w", errNotSent, redis.ErrClosed)
+	}
+	if n := (*nodes)[c]; n != nil {
+		return n, nil
+	}
+	n := &node{}
+	if r.batching {
+		n.batcher = newBatcher(c, r.m.batch)
+	}
+	if !r.breakers.Disabled {
+		addr := c.Options().Addr
+		if addr == "" || r.mode == RedisSentinel {
+			addr = "sentinel-master"
+		}
+		n.breaker = newBreaker(addr, r.breakers, r.m.breakerOpen.WithLabelValues(addr), r.logger)
+	}
+	next := make(map[*redis.Client]*node, len(*nodes)+1)
+	maps.Copy(next, *nodes)
+	next[c] = n
+	r.nodes.Store(&next)
 	return n, nil
 }
 
