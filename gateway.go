@@ -65,7 +65,7 @@ func (g *gateway) start(f *config.File) error {
 	}
 	eo := f.Listen
 	eo.Logger = g.logger
-	if g.servers, err = edge.Listen(eo, g.handler, proxy.AdminHandler(g.ready, g.registry)); err != nil {
+	if g.servers, err = edge.Listen(eo, g.handler, withProfiling(proxy.AdminHandler(g.ready, g.registry))); err != nil {
 		return err
 	}
 	g.serveErr = g.servers.Serve()

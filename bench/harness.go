@@ -110,8 +110,14 @@ func (h *harness) setup(ctx context.Context) error {
 	h.environment = append(h.environment, "load: "+h.loader.name, runtime.Version())
 
 	h.gatewayBin = filepath.Join(h.dir, "gateway")
-	h.logf("building the gateway: go build -o %s . (in %s)", h.gatewayBin, h.s.repo)
-	build := exec.CommandContext(ctx, "go", "build", "-o", h.gatewayBin, ".")
+	buildArgs := []string{"build", "-o", h.gatewayBin}
+	if h.s.profile != "" {
+		// Serves /debug/pprof/ on the admin listener; nothing else changes.
+		buildArgs = append(buildArgs, "-tags", "pprof")
+	}
+	buildArgs = append(buildArgs, ".")
+	h.logf("building the gateway: go %s (in %s)", strings.Join(buildArgs, " "), h.s.repo)
+	build := exec.CommandContext(ctx, "go", buildArgs...)
 	build.Dir = h.s.repo
 	if out, err := build.CombinedOutput(); err != nil {
 		return fmt.Errorf("go build: %w\n%s", err, out)
@@ -268,7 +274,7 @@ func (h *harness) runMode(ctx context.Context, mode string) ([]sample, error) {
 			}
 		}
 	}
-	return samples, nil
+	return samples, h.profileTargets(ctx, mode, targets)
 }
 
 // pushOverLimit sends requests until the target answers 429, so the flood

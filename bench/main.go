@@ -5,6 +5,7 @@
 //	go run ./bench                      # main mode: what the gateway costs per request
 //	go run ./bench -mode flood          # one subject far over its limit
 //	go run ./bench -rounds 5 -duration 10s -conns 64,512,1024
+//	go run ./bench -targets gateway-redis -conns 64 -profile /tmp/prof   # where its CPU time goes
 //
 // The targets, in the order each round drives them:
 //
@@ -62,6 +63,7 @@ type settings struct {
 	repo     string          // the gateway module's root
 	keep     bool            // keep the temporary folder
 	dedup    bool            // the gateways' policy de-duplicates evaluations
+	profile  string          // a folder for perf profiles of the gateways; "" for none
 	args     []string        // as given, for the report
 }
 
@@ -77,6 +79,7 @@ func parseSettings(args []string, stderr io.Writer) (settings, error) {
 	targets := fs.String("targets", "", "comma-separated targets to drive (default all): "+strings.Join(targetOrder, ", "))
 	repo := fs.String("repo", ".", "a folder inside the gateway module")
 	dedup := fs.Bool("dedup", true, "leave the gateways' policy de-duplication on (its default); -dedup=false to see what it costs")
+	profile := fs.String("profile", "", "after the rounds, profile each gateway with perf record for one more run per connection count, into this `folder`")
 	keep := fs.Bool("keep", false, "keep the temporary folder (configurations, logs) and print its path")
 	if err := fs.Parse(args); err != nil {
 		return settings{}, err
@@ -84,7 +87,7 @@ func parseSettings(args []string, stderr io.Writer) (settings, error) {
 	if fs.NArg() > 0 {
 		return settings{}, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
-	s := settings{rounds: *rounds, duration: *duration, warmup: *warmup, loader: *loader, keep: *keep, dedup: *dedup, args: args, only: map[string]bool{}}
+	s := settings{rounds: *rounds, duration: *duration, warmup: *warmup, loader: *loader, keep: *keep, dedup: *dedup, profile: *profile, args: args, only: map[string]bool{}}
 	switch *mode {
 	case "main", "flood":
 		s.modes = []string{*mode}

@@ -19,6 +19,7 @@ type target struct {
 	name      string
 	url       string
 	proc      *process
+	admin     string // the gateway's admin address; "" for the other targets
 	accessLog string // a JSON-lines access log, emptied after each run; "" for none
 	redis     bool   // charge EVALSHA calls to it
 }
@@ -123,7 +124,7 @@ func (h *harness) startGateway(ctx context.Context, mode, name string, withRedis
 	if err := waitHTTP(ctx, p, "http://"+admin+"/readyz", isOK, 20*time.Second); err != nil {
 		return nil, err
 	}
-	return &target{name: name, url: "http://" + listen + "/", proc: p, accessLog: logPath, redis: withRedis}, nil
+	return &target{name: name, url: "http://" + listen + "/", proc: p, admin: admin, accessLog: logPath, redis: withRedis}, nil
 }
 
 // gatewayConfig is the gateway's file for a mode: one route, one policy,
