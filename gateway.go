@@ -64,7 +64,7 @@ func (g *gateway) start(f *config.File) error {
 		return err
 	}
 	eo := f.Listen
-	eo.Logger = g.logger
+	eo.Logger, eo.Registerer = g.logger, g.registry
 	if g.servers, err = edge.Listen(eo, g.handler, withProfiling(proxy.AdminHandler(g.ready, g.registry))); err != nil {
 		return err
 	}

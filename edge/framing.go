@@ -1,12 +1,10 @@
 package edge
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"net"
 	"net/http"
-	"strconv"
 	"sync"
 	"time"
 )
@@ -17,13 +15,15 @@ import (
 // The gateway refuses such requests instead, like the RFC lets a server do,
 // so it never forwards a message two parsers might frame differently. To see
 // the header it scans each HTTP/1 connection's bytes as the server reads
-// them, after TLS, and hands the handler one verdict per request.
+// them, after TLS, and hands the handler one verdict per request
+// (scanner.go); framingCheck holds each request to its verdict
+// (framing_check.go).
 
-// newFramingListener wraps a listener so that rejectConflictingFraming can
-// judge each HTTP/1 request. With cfg set it terminates TLS itself: HTTP/2
+// newFramingListener wraps a listener so that framingCheck can judge each
+// HTTP/1 request. With cfg set it terminates TLS itself: HTTP/2
 // connections go to the server untouched (HTTP/2 has its own framing), and
 // HTTP/1 ones are scanned, so the server sees them as plain connections;
-// rejectConflictingFraming gives their requests back their TLS state.
+// framingCheck gives their requests back their TLS state.
 //
 // Close returns only once the accept loop and every handshake under way have
 // ended; handshakes under way are cut short.
@@ -160,8 +160,8 @@ func (l *framingListener) Close() error {
 
 type connKey struct{}
 
-// connContext is the http.Server hook that lets rejectConflictingFraming
-// find a request's connection.
+// connContext is the http.Server hook that lets the framing check find a
+// request's connection.
 func connContext(ctx context.Context, c net.Conn) context.Context {
 	if fc, ok := c.(*framingConn); ok {
 		return context.WithValue(ctx, connKey{}, fc)
@@ -169,211 +169,63 @@ func connContext(ctx context.Context, c net.Conn) context.Context {
 	return ctx
 }
 
-var conflictingFraming = []byte(`{"type":"urn:edge-gateway:problem:conflicting-framing","title":"Conflicting message framing","status":400,"detail":"The request has both Content-Length and Transfer-Encoding."}`)
-
-// rejectConflictingFraming answers 400, and closes the connection, for a
-// request that carried both Content-Length and Transfer-Encoding; nothing
-// of it reaches next. Requests over TLS that the listener decrypted get
-// their TLS state back.
-func rejectConflictingFraming(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		fc, ok := r.Context().Value(connKey{}).(*framingConn)
-		if !ok {
-			next.ServeHTTP(w, r)
-			return
-		}
-		if fc.nextVerdict() {
-			h := w.Header()
-			h.Set("Content-Type", "application/problem+json")
-			h.Set("Connection", "close")
-			w.WriteHeader(http.StatusBadRequest)
-			w.Write(conflictingFraming)
-			return
-		}
-		if fc.tls != nil && r.TLS == nil {
-			r.TLS = fc.tls
-		}
-		next.ServeHTTP(w, r)
-	})
-}
-
-// framingConn scans the HTTP/1 request stream it carries: request heads,
-// then bodies by Content-Length or chunked framing, the way the server
-// reads them, and queues a verdict (true: both headers present) per head.
+// framingConn scans the HTTP/1 request stream it carries and queues the
+// scanner's verdict on each request head, for the framing check to take
+// when the server serves that request.
 type framingConn struct {
 	net.Conn
 	tls *tls.ConnectionState
 
 	mu       sync.Mutex
-	verdicts []bool
 	s        scanner
+	verdicts []verdict // scanned heads the server has not served yet, in order
+	// lost: the scanner stopped following the stream, so no verdict comes
+	// after those queued.
+	lost bool
 }
 
 func (c *framingConn) Read(p []byte) (int, error) {
 	n, err := c.Conn.Read(p)
 	if n > 0 {
 		c.mu.Lock()
-		c.s.feed(p[:n], func(bad bool) { c.verdicts = append(c.verdicts, bad) })
+		c.s.feed(p[:n], c.queue, c.markLost)
 		c.mu.Unlock()
 	}
 	return n, err
 }
 
-// nextVerdict pops the verdict of the request now being served. With none
-// (the scanner gave up on a stream the server will refuse anyway) the
-// request is not held against the framing rule.
-func (c *framingConn) nextVerdict() bool {
+func (c *framingConn) queue(v verdict) { c.verdicts = append(c.verdicts, v) }
+func (c *framingConn) markLost()       { c.lost = true }
+
+// take pops the verdict of r, the request the server now serves. It
+// refuses r when it is not the request the scanner saw next (no verdict
+// left, or another request line) and then stops the connection's checks
+// for good. last reports that r is the last request the connection may
+// serve: the scanner lost track after it.
+func (c *framingConn) take(r *http.Request) (refused refusal, last bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if len(c.verdicts) == 0 {
-		return false
+		c.lost = true
+		return refusedOutOfStep, true
 	}
 	v := c.verdicts[0]
+	c.verdicts[0] = verdict{}
 	c.verdicts = c.verdicts[1:]
-	return v
-}
-
-type scanState uint8
-
-const (
-	inHead scanState = iota
-	inBody
-	inChunkSize
-	inChunkData
-	inChunkEnd
-	inTrailer
-	gaveUp // a stream the server refuses, or no longer HTTP/1 (upgraded)
-)
-
-// maxScanLine bounds a buffered line; a longer one is refused by the server.
-const maxScanLine = 1 << 20
-
-type scanner struct {
-	state     scanState
-	line      []byte
-	remaining int64 // body or chunk bytes left
-	sawStart  bool  // the request line of this head
-	hasCL     bool
-	hasTE     bool
-	chunked   bool
-	upgrade   bool
-	clValue   string
-}
-
-func (s *scanner) feed(p []byte, verdict func(bad bool)) {
-	for len(p) > 0 && s.state != gaveUp {
-		switch s.state {
-		case inBody, inChunkData:
-			n := int64(len(p))
-			if n > s.remaining {
-				n = s.remaining
-			}
-			s.remaining -= n
-			p = p[n:]
-			if s.remaining == 0 {
-				if s.state == inBody {
-					s.state = inHead
-				} else {
-					s.state = inChunkEnd
-				}
-			}
-			continue
-		}
-		i := bytes.IndexByte(p, '\n')
-		if i < 0 {
-			s.line = append(s.line, p...)
-			if len(s.line) > maxScanLine {
-				s.state = gaveUp
-			}
-			return
-		}
-		s.line = append(s.line, p[:i]...)
-		p = p[i+1:]
-		line := bytes.TrimSuffix(s.line, []byte("\r"))
-		s.onLine(line, verdict)
-		s.line = s.line[:0]
+	if !isRequestLine(v.startLine, r) {
+		c.verdicts, c.lost = nil, true
+		return refusedOutOfStep, true
 	}
+	return v.refusal, c.lost && len(c.verdicts) == 0
 }
 
-func (s *scanner) onLine(line []byte, verdict func(bad bool)) {
-	switch s.state {
-	case inHead:
-		if !s.sawStart {
-			s.sawStart = len(line) > 0
-			return
-		}
-		if len(line) > 0 {
-			s.header(line)
-			return
-		}
-		verdict(s.hasCL && s.hasTE)
-		s.endHead()
-	case inChunkSize:
-		size := line
-		if i := bytes.IndexByte(size, ';'); i >= 0 {
-			size = size[:i]
-		}
-		n, err := strconv.ParseInt(string(bytes.TrimSpace(size)), 16, 64)
-		switch {
-		case err != nil || n < 0:
-			s.state = gaveUp
-		case n == 0:
-			s.state = inTrailer
-		default:
-			s.state, s.remaining = inChunkData, n
-		}
-	case inChunkEnd:
-		s.state = inChunkSize
-	case inTrailer:
-		if len(line) == 0 {
-			s.reset()
-		}
+// isRequestLine reports whether line is the request line of r, without
+// building it.
+func isRequestLine(line string, r *http.Request) bool {
+	if len(line) != len(r.Method)+len(r.RequestURI)+len(r.Proto)+2 {
+		return false
 	}
-}
-
-func (s *scanner) header(line []byte) {
-	name, value, ok := bytes.Cut(line, []byte(":"))
-	if !ok {
-		return
-	}
-	value = bytes.TrimSpace(value)
-	switch {
-	case bytes.EqualFold(name, []byte("Content-Length")):
-		s.hasCL = true
-		s.clValue = string(value)
-	case bytes.EqualFold(name, []byte("Transfer-Encoding")):
-		s.hasTE = true
-		codings := bytes.Split(value, []byte(","))
-		s.chunked = bytes.EqualFold(bytes.TrimSpace(codings[len(codings)-1]), []byte("chunked"))
-	case bytes.EqualFold(name, []byte("Upgrade")):
-		s.upgrade = true
-	}
-}
-
-// endHead moves to the body the way the server frames it: Transfer-Encoding
-// wins over Content-Length.
-func (s *scanner) endHead() {
-	switch {
-	case s.upgrade:
-		s.state = gaveUp
-	case s.hasTE && s.chunked:
-		s.reset()
-		s.state = inChunkSize
-	case s.hasTE:
-		s.state = gaveUp // the server answers 501 and closes
-	case s.hasCL:
-		n, err := strconv.ParseInt(s.clValue, 10, 64)
-		s.reset()
-		if err != nil || n < 0 {
-			s.state = gaveUp
-		} else if n > 0 {
-			s.state, s.remaining = inBody, n
-		}
-	default:
-		s.reset()
-	}
-}
-
-func (s *scanner) reset() {
-	*s = scanner{line: s.line[:0]}
+	m, rest := line[:len(r.Method)], line[len(r.Method):]
+	u, rest := rest[1:1+len(r.RequestURI)], rest[1+len(r.RequestURI):]
+	return m == r.Method && rest[0] == ' ' && line[len(r.Method)] == ' ' && u == r.RequestURI && rest[1:] == r.Proto
 }

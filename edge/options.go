@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"net/http"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Options configure the listeners: the listen block and the tls block. Zero
@@ -34,9 +36,12 @@ type Options struct {
 	// TLS is the tls block. nil: no HTTPS. HTTPS and TLS go together:
 	// either without the other is an error.
 	TLS *TLSOptions
-	// Logger receives the servers' error logs (at Warn) and certmagic's
-	// messages. nil discards them.
+	// Logger receives the servers' error logs (at Warn), framing refusals
+	// and certmagic's messages. nil discards them.
 	Logger *slog.Logger
+	// Registerer receives the listeners' metrics
+	// (gateway_framing_refusals_total{reason}); nil registers none.
+	Registerer prometheus.Registerer
 }
 
 // TLSOptions is the tls block.

@@ -119,9 +119,10 @@ func (s *Servers) bind() error {
 // build makes the servers. The handler chains are fixed here, once: the
 // request path only runs them.
 func (s *Servers) build(public, admin http.Handler) {
+	refusals := newFramingRefusals(s.opts.Registerer, s.logger)
 	if s.httpsLn != nil {
 		t := s.opts.TLS
-		s.secure = s.publicServer(hsts(public, t.HSTSMaxAge, t.HSTSIncludeSubdomains))
+		s.secure = newPublicServer(hsts(public, t.HSTSMaxAge, t.HSTSIncludeSubdomains), "https", s.opts, refusals, s.errorLog)
 		// The framing listener terminates TLS itself and hands HTTP/2
 		// connections over as *tls.Conn; with h2 in TLSConfig.NextProtos,
 		// Serve speaks HTTP/2 on them. Serve gets the listener a config of
@@ -137,7 +138,7 @@ func (s *Servers) build(public, admin http.Handler) {
 			}
 			plain = s.tls.httpChallenge(plain)
 		}
-		s.plain = s.publicServer(plain)
+		s.plain = newPublicServer(plain, "http", s.opts, refusals, s.errorLog)
 	}
 	if s.adminLn != nil {
 		s.admin = &http.Server{
@@ -149,14 +150,21 @@ func (s *Servers) build(public, admin http.Handler) {
 	}
 }
 
-func (s *Servers) publicServer(h http.Handler) *http.Server {
+// newPublicServer is the one way to build a public listener's server: the
+// framing check in front of h, the connection context it finds scanned
+// connections by, and "OPTIONS *" passed to the check rather than answered
+// by http.Server behind its back. It must serve a framing listener
+// (newFramingListener); on any other it refuses every HTTP/1 request
+// rather than serve one unchecked.
+func newPublicServer(h http.Handler, listener string, opts Options, refusals *framingRefusals, errorLog *log.Logger) *http.Server {
 	return &http.Server{
-		Handler:           rejectConflictingFraming(h),
-		ConnContext:       connContext,
-		ReadHeaderTimeout: s.opts.ReadHeaderTimeout,
-		IdleTimeout:       s.opts.IdleTimeout,
-		MaxHeaderBytes:    s.opts.MaxHeaderBytes,
-		ErrorLog:          s.errorLog,
+		Handler:                      &framingCheck{next: h, listener: listener, refusals: refusals},
+		ConnContext:                  connContext,
+		DisableGeneralOptionsHandler: true,
+		ReadHeaderTimeout:            opts.ReadHeaderTimeout,
+		IdleTimeout:                  opts.IdleTimeout,
+		MaxHeaderBytes:               opts.MaxHeaderBytes,
+		ErrorLog:                     errorLog,
 	}
 }
 
