@@ -139,3 +139,53 @@ func TestLoadRefusesAFileWithProblems(t *testing.T) {
 		t.Fatalf("report %q", err.Error())
 	}
 }
+
+func TestRoutesTakeSeveralPoliciesInOrderAndShadowOnes(t *testing.T) {
+	src := `
+policy "per-second" {
+  algorithm = "fixed-window"
+  limit     = 10
+  window    = "1s"
+}
+policy "per-day" {
+  algorithm = "token-bucket"
+  capacity      = 10000
+  refill_tokens = 10000
+  refill_period = "24h"
+}
+policy "trial" {
+  algorithm = "sliding-counter"
+  limit     = 5
+  window    = "1m"
+  mode      = "shadow"
+}
+route "tiers" {
+  path     = "/tiers"
+  upstream = "http://127.0.0.1:9000"
+  policies = ["per-second", "per-day", "trial"]
+}
+route "one" {
+  path     = "/one"
+  upstream = "http://127.0.0.1:9000"
+  policies = ["trial"]
+}
+`
+	f, diags := config.Parse("gateway.hcl", []byte(src), env(nil))
+	if diags.HasErrors() {
+		t.Fatal(diags.Error())
+	}
+	tiers, one := f.Proxy.Routes[0], f.Proxy.Routes[1]
+	var names []string
+	for _, p := range tiers.Policies {
+		names = append(names, p.Name)
+	}
+	if tiers.Policy != nil || strings.Join(names, ",") != "per-second,per-day,trial" {
+		t.Fatalf("policies %v, policy %v", names, tiers.Policy)
+	}
+	if tiers.Policies[0].Shadow || !tiers.Policies[2].Shadow {
+		t.Fatal("mode is not carried to the policies")
+	}
+	if one.Policy == nil || one.Policy.Name != "trial" || one.Policies != nil {
+		t.Fatalf("a one-element list is the one-policy form: %+v", one)
+	}
+}

@@ -85,6 +85,13 @@ func (c *checker) policy(b *policyBlock) *limiter.Policy {
 	default:
 		c.errorf(b.ClockRange, "Unknown clock", "clock must be \"redis\" or \"gateway\", not %q.", clock)
 	}
+	switch mode := or(b.Mode, "enforce"); mode {
+	case "enforce":
+	case "shadow":
+		p.Shadow = true
+	default:
+		c.errorf(b.ModeRange, "Unknown mode", "mode must be \"enforce\" or \"shadow\", not %q.", mode)
+	}
 	if db := b.Dedup; db != nil {
 		p.Dedup = limiter.Dedup{
 			Enabled:    or(db.Enabled, true),
@@ -97,7 +104,7 @@ func (c *checker) policy(b *policyBlock) *limiter.Policy {
 		return nil
 	}
 	for _, rng := range []hcl.Range{b.LimitRange, b.WindowRange, b.CapacityRange, b.RefillTokensRange, b.RefillPeriodRange,
-		b.RevisionRange, b.MaxCostRange, b.CleanupGraceRange, b.MaxClockRegressionRange, b.ClockRange} {
+		b.RevisionRange, b.MaxCostRange, b.CleanupGraceRange, b.MaxClockRegressionRange, b.ClockRange, b.ModeRange} {
 		if c.decodeFailed(rng) {
 			return nil // reported by gohcl; the rest would only follow from it
 		}

@@ -90,18 +90,43 @@ func (c *checker) routes(blocks []*routeBlock, policies map[string]*limiter.Poli
 		}
 		r.Cost = c.integer(b.Cost, b.CostRange, "cost", 1, 1)
 		r.MaxBodyBytes = c.integer(b.MaxBodyBytes, b.MaxBodyBytesRange, "max_body_bytes", maxBody, 0)
-		if b.Policy != nil {
-			p, ok := policies[*b.Policy]
+		hasPolicies := b.PoliciesAt != (hcl.Range{})
+		if b.Policy != nil && hasPolicies {
+			c.errorf(b.PolicyName, "Both policy and policies", "A route takes policy = \"x\" for one policy or policies = [...] for several, not both.")
+		}
+		usePolicy := func(name string, rng hcl.Range) *limiter.Policy {
+			p, ok := policies[name]
 			switch {
 			case !ok:
-				c.errorf(b.PolicyRange, "Unknown policy", "No policy block is named %q.", *b.Policy)
-			case p != nil:
-				r.Policy = p
-				if r.Cost > p.MaxCost {
-					c.errorf(b.CostRange, "Cost above max_cost", "cost is %d but policy %q allows at most %d.", r.Cost, *b.Policy, p.MaxCost)
+				c.errorf(rng, "Unknown policy", "No policy block is named %q.", name)
+			case p != nil && r.Cost > p.MaxCost:
+				c.errorf(b.CostRange, "Cost above max_cost", "cost is %d but policy %q allows at most %d.", r.Cost, name, p.MaxCost)
+			}
+			return p
+		}
+		switch {
+		case b.Policy != nil && !hasPolicies:
+			r.Policy = usePolicy(*b.Policy, b.PolicyRange)
+		case hasPolicies && b.Policy == nil:
+			items := c.list(b.Policies, "policies")
+			if len(items) == 0 {
+				c.errorf(b.Policies.Range(), "No policy in policies", "policies needs at least one policy name; leave it out for no limit.")
+			}
+			seenPolicy := map[string]bool{}
+			for _, it := range items {
+				if seenPolicy[it.value] {
+					c.errorf(it.rng, "Repeated policy", "%q is already in the list; a policy counts once per route.", it.value)
+					continue
+				}
+				seenPolicy[it.value] = true
+				if p := usePolicy(it.value, it.rng); p != nil {
+					r.Policies = append(r.Policies, p)
 				}
 			}
-		} else if b.Cost != nil {
+			if len(r.Policies) == 1 {
+				r.Policy, r.Policies = r.Policies[0], nil
+			}
+		case b.Policy == nil && !hasPolicies && b.Cost != nil:
 			c.errorf(b.CostName, "Cost without a policy", "cost means nothing on a route without a policy.")
 		}
 		for i, o := range routes {

@@ -190,6 +190,8 @@ type policyBlock struct {
 	MaxClockRegressionRange hcl.Range `hcl:"max_clock_regression,attr_value_range"`
 	Clock                   *string   `hcl:"clock,optional"`
 	ClockRange              hcl.Range `hcl:"clock,attr_value_range"`
+	Mode                    *string   `hcl:"mode,optional"`
+	ModeRange               hcl.Range `hcl:"mode,attr_value_range"`
 
 	Dedup    *dedupBlock `hcl:"dedup,block"`
 	DefRange hcl.Range   `hcl:",def_range"`
@@ -218,6 +220,9 @@ type routeBlock struct {
 	UpstreamRange     hcl.Range      `hcl:"upstream,attr_value_range"`
 	Policy            *string        `hcl:"policy,optional"`
 	PolicyRange       hcl.Range      `hcl:"policy,attr_value_range"`
+	PolicyName        hcl.Range      `hcl:"policy,attr_name_range"`
+	Policies          hcl.Expression `hcl:"policies,optional"`
+	PoliciesAt        hcl.Range      `hcl:"policies,attr_range"`
 	Subject           hcl.Expression `hcl:"subject,optional"`
 	SubjectAt         hcl.Range      `hcl:"subject,attr_range"`
 	Cost              *int64         `hcl:"cost,optional"`

@@ -256,6 +256,12 @@ func (m *Memory) Evaluate(ctx context.Context, req Request) Outcome {
 	if o := admit(ctx, req); o != nil {
 		return o
 	}
+	if len(req.Policies) > 1 {
+		return m.evaluateAll(req)
+	}
+	if len(req.Policies) == 1 {
+		req.Policy = req.Policies[0]
+	}
 	var keyBuf [160]byte
 	key := m.sum(appendMemoryKey(keyBuf[:0], req.Policy, req.Subject))
 	var id evaluationKey
@@ -285,7 +291,7 @@ func (m *Memory) evaluate(req Request, key memoryKey, id evaluationKey) Outcome 
 	if e != nil && dedup {
 		if d, ok := s.recall(i, e, id, nowMillis, p); ok {
 			s.touch(i, e)
-			return Evaluated{d}
+			return Evaluated{Decision: d}
 		}
 	}
 	var st state
@@ -300,7 +306,7 @@ func (m *Memory) evaluate(req Request, key memoryKey, id evaluationKey) Outcome 
 		if e != nil {
 			s.touch(i, e)
 		}
-		return Evaluated{res.decision}
+		return Evaluated{Decision: res.decision}
 	}
 	if e == nil {
 		i, e = s.insert(key, &m.evictions, nowMillis)
@@ -315,7 +321,114 @@ func (m *Memory) evaluate(req Request, key memoryKey, id evaluationKey) Outcome 
 		s.remember(i, e, id, len(req.EvaluationID), res.decision, nowMillis, p.Dedup)
 		e.expiresAt = max(e.expiresAt, nowMillis+p.Dedup.TTL.Milliseconds())
 	}
-	return Evaluated{res.decision}
+	return Evaluated{Decision: res.decision}
+}
+
+// evaluateAll decides a request with several policies under the locks of
+// every shard its keys live in, taken in shard order, so the decision is
+// atomic: no other evaluation sees some of its charges and not the others.
+// With de-duplication each key remembers its own policy's decision under
+// the evaluation ID; a retry is a replay only when every key still does.
+func (m *Memory) evaluateAll(req Request) Outcome {
+	ps := req.Policies
+	n := len(ps)
+	var keyBuf [160]byte
+	keys := make([]memoryKey, n)
+	var locked uint64 // one bit per shard; memoryShards is 64
+	for i, p := range ps {
+		keys[i] = m.sum(appendMemoryKey(keyBuf[:0], p, req.Subject))
+		locked |= 1 << (keys[i][0] % memoryShards)
+	}
+	for j := range memoryShards {
+		if locked&(1<<j) != 0 {
+			m.shards[j].mu.Lock()
+		}
+	}
+	defer func() {
+		for j := range memoryShards {
+			if locked&(1<<j) != 0 {
+				m.shards[j].mu.Unlock()
+			}
+		}
+	}()
+	dedup := ps[0].Dedup.Enabled && req.EvaluationID != ""
+	var id evaluationKey
+	if dedup {
+		id = m.sumString(req.EvaluationID)
+	}
+	nowMillis := m.clock.Now().UnixMilli()
+	idx := make([]uint32, n)
+	slots := make([]*memorySlot, n)
+	for k := range ps {
+		s := &m.shards[keys[k][0]%memoryShards]
+		i, e := s.find(keys[k])
+		if i != 0 {
+			if e.expiresAt <= nowMillis {
+				s.remove(i)
+				i, e = 0, nil
+			} else {
+				s.touch(i, e)
+			}
+		}
+		idx[k], slots[k] = i, e
+	}
+	each := make([]Decision, n)
+	if dedup {
+		replay := true
+		for k, p := range ps {
+			e := slots[k]
+			if e == nil {
+				replay = false
+				break
+			}
+			d, ok := m.shards[keys[k][0]%memoryShards].recall(idx[k], e, id, nowMillis, p)
+			if !ok {
+				replay = false
+				break
+			}
+			each[k] = d
+		}
+		if replay {
+			return evaluatedAll(ps, each)
+		}
+	}
+	steps := make([]step, n)
+	for k, p := range ps {
+		var st state
+		if slots[k] != nil {
+			st = slots[k].state(p.Algorithm)
+		}
+		steps[k] = decide(p, st, nowMillis, req.Cost)
+		if steps[k].clockUnsafe {
+			return Unavailable{Category: ClockUnsafe}
+		}
+		each[k] = steps[k].decision
+	}
+	charge := admitted(ps, each)
+	if !charge {
+		uncharged(each, req.Cost)
+	}
+	for k := range ps {
+		res := steps[k]
+		write := charge && res.charged
+		if !write && !dedup {
+			continue
+		}
+		s := &m.shards[keys[k][0]%memoryShards]
+		i, e := idx[k], slots[k]
+		if e == nil {
+			i, e = s.insert(keys[k], &m.evictions, nowMillis)
+		}
+		if write {
+			e.setState(res.next)
+			e.expiresAt = max(e.expiresAt, nowMillis+res.ttlMillis)
+		}
+		if dedup {
+			s.remember(i, e, id, len(req.EvaluationID), each[k], nowMillis, ps[0].Dedup)
+			e.expiresAt = max(e.expiresAt, nowMillis+ps[0].Dedup.TTL.Milliseconds())
+		}
+	}
+	return evaluatedAll(ps, each)
 }
 
 // appendMemoryKey carries the policy revision, so a changed policy starts

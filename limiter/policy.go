@@ -76,6 +76,12 @@ type Policy struct {
 	RefillTokens int64
 	RefillPeriod time.Duration
 
+	// Shadow policies are decided and charged like enforced ones, but a
+	// denial of theirs never refuses a request: the caller forwards it and
+	// reports the would-be denial. In a request with several policies, a
+	// shadow policy's denial does not stop the others from being charged.
+	Shadow bool
+
 	MaxCost            int64
 	CleanupGrace       time.Duration
 	MaxClockRegression time.Duration

@@ -498,6 +498,12 @@ func (r *Redis) Evaluate(ctx context.Context, req Request) Outcome {
 	if o := admit(ctx, req); o != nil {
 		return o
 	}
+	if len(req.Policies) > 1 {
+		return Incompatible{Reason: UnknownPolicy, Err: errors.New("redis: several policies per route are not supported yet")}
+	}
+	if len(req.Policies) == 1 {
+		req.Policy = req.Policies[0]
+	}
 	if !req.Deadline.IsZero() {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithDeadline(ctx, req.Deadline)
@@ -509,7 +515,7 @@ func (r *Redis) Evaluate(ctx context.Context, req Request) Outcome {
 	if r.denials != nil {
 		if d, ok := r.denials.get(dk, sent); ok {
 			r.m.cached.Inc()
-			return Evaluated{d}
+			return Evaluated{Decision: d}
 		}
 	}
 	keys := []string{r.key(p, req.Subject)}
@@ -663,7 +669,7 @@ func decodeReply(p *Policy, reply []any) Outcome {
 	if p.Algorithm == SlidingCounter {
 		certainty = Approximate
 	}
-	return Evaluated{Decision{
+	return Evaluated{Decision: Decision{
 		Allowed: n[1] == 1, Limit: p.Quota(), Remaining: n[2],
 		ResetAfter: ms(n[3]), RetryAfter: ms(n[4]), Certainty: certainty,
 	}}

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -29,9 +30,13 @@ type Route struct {
 	Path        string   // normalized prefix, matched on whole segments
 	Methods     []string // empty allows every method
 	Upstream    *url.URL
-	Policy      *limiter.Policy // nil: no limit
-	Subject     []subject.Kind
-	Cost        int64
+	Policy      *limiter.Policy // nil: no limit, unless Policies is set
+	// Policies are decided together, atomically: every enforced policy
+	// must allow, and when one denies none is charged. Set either Policy or
+	// Policies.
+	Policies []*limiter.Policy
+	Subject  []subject.Kind
+	Cost     int64
 	// MaxBodyBytes caps the request body; 0 means no cap. A declared
 	// Content-Length over it is refused before the limiter is asked; a
 	// streamed body that runs over is cut and answered 413.
@@ -88,10 +93,8 @@ type compiled struct {
 
 type route struct {
 	Route
-	policyName   string   // the policy name as a Structured Field string
-	policyHeader []string // RateLimit-Policy value, shared by every response
-	problem429   []byte
-	forward      http.Handler
+	limits  *limits // nil: no limit
+	forward http.Handler
 }
 
 // NewHandler compiles cfg and returns a ready Handler.
@@ -146,16 +149,22 @@ func (h *Handler) compile(cfg Config) (*compiled, error) {
 				return nil, fmt.Errorf("proxy: routes %q and %q match the same requests", o.OperationID, r.OperationID)
 			}
 		}
+		ps := r.Policies
 		if r.Policy != nil {
-			if err := r.Policy.Validate(); err != nil {
-				return nil, err
+			if len(ps) > 0 {
+				return nil, fmt.Errorf("proxy: route %q has both a policy and policies", r.OperationID)
 			}
+			ps = []*limiter.Policy{r.Policy}
+		}
+		if len(ps) > 0 {
+			l, err := newLimits(ps)
+			if err != nil {
+				return nil, fmt.Errorf("proxy: route %q: %w", r.OperationID, err)
+			}
+			r.limits = l
 			if r.Cost < 1 {
 				r.Cost = 1
 			}
-			r.policyName = sfString(r.Policy.Name)
-			r.policyHeader = policyHeader(r.Policy)
-			r.problem429 = quotaProblem(r.Policy.Name)
 		}
 		r.forward = newForwarder(r, cfg.Resolver, h.transport, h.opts.Logger, cfg.AllowUnderscoreHeaders)
 		routes = append(routes, r)
@@ -176,6 +185,8 @@ type exchange struct {
 	pseudonym   string
 	outcome     string
 	upstream    time.Duration
+	// shadowDenied names the shadow policies that would have denied.
+	shadowDenied string
 }
 
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -200,6 +211,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				notLogged = slog.Int64("denials_not_logged", skipped)
 			}
 		}
+		var policy slog.Attr
+		if x.shadowDenied != "" {
+			policy = slog.String("policy", x.shadowDenied)
+		}
 		h.opts.Logger.LogAttrs(r.Context(), slog.LevelInfo, "request",
 			slog.String("route", x.route),
 			slog.String("method", r.Method),
@@ -211,6 +226,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			slog.Duration("duration", time.Since(start)),
 			slog.Duration("upstream_duration", x.upstream),
 			notLogged,
+			policy,
 		)
 	}
 }
@@ -253,7 +269,7 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, c *compiled, x *
 		}
 	}
 
-	if rt.Policy == nil {
+	if rt.limits == nil {
 		x.outcome = "unlimited"
 	} else if !h.limit(w, r, c, rt, x) {
 		return
@@ -291,14 +307,20 @@ func (h *Handler) limit(w http.ResponseWriter, r *http.Request, c *compiled, rt 
 	}
 	x.subjectKind, x.pseudonym = s.Kind, s.Pseudonym
 
+	l := rt.limits
 	start := time.Now()
-	o := c.limiter.Evaluate(r.Context(), limiter.Request{
-		Policy:       rt.Policy,
+	req := limiter.Request{
 		Subject:      s.Pseudonym,
 		Cost:         rt.Cost,
 		EvaluationID: h.evalIDs.next(),
 		Deadline:     start.Add(c.deadline),
-	})
+	}
+	if l.multi {
+		req.Policies = l.policies
+	} else {
+		req.Policy = l.policies[0]
+	}
+	o := c.limiter.Evaluate(r.Context(), req)
 	took := time.Since(start)
 
 	x.outcome = outcomeName(o)
@@ -313,27 +335,71 @@ func (h *Handler) limit(w http.ResponseWriter, r *http.Request, c *compiled, rt 
 	if h.opts.Metrics != nil {
 		h.opts.Metrics.LimiterDuration.WithLabelValues(x.outcome).Observe(took.Seconds())
 		if e, ok := o.(limiter.Evaluated); ok && e.Fallback {
-			h.opts.Metrics.fallback(rt.OperationID, rt.Policy.Name, e.Allowed)
+			if l.multi {
+				for i, p := range l.policies {
+					h.opts.Metrics.fallback(rt.OperationID, p.Name, e.Policies[i].Allowed)
+				}
+			} else {
+				h.opts.Metrics.fallback(rt.OperationID, l.policies[0].Name, e.Allowed)
+			}
 		}
 	}
 	switch o := o.(type) {
 	case limiter.Evaluated:
-		setRateLimitHeaders(w.Header(), rt, o.Decision)
+		if l.multi {
+			return h.decidedAll(w, rt, o, x)
+		}
+		if l.shadowOnly {
+			if !o.Allowed {
+				h.shadowDenied(rt, []string{l.policies[0].Name}, x)
+			}
+			return true
+		}
+		setRateLimitHeaders(w.Header(), l, o.Decision)
 		if o.Allowed {
 			return true
 		}
-		writeQuotaExceeded(w, rt, o.Decision)
+		writeQuotaExceeded(w, l.problem429, o.RetryAfter)
+		return false
 	case limiter.Incompatible:
 		h.opts.Logger.LogAttrs(r.Context(), slog.LevelError, "limiter configuration error",
-			slog.String("route", rt.OperationID), slog.String("policy", rt.Policy.Name),
+			slog.String("route", rt.OperationID), slog.String("policy", l.policies[0].Name),
 			slog.String("reason", o.Reason.String()), errAttr(o.Err))
-		writeUnavailable(w, c.failureRetryAfter)
-	case limiter.Unavailable:
-		writeUnavailable(w, c.failureRetryAfter)
-	default: // Indeterminate, and anything a backend adds later: fail closed.
-		writeUnavailable(w, c.failureRetryAfter)
 	}
+	// Unavailable, Indeterminate, Incompatible, and anything a backend adds
+	// later: fail closed, unless no policy is enforced.
+	if l.shadowOnly {
+		return true
+	}
+	writeUnavailable(w, c.failureRetryAfter)
 	return false
+}
+
+// decidedAll answers a decision over several policies. It reports whether
+// the request may go on.
+func (h *Handler) decidedAll(w http.ResponseWriter, rt *route, o limiter.Evaluated, x *exchange) bool {
+	l := rt.limits
+	l.setHeadersAll(w.Header(), o.Policies)
+	if o.Allowed {
+		if names := l.shadowDenials(o.Policies); names != nil {
+			h.shadowDenied(rt, names, x)
+		}
+		return true
+	}
+	writeQuotaExceeded(w, quotaProblem(l.violated(o.Policies)), o.RetryAfter)
+	return false
+}
+
+// shadowDenied records the would-be denials of the shadow policies named:
+// the request goes on, logged as shadow_denied with their names.
+func (h *Handler) shadowDenied(rt *route, names []string, x *exchange) {
+	x.outcome = "shadow_denied"
+	x.shadowDenied = strings.Join(names, ",")
+	if h.opts.Metrics != nil {
+		for _, n := range names {
+			h.opts.Metrics.ShadowDenials.WithLabelValues(rt.OperationID, n).Inc()
+		}
+	}
 }
 
 func outcomeName(o limiter.Outcome) string {

@@ -96,7 +96,8 @@ type setup struct {
 	routes      []proxy.Route
 	trusted     []string
 	limiter     proxy.Limiter
-	underscores bool // AllowUnderscoreHeaders
+	underscores bool           // AllowUnderscoreHeaders
+	metrics     *proxy.Metrics // nil: none
 }
 
 func newResolver(t testing.TB, trusted []string) *subject.Resolver {
@@ -133,6 +134,7 @@ func newGateway(t *testing.T, s setup) *gateway {
 	h, err := proxy.NewHandler(proxy.Options{
 		Logger:    slog.New(slog.NewJSONHandler(g.logs, nil)),
 		AccessLog: true,
+		Metrics:   s.metrics,
 	}, proxy.Config{Routes: s.routes, Resolver: newResolver(t, s.trusted), Limiter: lim, AllowUnderscoreHeaders: s.underscores})
 	if err != nil {
 		t.Fatal(err)

@@ -12,6 +12,7 @@ type Metrics struct {
 	Requests        *prometheus.CounterVec
 	LimiterDuration *prometheus.HistogramVec
 	Fallbacks       *prometheus.CounterVec
+	ShadowDenials   *prometheus.CounterVec
 }
 
 // NewMetrics registers the collectors on reg.
@@ -31,7 +32,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Name: "gateway_limiter_fallback_total",
 		Help: "Decisions taken by this instance's local fallback while the shared limiter could not decide.",
 	}, []string{"route", "policy", "decision"})
-	reg.MustRegister(m.Requests, m.LimiterDuration, m.Fallbacks)
+	m.ShadowDenials = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "gateway_shadow_denials_total",
+		Help: "Requests a shadow policy would have denied; they were forwarded.",
+	}, []string{"route", "policy"})
+	reg.MustRegister(m.Requests, m.LimiterDuration, m.Fallbacks, m.ShadowDenials)
 	return m
 }
 

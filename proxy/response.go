@@ -81,12 +81,15 @@ func writeUnavailable(w http.ResponseWriter, retryAfter string) {
 	writeProblem(w, problemUnavailable)
 }
 
-func writeQuotaExceeded(w http.ResponseWriter, rt *route, d limiter.Decision) {
-	w.Header()["Retry-After"] = []string{strconv.FormatInt(max(ceilSeconds(d.RetryAfter), 1), 10)}
-	writeBody(w, http.StatusTooManyRequests, rt.problem429)
+// writeQuotaExceeded answers 429; retry is the longest wait among the
+// policies that denied.
+func writeQuotaExceeded(w http.ResponseWriter, body []byte, retry time.Duration) {
+	w.Header()["Retry-After"] = []string{strconv.FormatInt(max(ceilSeconds(retry), 1), 10)}
+	writeBody(w, http.StatusTooManyRequests, body)
 }
 
-func quotaProblem(policy string) []byte {
+// quotaProblem is the 429 body naming every policy that denied.
+func quotaProblem(violated []string) []byte {
 	b, _ := json.Marshal(struct {
 		Type     string   `json:"type"`
 		Title    string   `json:"title"`
@@ -94,29 +97,25 @@ func quotaProblem(policy string) []byte {
 		Detail   string   `json:"detail"`
 		Violated []string `json:"violated-policies"`
 	}{typeQuotaExceeded, "Request cannot be satisfied as assigned quota has been exceeded", http.StatusTooManyRequests,
-		"Retry after the time given in Retry-After.", []string{policy}})
+		"Retry after the time given in Retry-After.", violated})
 	return b
 }
 
-// policyHeader is the RateLimit-Policy value of draft-ietf-httpapi-
-// ratelimit-headers-11: the policy name as a Structured Field string with
-// its quota and window in whole seconds.
-func policyHeader(p *limiter.Policy) []string {
-	return []string{sfString(p.Name) + ";q=" + strconv.FormatInt(p.Quota(), 10) +
-		";w=" + strconv.FormatInt(max(ceilSeconds(p.QuotaWindow()), 1), 10)}
+// policyMember is one member of the RateLimit-Policy list of draft-ietf-
+// httpapi-ratelimit-headers-11: the policy name as a Structured Field
+// string with its quota and window in whole seconds.
+func policyMember(p *limiter.Policy) string {
+	return sfString(p.Name) + ";q=" + strconv.FormatInt(p.Quota(), 10) +
+		";w=" + strconv.FormatInt(max(ceilSeconds(p.QuotaWindow()), 1), 10)
 }
 
-// setRateLimitHeaders sets RateLimit-Policy and RateLimit. Headers the
-// upstream sends later are added beside ours: both are Structured Field
-// lists, so the client sees every policy.
-func setRateLimitHeaders(h http.Header, rt *route, d limiter.Decision) {
+// setRateLimitHeaders sets RateLimit-Policy and RateLimit for a route with
+// one enforced policy. Headers the upstream sends later are added beside
+// ours: both are Structured Field lists, so the client sees every policy.
+func setRateLimitHeaders(h http.Header, l *limits, d limiter.Decision) {
 	var buf [160]byte
-	b := append(buf[:0], rt.policyName...)
-	b = append(b, ";r="...)
-	b = strconv.AppendInt(b, max(d.Remaining, 0), 10)
-	b = append(b, ";t="...)
-	b = strconv.AppendInt(b, ceilSeconds(d.ResetAfter), 10)
-	h["Ratelimit-Policy"] = rt.policyHeader
+	b := appendRateLimitMember(buf[:0], l.names[0], d)
+	h["Ratelimit-Policy"] = l.policyHeader
 	h["Ratelimit"] = []string{string(b)}
 }
 

@@ -1,0 +1,66 @@
+package limiter
+
+// admitted reports whether every enforced policy allowed: the rule that
+// decides a request with several policies.
+func admitted(policies []*Policy, each []Decision) bool {
+	for i, p := range policies {
+		if !p.Shadow && !each[i].Allowed {
+			return false
+		}
+	}
+	return true
+}
+
+// summary is the Decision that stands for a request with several policies
+// (see Evaluated): allowed when every enforced policy allowed, and for a
+// denial the longest waits among the enforced policies that denied.
+func summary(policies []*Policy, each []Decision) Decision {
+	var d Decision
+	first := true
+	for i, p := range policies {
+		e := each[i]
+		if p.Shadow || e.Allowed {
+			continue
+		}
+		if first {
+			d = Decision{Limit: e.Limit, Remaining: e.Remaining}
+			first = false
+		}
+		d.RetryAfter = max(d.RetryAfter, e.RetryAfter)
+		d.ResetAfter = max(d.ResetAfter, e.ResetAfter)
+		if e.Certainty == Approximate {
+			d.Certainty = Approximate
+		}
+	}
+	if first {
+		// Admitted: the first enforced policy's figures, or the first
+		// policy's when all are shadow ones.
+		at := 0
+		for i, p := range policies {
+			if !p.Shadow {
+				at = i
+				break
+			}
+		}
+		d = each[at]
+		d.Allowed = true
+		d.RetryAfter = 0
+	}
+	return d
+}
+
+// evaluatedAll wraps the policies' decisions in an outcome.
+func evaluatedAll(policies []*Policy, each []Decision) Evaluated {
+	return Evaluated{Decision: summary(policies, each), Policies: each}
+}
+
+// uncharged corrects, for a refused request, the decisions of the policies
+// that would have allowed it: nothing was taken from them, so what they
+// have left is cost more than their decision said.
+func uncharged(each []Decision, cost int64) {
+	for i := range each {
+		if each[i].Allowed {
+			each[i].Remaining += cost
+		}
+	}
+}

@@ -1,0 +1,6 @@
+policy "trial" {
+  algorithm = "fixed-window"
+  limit     = 10
+  window    = "1s"
+  mode      = "dry-run"
+}
