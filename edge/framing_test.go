@@ -1,12 +1,15 @@
 package edge
 
 import (
+	"bufio"
+	"bytes"
 	"fmt"
 	"io"
 	"log"
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -121,4 +124,125 @@ func TestFramingListenerOutlivesATemporaryAcceptError(t *testing.T) {
 	if res.StatusCode != http.StatusOK || !flaky.failed.Load() {
 		t.Fatalf("status %d, accept failed first: %v", res.StatusCode, flaky.failed.Load())
 	}
+}
+
+// message is where one request's head and whole message end in a stream.
+type message struct {
+	startLine        string
+	headEnd, end     int
+	refused, unended bool
+}
+
+// scannedMessages feeds stream to a scanner one byte at a time and notes
+// where it saw each head and each message end.
+func scannedMessages(stream []byte) []message {
+	var s scanner
+	var msgs []message
+	lostAt := -1
+	for i := range stream {
+		wasBoundary := s.atBoundary()
+		s.feed(stream[i:i+1], func(v verdict) {
+			msgs = append(msgs, message{startLine: v.startLine, headEnd: i + 1, end: -1, refused: v.refusal != notRefused})
+		}, func() { lostAt = i + 1 })
+		if lostAt >= 0 {
+			break
+		}
+		if !wasBoundary && s.atBoundary() && len(msgs) > 0 {
+			msgs[len(msgs)-1].end = i + 1
+		}
+	}
+	for i := range msgs {
+		msgs[i].unended = msgs[i].end < 0
+	}
+	return msgs
+}
+
+// countingReader counts the bytes read through it.
+type countingReader struct {
+	r io.Reader
+	n int
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += n
+	return n, err
+}
+
+// servedMessages reads stream the way Go's HTTP/1 server does: requests
+// in a loop with http.ReadRequest, each body read to its end, up to four CR
+// or LF skipped after a POST; it stops at the first request or body the
+// server would refuse or fail on. unended marks a body that failed.
+func servedMessages(stream []byte) []message {
+	cr := &countingReader{r: bytes.NewReader(stream)}
+	br := bufio.NewReader(cr)
+	offset := func() int { return cr.n - br.Buffered() }
+	var msgs []message
+	lastPOST := false
+	for {
+		if lastPOST {
+			peek, _ := br.Peek(maxLeadingCRLF)
+			n := 0
+			for n < len(peek) && (peek[n] == '\r' || peek[n] == '\n') {
+				n++
+			}
+			br.Discard(n)
+		}
+		req, err := http.ReadRequest(br)
+		if err != nil {
+			return msgs
+		}
+		m := message{startLine: req.Method + " " + req.RequestURI + " " + req.Proto, headEnd: offset()}
+		_, err = io.Copy(io.Discard, req.Body)
+		if err == nil {
+			err = req.Body.Close()
+		}
+		if err != nil {
+			m.unended = true
+			return append(msgs, m)
+		}
+		m.end = offset()
+		msgs = append(msgs, m)
+		lastPOST = req.Method == "POST"
+	}
+}
+
+// FuzzBoundaries holds the scanner to Go's request reader: on every head
+// both see, they agree where it ends and what its request line is, and
+// wherever the scanner says a message ended and goes on, the server ended
+// it there too. The scanner may stop early (a refusal, or lost track): the
+// connection then closes after that request.
+func FuzzBoundaries(f *testing.F) {
+	for _, seed := range []string{
+		"GET / HTTP/1.1\r\nHost: a\r\n\r\nGET /2 HTTP/1.1\r\nHost: a\r\n\r\n",
+		"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\nhelloGET / HTTP/1.1\r\nHost: a\r\n\r\n",
+		"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n5;x=y\r\nhello\r\n0\r\nT: 1\r\n\r\n\r\nGET / HTTP/1.1\r\n\r\n",
+		"POST / HTTP/1.1\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n",
+		"POST / HTTP/1.0\r\nConnection: keep-alive\r\nTransfer-Encoding: chunked\r\n\r\nGET /x HTTP/1.1\r\n\r\n",
+		"OPTIONS * HTTP/1.1\r\nHost: a\r\n\r\nGET / HTTP/1.1\nHost: a\n\n",
+	} {
+		f.Add([]byte(seed))
+	}
+	if files, err := filepath.Glob(filepath.Join("..", "testdata", "smuggling", "*.txt")); err == nil {
+		for _, name := range files {
+			if b, err := os.ReadFile(name); err == nil {
+				f.Add(b)
+			}
+		}
+	}
+	f.Fuzz(func(t *testing.T, stream []byte) {
+		scanned, served := scannedMessages(stream), servedMessages(stream)
+		for i := range min(len(scanned), len(served)) {
+			s, g := scanned[i], served[i]
+			if s.startLine != g.startLine || s.headEnd != g.headEnd {
+				t.Fatalf("head %d: scanner %q ending at %d, server %q ending at %d", i, s.startLine, s.headEnd, g.startLine, g.headEnd)
+			}
+			if s.refused || s.unended || g.unended {
+				return
+			}
+			if s.end != g.end {
+				t.Fatalf("message %d %q: the scanner ends it at %d, the server at %d", i, s.startLine, s.end, g.end)
+			}
+		}
+	})
 }
