@@ -189,3 +189,50 @@ route "one" {
 		t.Fatalf("a one-element list is the one-policy form: %+v", one)
 	}
 }
+
+func TestLegacyRouteOptionsAreCompiledFromTheFile(t *testing.T) {
+	src := `
+route "orders.read" {
+  path           = "/api/v1/orders/"
+  upstream       = "http://127.0.0.1:9000"
+  rewrite_prefix = "/cgi-bin//orders/"
+  host_header    = "orders.internal:8080"
+  request_headers {
+    set    = { "x-gateway" = "edge", "X-Tenant" = env("TENANT") }
+    remove = ["X-Debug"]
+  }
+  response_headers {
+    remove = ["Server"]
+  }
+}
+route "orders.stripped" {
+  path           = "/api/v2/orders"
+  upstream       = "http://127.0.0.1:9000"
+  rewrite_prefix = ""
+}
+route "orders.plain" {
+  path     = "/api/v3/orders"
+  upstream = "http://127.0.0.1:9000"
+}
+`
+	f, diags := config.Parse("gateway.hcl", []byte(src), env(map[string]string{"TENANT": "eu-1"}))
+	if diags.HasErrors() {
+		t.Fatal(diags.Error())
+	}
+	r := f.Proxy.Routes
+	if !r[0].Rewrite || r[0].RewritePrefix != "/cgi-bin/orders" || r[0].HostHeader != "orders.internal:8080" {
+		t.Errorf("route 0: rewrite %v %q, host %q", r[0].Rewrite, r[0].RewritePrefix, r[0].HostHeader)
+	}
+	if got := r[0].RequestHeaders; len(got.Set) != 2 || got.Set[0].Name != "x-gateway" || got.Set[1].Value != "eu-1" || len(got.Remove) != 1 {
+		t.Errorf("request rules %+v", got)
+	}
+	if got := r[0].ResponseHeaders; len(got.Set) != 0 || len(got.Remove) != 1 || got.Remove[0] != "Server" {
+		t.Errorf("response rules %+v", got)
+	}
+	if !r[1].Rewrite || r[1].RewritePrefix != "" {
+		t.Errorf("an empty rewrite_prefix does not strip: %v %q", r[1].Rewrite, r[1].RewritePrefix)
+	}
+	if r[2].Rewrite {
+		t.Errorf("a route without rewrite_prefix rewrites")
+	}
+}

@@ -251,6 +251,57 @@ func (c *checker) list(expr hcl.Expression, name string) []listItem {
 	return out
 }
 
+// mapItem is one pair of a map of strings, each side with its own range.
+type mapItem struct {
+	key, value           string
+	keyRange, valueRange hcl.Range
+}
+
+// stringMap evaluates a map of strings pair by pair, in the order of the
+// file, so that a key written twice is seen twice.
+func (c *checker) stringMap(expr hcl.Expression, name string) []mapItem {
+	pairs, diags := hcl.ExprMap(expr)
+	if diags.HasErrors() {
+		// Not a literal map: evaluate it whole.
+		v, ok := c.value(expr, name, cty.Map(cty.String))
+		if !ok {
+			return nil
+		}
+		var out []mapItem
+		for k, e := range v.AsValueMap() {
+			if e.IsNull() {
+				c.errorf(expr.Range(), "Wrong type", "each value of %s must be a string.", name)
+				continue
+			}
+			out = append(out, mapItem{k, e.AsString(), expr.Range(), expr.Range()})
+		}
+		slices.SortFunc(out, func(a, b mapItem) int { return strings.Compare(a.key, b.key) })
+		return out
+	}
+	var out []mapItem
+	for _, p := range pairs {
+		k, kdiags := p.Key.Value(c.ctx)
+		v, vdiags := p.Value.Value(c.ctx)
+		c.diags = append(c.diags, kdiags...)
+		c.diags = append(c.diags, vdiags...)
+		if kdiags.HasErrors() || vdiags.HasErrors() {
+			continue
+		}
+		k, kerr := convert.Convert(k, cty.String)
+		if kerr != nil || k.IsNull() {
+			c.errorf(p.Key.Range(), "Wrong type", "each key of %s must be a string.", name)
+			continue
+		}
+		v, verr := convert.Convert(v, cty.String)
+		if verr != nil || v.IsNull() {
+			c.errorf(p.Value.Range(), "Wrong type", "each value of %s must be a string.", name)
+			continue
+		}
+		out = append(out, mapItem{k.AsString(), v.AsString(), p.Key.Range(), p.Value.Range()})
+	}
+	return out
+}
+
 func (c *checker) value(expr hcl.Expression, name string, ty cty.Type) (cty.Value, bool) {
 	v, diags := expr.Value(c.ctx)
 	c.diags = append(c.diags, diags...)

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"net/http"
 	"net/url"
 	"slices"
 	"strings"
@@ -88,6 +89,28 @@ func (c *checker) routes(blocks []*routeBlock, policies map[string]*limiter.Poli
 				c.errorf(b.Subject.Range(), "No subject source", "subject needs at least one source.")
 			}
 		}
+		if b.RewritePrefix != nil && !c.decodeFailed(b.RewritePrefixRange) {
+			p, err := proxy.NormalizeRewritePrefix(*b.RewritePrefix)
+			if err != nil {
+				c.errorf(b.RewritePrefixRange, "Invalid rewrite_prefix", "rewrite_prefix %s, not %q.", err, *b.RewritePrefix)
+			} else {
+				r.Rewrite, r.RewritePrefix = true, p
+			}
+		}
+		if b.HostHeader != nil && !c.decodeFailed(b.HostHeaderRange) {
+			if !proxy.ValidHostHeader(*b.HostHeader) {
+				c.errorf(b.HostHeaderRange, "Invalid host_header", "host_header must be a host name or address with an optional port, such as \"orders.internal\" or \"10.0.0.7:8080\", not %q.", *b.HostHeader)
+			} else {
+				r.HostHeader = *b.HostHeader
+			}
+		}
+		managed := so.ManagedHeaders()
+		if b.RequestHeaders != nil {
+			r.RequestHeaders = c.headerRules(b.RequestHeaders, "request_headers", managed)
+		}
+		if b.ResponseHeaders != nil {
+			r.ResponseHeaders = c.headerRules(b.ResponseHeaders, "response_headers", managed)
+		}
 		r.Cost = c.integer(b.Cost, b.CostRange, "cost", 1, 1)
 		r.MaxBodyBytes = c.integer(b.MaxBodyBytes, b.MaxBodyBytesRange, "max_body_bytes", maxBody, 0)
 		hasPolicies := b.PoliciesAt != (hcl.Range{})
@@ -138,4 +161,66 @@ func (c *checker) routes(blocks []*routeBlock, policies map[string]*limiter.Poli
 		ranges = append(ranges, b.DefRange)
 	}
 	return routes
+}
+
+// headerRules checks one request_headers or response_headers block: every
+// name a header name the gateway does not manage, every value free of
+// control characters, and no name twice (names are case-insensitive).
+func (c *checker) headerRules(b *headerRulesBlock, block string, managed []string) proxy.HeaderRules {
+	var hr proxy.HeaderRules
+	seen := map[string]hcl.Range{}
+	name := func(n string, rng hcl.Range) bool {
+		if !proxy.ValidHeaderName(n) {
+			c.errorf(rng, "Invalid header name", "%q is not a header name: letters, digits and !#$%%&'*+-.^_`|~ only.", n)
+			return false
+		}
+		if err := proxy.CheckRuleHeader(n, managed); err != nil {
+			c.errorf(rng, "Header the gateway manages", "%s; %s cannot set or remove it.", err, block)
+			return false
+		}
+		k := http.CanonicalHeaderKey(n)
+		if first, dup := seen[k]; dup {
+			c.errorf(rng, "Duplicate header", "%s is already in %s at %s; names are case-insensitive.", k, block, first)
+			return false
+		}
+		seen[k] = rng
+		return true
+	}
+	// Both lists in the order of the file, so that a name given twice is
+	// reported where it is given the second time.
+	type rule struct {
+		name, value string
+		rng         hcl.Range
+		set         bool
+		valueRange  hcl.Range
+	}
+	var rules []rule
+	if b.RemoveAt != (hcl.Range{}) {
+		for _, it := range c.list(b.Remove, block+".remove") {
+			rules = append(rules, rule{name: it.value, rng: it.rng})
+		}
+	}
+	if b.SetAt != (hcl.Range{}) {
+		for _, it := range c.stringMap(b.Set, block+".set") {
+			rules = append(rules, rule{name: it.key, value: it.value, rng: it.keyRange, set: true, valueRange: it.valueRange})
+		}
+	}
+	slices.SortStableFunc(rules, func(a, b rule) int { return a.rng.Start.Byte - b.rng.Start.Byte })
+	for _, r := range rules {
+		ok := name(r.name, r.rng)
+		if !r.set {
+			if ok {
+				hr.Remove = append(hr.Remove, r.name)
+			}
+			continue
+		}
+		if err := proxy.CheckHeaderValue(r.value); err != nil {
+			c.errorf(r.valueRange, "Invalid header value", "%s: %s.", r.name, err)
+			ok = false
+		}
+		if ok {
+			hr.Set = append(hr.Set, proxy.Header{Name: r.name, Value: r.value})
+		}
+	}
+	return hr
 }

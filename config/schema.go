@@ -230,5 +230,23 @@ type routeBlock struct {
 	CostName          hcl.Range      `hcl:"cost,attr_name_range"`
 	MaxBodyBytes      *int64         `hcl:"max_body_bytes,optional"`
 	MaxBodyBytesRange hcl.Range      `hcl:"max_body_bytes,attr_value_range"`
-	DefRange          hcl.Range      `hcl:",def_range"`
+
+	RewritePrefix      *string           `hcl:"rewrite_prefix,optional"`
+	RewritePrefixRange hcl.Range         `hcl:"rewrite_prefix,attr_value_range"`
+	HostHeader         *string           `hcl:"host_header,optional"`
+	HostHeaderRange    hcl.Range         `hcl:"host_header,attr_value_range"`
+	RequestHeaders     *headerRulesBlock `hcl:"request_headers,block"`
+	ResponseHeaders    *headerRulesBlock `hcl:"response_headers,block"`
+
+	DefRange hcl.Range `hcl:",def_range"`
+}
+
+// headerRulesBlock is request_headers or response_headers: set is a map
+// of header names to values, remove a list of names; both stay expressions
+// so each problem points at its own name or value.
+type headerRulesBlock struct {
+	Set      hcl.Expression `hcl:"set,optional"`
+	SetAt    hcl.Range      `hcl:"set,attr_range"`
+	Remove   hcl.Expression `hcl:"remove,optional"`
+	RemoveAt hcl.Range      `hcl:"remove,attr_range"`
 }

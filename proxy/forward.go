@@ -53,7 +53,16 @@ func (p *bufferPool) Put(b []byte) { p.pool.Put(&b) }
 // the upstream may believe about the client is the resolver's to say.
 func newForwarder(rt *route, resolver *subject.Resolver, transport http.RoundTripper, logger *slog.Logger, underscores bool) http.Handler {
 	target := rt.Upstream
+	var modifyResponse func(*http.Response) error
+	if !rt.responseRules.empty() {
+		rules := &rt.responseRules
+		modifyResponse = func(res *http.Response) error {
+			rules.apply(res.Header)
+			return nil
+		}
+	}
 	return &httputil.ReverseProxy{
+		ModifyResponse: modifyResponse,
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			// SetURL joins the target's path with the inbound one; the
 			// inbound one is already the normalized, matched path.
@@ -66,6 +75,10 @@ func newForwarder(rt *route, resolver *subject.Resolver, transport http.RoundTri
 				}
 			}
 			resolver.SetForwarded(pr)
+			rt.requestRules.apply(pr.Out.Header)
+			if rt.HostHeader != "" {
+				pr.Out.Host = rt.HostHeader
+			}
 		},
 		Transport:     transport,
 		BufferPool:    copyBuffers,

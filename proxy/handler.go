@@ -41,6 +41,19 @@ type Route struct {
 	// Content-Length over it is refused before the limiter is asked; a
 	// streamed body that runs over is cut and answered 413.
 	MaxBodyBytes int64
+	// Rewrite replaces Path, on whole segments of the normalized path, with
+	// RewritePrefix in the path sent upstream ("" strips it); the query is
+	// kept. RewritePrefix is in NormalizeRewritePrefix's form.
+	Rewrite       bool
+	RewritePrefix string
+	// HostHeader is the Host sent upstream; empty sends the target's.
+	HostHeader string
+	// RequestHeaders apply to the request sent upstream after the gateway's
+	// forwarding headers; ResponseHeaders to the upstream's response, after
+	// the gateway's RateLimit headers. Neither may touch what the gateway
+	// manages (CheckRuleHeader).
+	RequestHeaders  HeaderRules
+	ResponseHeaders HeaderRules
 }
 
 // statusClientClosed is logged for a request whose client left before it
@@ -93,8 +106,10 @@ type compiled struct {
 
 type route struct {
 	Route
-	limits  *limits // nil: no limit
-	forward http.Handler
+	limits        *limits // nil: no limit
+	forward       http.Handler
+	requestRules  headerRules
+	responseRules headerRules
 }
 
 // NewHandler compiles cfg and returns a ready Handler.
@@ -148,6 +163,22 @@ func (h *Handler) compile(cfg Config) (*compiled, error) {
 			if o.Host == r.Host && o.Path == r.Path && MethodsOverlap(o.Methods, r.Methods) {
 				return nil, fmt.Errorf("proxy: routes %q and %q match the same requests", o.OperationID, r.OperationID)
 			}
+		}
+		if r.Rewrite {
+			p, err := NormalizeRewritePrefix(r.RewritePrefix)
+			if err != nil || p != r.RewritePrefix {
+				return nil, fmt.Errorf("proxy: route %q: rewrite prefix %q is not a normalized path", r.OperationID, r.RewritePrefix)
+			}
+		}
+		if r.HostHeader != "" && !ValidHostHeader(r.HostHeader) {
+			return nil, fmt.Errorf("proxy: route %q: host header %q is not a host", r.OperationID, r.HostHeader)
+		}
+		var err error
+		if r.requestRules, err = compileHeaderRules(r.RequestHeaders, cfg.Resolver.ManagedHeaders()); err != nil {
+			return nil, fmt.Errorf("proxy: route %q: request header rule: %w", r.OperationID, err)
+		}
+		if r.responseRules, err = compileHeaderRules(r.ResponseHeaders, cfg.Resolver.ManagedHeaders()); err != nil {
+			return nil, fmt.Errorf("proxy: route %q: response header rule: %w", r.OperationID, err)
 		}
 		ps := r.Policies
 		if r.Policy != nil {
@@ -278,10 +309,16 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, c *compiled, x *
 	if r.Body != nil && r.Body != http.NoBody {
 		r.Body = clientBody{r.Body}
 	}
-	// The path forwarded is the one that was matched.
-	if path != r.URL.EscapedPath() {
-		r.URL.RawPath = path
-		r.URL.Path, _ = url.PathUnescape(path)
+	// The path forwarded is the one that was matched, rewritten if the
+	// route says so.
+	if fwd := rt.forwardPath(path); fwd != r.URL.EscapedPath() {
+		r.URL.Path, _ = url.PathUnescape(fwd)
+		// A RawPath only where escapes need one: ReverseProxy joins plain
+		// paths at half the cost.
+		r.URL.RawPath = ""
+		if strings.IndexByte(fwd, '%') >= 0 {
+			r.URL.RawPath = fwd
+		}
 	}
 	start := time.Now()
 	rt.forward.ServeHTTP(w, r)

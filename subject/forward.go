@@ -1,6 +1,9 @@
 package subject
 
-import "net/http/httputil"
+import (
+	"net/http"
+	"net/http/httputil"
+)
 
 // clientAddressHeaders are headers some upstreams read as the client's
 // address or the URL it asked for. ReverseProxy already drops Forwarded and
@@ -11,6 +14,31 @@ var clientAddressHeaders = []string{
 	"X-Forwarded-Port", "X-Forwarded-Server", "X-Forwarded-Scheme", "X-Forwarded-Ssl",
 	"X-Original-Url", "X-Rewrite-Url", "X-Original-Host",
 }
+
+// ManagedHeaders are the request headers whose meaning the resolver
+// decides: the forwarded header, the principal and API key headers it
+// reads, and the client-address headers it drops from untrusted peers.
+// Defaults are applied as NewResolver applies them. Nothing else (a route's
+// header rules) may set or remove them.
+func (o Options) ManagedHeaders() []string {
+	names := append([]string(nil), clientAddressHeaders...)
+	for _, h := range []struct{ name, def string }{
+		{o.ForwardedHeader, "X-Forwarded-For"},
+		{o.PrincipalHeader, ""},
+		{o.APIKeyHeader, "X-API-Key"},
+	} {
+		if h.name == "" {
+			h.name = h.def
+		}
+		if h.name != "" {
+			names = append(names, http.CanonicalHeaderKey(h.name))
+		}
+	}
+	return names
+}
+
+// ManagedHeaders are the resolver's Options.ManagedHeaders.
+func (r *Resolver) ManagedHeaders() []string { return r.managed }
 
 // SetForwarded decides what the upstream may believe about who is asking,
 // by the same trust Resolve uses, and writes it on pr.Out. From a trusted

@@ -76,6 +76,7 @@ type Resolver struct {
 	knownKeys       map[KeyHash]struct{}
 	ipv6Prefix      int
 	pseudonymizer   *Pseudonymizer
+	managed         []string
 }
 
 // Subject is who is asking, as far as anything outside this package may know.
@@ -124,6 +125,7 @@ func NewResolver(opts Options) (*Resolver, error) {
 		knownKeys:       opts.KnownKeys,
 		ipv6Prefix:      opts.IPv6Prefix,
 		pseudonymizer:   pseudonymizer,
+		managed:         opts.ManagedHeaders(),
 	}, nil
 }
 

@@ -102,6 +102,22 @@ route "orders.write" {
   subject  = ["api_key", "client_ip"]
 }
 
+route "orders.legacy" {
+  path           = "/api/v1/orders"
+  upstream       = "http://127.0.0.1:9000"
+  rewrite_prefix = "/cgi-bin/orders"
+  host_header    = "orders.internal"
+  policy         = "per-client"
+  request_headers {
+    set    = { "X-Gateway" = "edge" }
+    remove = ["X-Debug"]
+  }
+  response_headers {
+    set    = { "Cache-Control" = "no-store" }
+    remove = ["Server", "X-Powered-By"]
+  }
+}
+
 route "health" {
   path     = "/health"
   upstream = "http://127.0.0.1:9000"
