@@ -7,6 +7,7 @@ toolchain go1.26.10
 require (
 	github.com/caddyserver/certmagic v0.25.6
 	github.com/felixge/httpsnoop v1.1.0
+	github.com/golang-jwt/jwt/v5 v5.3.1
 	github.com/hashicorp/hcl/v2 v2.25.0
 	github.com/letsencrypt/pebble/v2 v2.10.3
 	github.com/prometheus/client_golang v1.25.0

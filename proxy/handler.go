@@ -215,6 +215,7 @@ type exchange struct {
 	subjectKind subject.Kind
 	pseudonym   string
 	outcome     string
+	reason      string // why a token was refused, from a fixed set
 	upstream    time.Duration
 	// shadowDenied names the shadow policies that would have denied.
 	shadowDenied string
@@ -252,6 +253,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			slog.String("subject_kind", x.subjectKind.String()),
 			slog.String("pseudonym", x.pseudonym),
 			slog.String("outcome", x.outcome),
+			reasonAttr(x.reason),
 			slog.Int("status", code),
 			slog.Int64("bytes", written),
 			slog.Duration("duration", time.Since(start)),
@@ -336,6 +338,20 @@ func (h *Handler) limit(w http.ResponseWriter, r *http.Request, c *compiled, rt 
 	case errors.Is(err, subject.ErrAmbiguousCredential):
 		x.outcome = "rejected"
 		writeProblem(w, problemAmbiguousCredential)
+		return false
+	case errors.Is(err, subject.ErrInvalidToken):
+		// Nothing is charged: no subject, no bucket.
+		x.outcome, x.subjectKind = "invalid_token", subject.JWT
+		var te *subject.TokenError
+		if errors.As(err, &te) {
+			x.reason = te.Reason
+		}
+		writeInvalidToken(w)
+		return false
+	case errors.Is(err, subject.ErrKeysUnavailable):
+		x.outcome, x.subjectKind = "token_keys_unavailable", subject.JWT
+		w.Header()["Retry-After"] = []string{c.failureRetryAfter}
+		writeProblem(w, problemKeysUnavailable)
 		return false
 	case err != nil:
 		x.outcome = "unidentified"
@@ -459,6 +475,13 @@ func outcomeName(o limiter.Outcome) string {
 		return "incompatible"
 	}
 	return "unknown"
+}
+
+func reasonAttr(reason string) slog.Attr {
+	if reason == "" {
+		return slog.Attr{}
+	}
+	return slog.String("reason", reason)
 }
 
 func errAttr(err error) slog.Attr {

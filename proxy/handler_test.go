@@ -96,8 +96,9 @@ type setup struct {
 	routes      []proxy.Route
 	trusted     []string
 	limiter     proxy.Limiter
-	underscores bool           // AllowUnderscoreHeaders
-	metrics     *proxy.Metrics // nil: none
+	underscores bool              // AllowUnderscoreHeaders
+	metrics     *proxy.Metrics    // nil: none
+	resolver    *subject.Resolver // nil: newResolver(t, trusted)
 }
 
 func newResolver(t testing.TB, trusted []string) *subject.Resolver {
@@ -131,11 +132,15 @@ func newGateway(t *testing.T, s setup) *gateway {
 		t.Cleanup(func() { m.Close() })
 		lim = m
 	}
+	resolver := s.resolver
+	if resolver == nil {
+		resolver = newResolver(t, s.trusted)
+	}
 	h, err := proxy.NewHandler(proxy.Options{
 		Logger:    slog.New(slog.NewJSONHandler(g.logs, nil)),
 		AccessLog: true,
 		Metrics:   s.metrics,
-	}, proxy.Config{Routes: s.routes, Resolver: newResolver(t, s.trusted), Limiter: lim, AllowUnderscoreHeaders: s.underscores})
+	}, proxy.Config{Routes: s.routes, Resolver: resolver, Limiter: lim, AllowUnderscoreHeaders: s.underscores})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -24,6 +24,8 @@ const (
 	typeUpstreamTimeout  = "urn:edge-gateway:problem:upstream-timeout"
 	typeRequestTooLarge  = "urn:edge-gateway:problem:request-too-large"
 	typeBadBody          = "urn:edge-gateway:problem:bad-body"
+	typeInvalidToken     = "urn:edge-gateway:problem:invalid-token"
+	typeKeysUnavailable  = "urn:edge-gateway:problem:token-keys-unavailable"
 	problemContentType   = "application/problem+json"
 )
 
@@ -53,13 +55,16 @@ var (
 	problemUpstreamFailed      = newProblem(http.StatusBadGateway, typeUpstreamFailed, "Upstream failed", "The upstream could not be reached or broke the response.")
 	problemUpstreamTimeout     = newProblem(http.StatusGatewayTimeout, typeUpstreamTimeout, "Upstream timed out", "The upstream did not answer in time.")
 	problemBadBody             = newProblem(http.StatusBadRequest, typeBadBody, "Malformed request body", "The request body could not be read as sent (for example a malformed chunk).")
+	problemInvalidToken        = newProblem(http.StatusUnauthorized, typeInvalidToken, "Invalid token", "The bearer token is malformed, expired, not yet valid, for another issuer or audience, or not signed by a key and algorithm this gateway accepts.")
+	problemKeysUnavailable     = newProblem(http.StatusServiceUnavailable, typeKeysUnavailable, "Token keys unavailable", "The gateway has not yet obtained the keys to verify bearer tokens; nothing was forwarded. Retry after the time given.")
 	problemTooLarge            = newProblem(http.StatusRequestEntityTooLarge, typeRequestTooLarge, "Request body too large", "The request body is larger than this route accepts.")
 )
 
 var (
-	headerProblem = []string{problemContentType}
-	headerNoStore = []string{"no-store"}
-	headerNoSniff = []string{"nosniff"}
+	headerInvalidToken = []string{`Bearer error="invalid_token"`}
+	headerProblem      = []string{problemContentType}
+	headerNoStore      = []string{"no-store"}
+	headerNoSniff      = []string{"nosniff"}
 )
 
 func writeProblem(w http.ResponseWriter, p problem) {
@@ -74,6 +79,13 @@ func writeBody(w http.ResponseWriter, status int, body []byte) {
 	h["Content-Length"] = []string{strconv.Itoa(len(body))}
 	w.WriteHeader(status)
 	w.Write(body)
+}
+
+// writeInvalidToken answers a bearer token that failed verification, the
+// RFC 6750 way.
+func writeInvalidToken(w http.ResponseWriter) {
+	w.Header()["Www-Authenticate"] = headerInvalidToken
+	writeProblem(w, problemInvalidToken)
 }
 
 func writeUnavailable(w http.ResponseWriter, retryAfter string) {

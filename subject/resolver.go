@@ -16,6 +16,8 @@ const (
 	Principal Kind = iota + 1
 	APIKey
 	ClientIP
+	// JWT is the principal of a verified bearer token.
+	JWT
 )
 
 func (k Kind) String() string {
@@ -26,13 +28,15 @@ func (k Kind) String() string {
 		return "api_key"
 	case ClientIP:
 		return "client_ip"
+	case JWT:
+		return "jwt"
 	}
 	return "none"
 }
 
 // ParseKind maps a configuration name to a Kind.
 func ParseKind(s string) (Kind, bool) {
-	for _, k := range []Kind{Principal, APIKey, ClientIP} {
+	for _, k := range []Kind{Principal, APIKey, ClientIP, JWT} {
 		if k.String() == s {
 			return k, true
 		}
@@ -64,6 +68,9 @@ type Options struct {
 	// MinSecretBytes long; PseudonymVersion is the one that signs.
 	PseudonymKeys    map[int][]byte
 	PseudonymVersion int
+	// JWT configures the jwt source; nil: routes that list it never
+	// identify by it.
+	JWT *JWTOptions
 }
 
 // Resolver resolves requests to subjects. It is immutable and safe for
@@ -77,6 +84,7 @@ type Resolver struct {
 	ipv6Prefix      int
 	pseudonymizer   *Pseudonymizer
 	managed         []string
+	jwt             *verifier // nil without a jwt block
 }
 
 // Subject is who is asking, as far as anything outside this package may know.
@@ -113,6 +121,12 @@ func NewResolver(opts Options) (*Resolver, error) {
 	if opts.IPv6Prefix < 1 || opts.IPv6Prefix > 128 {
 		return nil, errors.New("subject: ipv6_prefix must be between 1 and 128")
 	}
+	var jwt *verifier
+	if opts.JWT != nil {
+		if jwt, err = newVerifier(*opts.JWT); err != nil {
+			return nil, fmt.Errorf("subject: %w", err)
+		}
+	}
 	trusted := make([]netip.Prefix, len(opts.TrustedProxies))
 	for i, p := range opts.TrustedProxies {
 		trusted[i] = p.Masked()
@@ -126,11 +140,16 @@ func NewResolver(opts Options) (*Resolver, error) {
 		ipv6Prefix:      opts.IPv6Prefix,
 		pseudonymizer:   pseudonymizer,
 		managed:         opts.ManagedHeaders(),
+		jwt:             jwt,
 	}, nil
 }
 
 // Resolve tries sources in order and pseudonymizes the first that identifies
-// the request, together with the operation ID.
+// the request, together with the operation ID. A bearer token that is
+// present but fails verification ends the search: the error wraps
+// ErrInvalidToken (a *TokenError), or is ErrKeysUnavailable when the key
+// set was never fetched. The token is believed from any peer: its
+// signature is the trust.
 func (r *Resolver) Resolve(req *http.Request, sources []Kind, operationID string) (Subject, error) {
 	peer := peerAddr(req)
 	peerTrusted := r.trusts(peer)
@@ -162,6 +181,19 @@ func (r *Resolver) Resolve(req *http.Request, sources []Kind, operationID string
 			identity = string(sum[:])
 		case ClientIP:
 			identity = r.clientIdentity(r.clientAddr(req, peer, peerTrusted))
+		case JWT:
+			if r.jwt == nil {
+				continue
+			}
+			token, present := r.jwt.token(req)
+			if !present {
+				continue
+			}
+			claims, err := r.jwt.verify(req.Context(), token)
+			if err != nil {
+				return Subject{}, err
+			}
+			identity = claims.principal
 		}
 		if identity == "" {
 			continue
@@ -177,6 +209,10 @@ func (r *Resolver) header(k Kind) string {
 		return r.principalHeader
 	case APIKey:
 		return r.apiKeyHeader
+	case JWT:
+		if r.jwt != nil {
+			return r.jwt.header
+		}
 	}
 	return ""
 }

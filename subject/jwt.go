@@ -1,0 +1,316 @@
+package subject
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/golang-jwt/jwt/v5"
+)
+
+// JWTOptions configures the jwt source: a bearer token whose signature,
+// issuer, audience and lifetime are checked, and whose Claim names the
+// principal.
+type JWTOptions struct {
+	// Header carries the token. Default Authorization, where only the
+	// Bearer scheme counts; another header may hold the token bare or
+	// after "Bearer ".
+	Header string
+	// Keys verify the signature.
+	Keys KeySet
+	// Issuer must equal the token's iss.
+	Issuer string
+	// Audience: the token's aud must hold at least one of these.
+	Audience []string
+	// Claim is the principal. Default "sub".
+	Claim string
+	// Leeway forgives clock skew on exp and nbf.
+	Leeway time.Duration
+	// Algorithms are the JWS algorithms accepted, from Algorithms.
+	Algorithms []string
+	// CacheEntries bounds the cache of verified tokens. Default 8192.
+	CacheEntries int
+	// Now is the clock tokens are checked against. Default time.Now.
+	Now func() time.Time
+}
+
+// ErrInvalidToken is what Resolve's error wraps when a token was presented
+// and failed verification; the error is a *TokenError that says why.
+var ErrInvalidToken = errors.New("invalid token")
+
+// TokenError is a failed verification. Its reason is one of a fixed set of
+// words, safe for logs and metrics: it never quotes the token or a claim.
+type TokenError struct {
+	Reason string
+}
+
+func (e *TokenError) Error() string { return "invalid token: " + e.Reason }
+func (e *TokenError) Unwrap() error { return ErrInvalidToken }
+
+// The reasons a token is refused.
+var (
+	tokenMalformed    = &TokenError{"malformed"}
+	tokenAlgorithm    = &TokenError{"algorithm_not_allowed"}
+	tokenUnknownKey   = &TokenError{"unknown_key"}
+	tokenBadSignature = &TokenError{"bad_signature"}
+	tokenExpired      = &TokenError{"expired"}
+	tokenNotYetValid  = &TokenError{"not_yet_valid"}
+	tokenIssuer       = &TokenError{"wrong_issuer"}
+	tokenAudience     = &TokenError{"wrong_audience"}
+	tokenMissingClaim = &TokenError{"missing_claim"}
+	tokenInvalid      = &TokenError{"invalid_claims"}
+)
+
+// maxTokenBytes: a longer header value is no token the gateway reads.
+const maxTokenBytes = 16 << 10
+
+// tokenClaims is what a verified token says, as far as the gateway reads
+// it. A claim the gateway comes to need (a plan, say) is one more field,
+// read in claimsOf.
+type tokenClaims struct {
+	principal string
+}
+
+// verifier checks tokens and remembers the ones that passed.
+type verifier struct {
+	header     string
+	bearerOnly bool
+	keys       KeySet
+	claim      string
+	algorithms []string
+	leeway     time.Duration
+	now        func() time.Time
+	parser     *jwt.Parser
+	cache      tokenCache
+}
+
+func newVerifier(o JWTOptions) (*verifier, error) {
+	if o.Keys == nil {
+		return nil, errors.New("jwt: no key set")
+	}
+	if o.Issuer == "" {
+		return nil, errors.New("jwt: no issuer")
+	}
+	if len(o.Audience) == 0 {
+		return nil, errors.New("jwt: no audience")
+	}
+	if len(o.Algorithms) == 0 {
+		return nil, errors.New("jwt: no algorithms")
+	}
+	for _, a := range o.Algorithms {
+		if !slices.Contains(Algorithms, a) {
+			return nil, fmt.Errorf("jwt: algorithm %q is not one of %v", a, Algorithms)
+		}
+	}
+	if o.Leeway < 0 {
+		return nil, errors.New("jwt: negative leeway")
+	}
+	if o.Header == "" {
+		o.Header = "Authorization"
+	}
+	if o.Claim == "" {
+		o.Claim = "sub"
+	}
+	if o.CacheEntries <= 0 {
+		o.CacheEntries = 8192
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	header := http.CanonicalHeaderKey(o.Header)
+	return &verifier{
+		header:     header,
+		bearerOnly: header == "Authorization",
+		keys:       o.Keys,
+		claim:      o.Claim,
+		algorithms: slices.Clone(o.Algorithms),
+		leeway:     o.Leeway,
+		now:        o.Now,
+		parser: jwt.NewParser(
+			jwt.WithValidMethods(o.Algorithms),
+			jwt.WithIssuer(o.Issuer),
+			jwt.WithAudience(o.Audience...),
+			jwt.WithLeeway(o.Leeway),
+			jwt.WithExpirationRequired(),
+			jwt.WithTimeFunc(o.Now),
+			jwt.WithJSONNumber(),
+		),
+		cache: newTokenCache(o.CacheEntries),
+	}, nil
+}
+
+// token returns the token a request presents. No header, or an
+// Authorization header of another scheme, is no token: the next source
+// decides. A Bearer scheme with nothing after it is a malformed token.
+func (v *verifier) token(req *http.Request) (string, bool) {
+	values := req.Header[v.header]
+	if len(values) == 0 {
+		return "", false
+	}
+	s := strings.TrimSpace(values[0])
+	if s == "" {
+		return "", false
+	}
+	if len(s) >= 6 && strings.EqualFold(s[:6], "bearer") && (len(s) == 6 || s[6] == ' ' || s[6] == '\t') {
+		return strings.TrimSpace(s[6:]), true
+	}
+	if v.bearerOnly {
+		return "", false
+	}
+	return s, true
+}
+
+// verify checks raw and returns its claims. A token verified before, under
+// the same generation of the key set and still within its lifetime, is
+// taken from the cache without a signature check.
+func (v *verifier) verify(ctx context.Context, raw string) (tokenClaims, error) {
+	if raw == "" || len(raw) > maxTokenBytes {
+		return tokenClaims{}, tokenMalformed
+	}
+	sum := tokenSum(raw)
+	now := v.now()
+	if c, ok := v.cache.get(&sum, now); ok && c.generation == v.keys.generation() {
+		return c.claims, nil
+	}
+
+	var generation uint64
+	claims := jwt.MapClaims{}
+	token, err := v.parser.ParseWithClaims(raw, claims, func(t *jwt.Token) (any, error) {
+		if _, ok := t.Header["crit"]; ok {
+			// RFC 7515 4.1.11: extensions the gateway does not know must
+			// not be ignored.
+			return nil, tokenMalformed
+		}
+		kid, _ := t.Header["kid"].(string)
+		k, gen, err := v.keys.lookup(ctx, kid, t.Method.Alg())
+		if err != nil {
+			return nil, err
+		}
+		generation = gen
+		return k.key, nil
+	})
+	if err != nil {
+		if token != nil && token.Method != nil && !slices.Contains(v.algorithms, token.Method.Alg()) {
+			// The parser refuses an algorithm outside WithValidMethods
+			// with its signature error; the token says which it was.
+			return tokenClaims{}, tokenAlgorithm
+		}
+		return tokenClaims{}, v.classify(err)
+	}
+	out, ok := claimsOf(claims, v.claim)
+	if !ok {
+		return tokenClaims{}, tokenMissingClaim
+	}
+	exp, err := claims.GetExpirationTime()
+	if err == nil && exp != nil {
+		v.cache.put(&cachedToken{sum: sum, claims: out, generation: generation, until: exp.Add(v.leeway)})
+	}
+	return out, nil
+}
+
+// classify maps the parser's error to the reason a client's token is
+// refused; ErrKeysUnavailable passes through, for the gateway cannot
+// decide.
+func (v *verifier) classify(err error) error {
+	var te *TokenError
+	switch {
+	case errors.Is(err, ErrKeysUnavailable):
+		return ErrKeysUnavailable
+	case errors.As(err, &te):
+		return te
+	case errors.Is(err, errUnknownKey):
+		return tokenUnknownKey
+	case errors.Is(err, jwt.ErrTokenMalformed):
+		return tokenMalformed
+	case errors.Is(err, jwt.ErrTokenUnverifiable):
+		// An alg the library does not know, or none at all.
+		return tokenAlgorithm
+	case errors.Is(err, jwt.ErrTokenSignatureInvalid):
+		return tokenBadSignature
+	case errors.Is(err, jwt.ErrTokenExpired):
+		return tokenExpired
+	case errors.Is(err, jwt.ErrTokenNotValidYet):
+		return tokenNotYetValid
+	case errors.Is(err, jwt.ErrTokenInvalidIssuer):
+		return tokenIssuer
+	case errors.Is(err, jwt.ErrTokenInvalidAudience):
+		return tokenAudience
+	case errors.Is(err, jwt.ErrTokenRequiredClaimMissing):
+		return tokenMissingClaim
+	}
+	return tokenInvalid
+}
+
+// claimsOf reads the claims the gateway uses. The principal is a string
+// or a number (some providers number their users), never empty.
+func claimsOf(m jwt.MapClaims, principalClaim string) (tokenClaims, bool) {
+	p, ok := claimString(m, principalClaim)
+	if !ok {
+		return tokenClaims{}, false
+	}
+	return tokenClaims{principal: p}, true
+}
+
+func claimString(m jwt.MapClaims, name string) (string, bool) {
+	switch v := m[name].(type) {
+	case string:
+		return v, v != ""
+	case json.Number:
+		return v.String(), true
+	}
+	return "", false
+}
+
+// tokenSum hashes a token without copying it: SHA-256 reads its input and
+// keeps none of it, so a read-only view of the string's bytes is safe.
+func tokenSum(raw string) [sha256.Size]byte {
+	return sha256.Sum256(unsafe.Slice(unsafe.StringData(raw), len(raw)))
+}
+
+// tokenCache remembers verified tokens by the SHA-256 of the token. It is
+// direct-mapped: each hash has one slot, a newer token evicts an older
+// one that shares it, so it is bounded and a lookup takes no lock.
+type tokenCache struct {
+	slots []atomic.Pointer[cachedToken]
+	mask  uint64
+}
+
+type cachedToken struct {
+	sum        [sha256.Size]byte
+	claims     tokenClaims
+	generation uint64
+	until      time.Time // exp plus leeway
+}
+
+func newTokenCache(entries int) tokenCache {
+	n := 1
+	for n < entries {
+		n <<= 1
+	}
+	return tokenCache{slots: make([]atomic.Pointer[cachedToken], n), mask: uint64(n - 1)}
+}
+
+func (c *tokenCache) slot(sum *[sha256.Size]byte) *atomic.Pointer[cachedToken] {
+	return &c.slots[binary.LittleEndian.Uint64(sum[:8])&c.mask]
+}
+
+func (c *tokenCache) get(sum *[sha256.Size]byte, now time.Time) (*cachedToken, bool) {
+	e := c.slot(sum).Load()
+	if e == nil || e.sum != *sum || !now.Before(e.until) {
+		return nil, false
+	}
+	return e, true
+}
+
+func (c *tokenCache) put(e *cachedToken) {
+	c.slot(&e.sum).Store(e)
+}
