@@ -166,6 +166,43 @@ func TestFramingCheckCannotBeSwitchedOff(t *testing.T) {
 	}
 }
 
+func TestAnAcceptedUpgradeBecomesATunnelTheCheckLeavesAlone(t *testing.T) {
+	tunnel := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Upgrade") == "" {
+			io.WriteString(w, "no upgrade")
+			return
+		}
+		c, brw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer c.Close()
+		brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n")
+		brw.Flush()
+		io.Copy(c, brw) // echo until the client closes
+	})
+	s, _ := serve(t, edge.Options{HTTP: "127.0.0.1:0"}, tunnel, nil)
+	c, err := net.Dial("tcp", s.HTTPAddr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	io.WriteString(c, "GET /tunnel HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n")
+	br := bufio.NewReader(c)
+	res, err := http.ReadResponse(br, nil)
+	if err != nil || res.StatusCode != http.StatusSwitchingProtocols || res.Close {
+		t.Fatalf("%v, %v: want 101 without Connection: close", res, err)
+	}
+	// Bytes in the tunnel are not HTTP: nothing refuses them.
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	io.WriteString(c, smuggledCLTE)
+	got := make([]byte, len(smuggledCLTE))
+	if _, err := io.ReadFull(br, got); err != nil || string(got) != smuggledCLTE {
+		t.Fatalf("echoed %q, %v", got, err)
+	}
+}
+
 func TestFramingRefusalsAreCountedAndLoggedWithoutTheAddress(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	var logs lockedBuffer

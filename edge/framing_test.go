@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -110,10 +111,7 @@ func TestFramingListenerOutlivesATemporaryAcceptError(t *testing.T) {
 		t.Fatal(err)
 	}
 	flaky := &failOnce{Listener: inner}
-	srv := &http.Server{
-		Handler:  http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }),
-		ErrorLog: log.New(io.Discard, "", 0),
-	}
+	srv := testPublicServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
 	go srv.Serve(newFramingListener(flaky, nil, 0))
 	t.Cleanup(func() { srv.Close() })
 	res, err := http.Get("http://" + inner.Addr().String() + "/")
@@ -245,4 +243,28 @@ func FuzzBoundaries(f *testing.F) {
 			}
 		}
 	})
+}
+
+// testPublicServer is newPublicServer with the defaults and nothing logged.
+func testPublicServer(h http.Handler) *http.Server {
+	return newPublicServer(h, "http", Options{}.withDefaults(), newFramingRefusals(nil, slog.New(slog.DiscardHandler)), log.New(io.Discard, "", 0))
+}
+
+func TestAPublicServerOnAnUnscannedListenerServesNoHTTP1Request(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var reached atomic.Bool
+	srv := testPublicServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { reached.Store(true) }))
+	go srv.Serve(ln) // no framing listener: a wiring mistake
+	t.Cleanup(func() { srv.Close() })
+	res, err := http.Get("http://" + ln.Addr().String() + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusBadRequest || !res.Close || reached.Load() {
+		t.Fatalf("status %d, close %v, handler reached %v; want 400, close, not reached", res.StatusCode, res.Close, reached.Load())
+	}
 }

@@ -13,9 +13,11 @@ import (
 )
 
 // Servers are the gateway's listeners with every protection wired in. Each
-// public listener caps its open connections, judges the framing of every
-// HTTP/1 request (both Content-Length and Transfer-Encoding: 400, and the
-// public handler never sees it) and applies the listen timeouts. The HTTPS
+// public listener caps its open connections, holds every HTTP/1 request to
+// the framing scan of its connection (framingCheck: a refused request gets
+// 400 and the public handler never sees it; what the scan cannot follow
+// ends the connection after the current response) and applies the listen
+// timeouts. The HTTPS
 // listener terminates TLS with the static and ACME certificates, offers
 // HTTP/2, and adds Strict-Transport-Security when asked. The plain-HTTP
 // listener answers ACME HTTP-01 challenges before anything else and, when
