@@ -40,7 +40,10 @@ type denialShard struct {
 }
 
 type denialKey struct {
-	policy  *Policy
+	policy *Policy
+	// set is the first element of a request's Policies, nil for one policy:
+	// a route with several policies is remembered as a whole.
+	set     **Policy
 	subject string
 	cost    int64
 }
@@ -49,6 +52,13 @@ type denial struct {
 	retryAt, resetAt time.Time // as the backend said, for the answer
 	until            time.Time // when the entry stops answering
 	remaining        int64
+	each             []denialPart // one per policy, for several
+}
+
+type denialPart struct {
+	allowed          bool
+	remaining        int64
+	retryAt, resetAt time.Time
 }
 
 func newDenials(entries int) *denials {
@@ -96,6 +106,66 @@ func (d *denials) put(k denialKey, dec Decision, sent time.Time) {
 	}
 	e := denial{retryAt: sent.Add(dec.RetryAfter), resetAt: sent.Add(dec.ResetAfter),
 		until: sent.Add(dec.RetryAfter - time.Millisecond), remaining: dec.Remaining}
+	s := d.shard(k)
+	s.mu.Lock()
+	if _, ok := s.m[k]; !ok && len(s.m) >= d.perShard {
+		for old := range s.m {
+			delete(s.m, old)
+			break
+		}
+	}
+	s.m[k] = e
+	s.mu.Unlock()
+}
+
+// getAll is get for a request with several policies: the whole decision
+// as it was, each policy's times counted down to now.
+func (d *denials) getAll(k denialKey, ps []*Policy, now time.Time) (Evaluated, bool) {
+	s := d.shard(k)
+	s.mu.Lock()
+	e, ok := s.m[k]
+	if ok && !now.Before(e.until) {
+		delete(s.m, k)
+		ok = false
+	}
+	s.mu.Unlock()
+	if !ok || len(e.each) != len(ps) {
+		return Evaluated{}, false
+	}
+	each := make([]Decision, len(ps))
+	for i, p := range ps {
+		part := e.each[i]
+		certainty := Certain
+		if p.Algorithm == SlidingCounter {
+			certainty = Approximate
+		}
+		each[i] = Decision{Allowed: part.allowed, Limit: p.Quota(), Remaining: part.remaining,
+			ResetAfter: max(part.resetAt.Sub(now), 0), RetryAfter: max(part.retryAt.Sub(now), 0), Certainty: certainty}
+	}
+	return evaluatedAll(ps, each), true
+}
+
+// putAll remembers a refused request with several policies for as long as
+// one of its enforced policies' denials is certain to stand: while one
+// does, the route refuses whatever the others would say.
+func (d *denials) putAll(k denialKey, ps []*Policy, o Evaluated, sent time.Time) {
+	if o.Allowed {
+		return
+	}
+	var stands time.Duration
+	for i, p := range ps {
+		if dec := o.Policies[i]; !p.Shadow && !dec.Allowed && dec.Certainty == Certain {
+			stands = max(stands, dec.RetryAfter)
+		}
+	}
+	if stands <= time.Millisecond { // see put
+		return
+	}
+	e := denial{until: sent.Add(stands - time.Millisecond), each: make([]denialPart, len(ps))}
+	for i, dec := range o.Policies {
+		e.each[i] = denialPart{allowed: dec.Allowed, remaining: dec.Remaining,
+			retryAt: sent.Add(dec.RetryAfter), resetAt: sent.Add(dec.ResetAfter)}
+	}
 	s := d.shard(k)
 	s.mu.Lock()
 	if _, ok := s.m[k]; !ok && len(s.m) >= d.perShard {

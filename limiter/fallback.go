@@ -26,10 +26,11 @@ type fallback struct {
 
 	mu     sync.Mutex
 	scaled map[*Policy]*Policy
+	sets   map[**Policy][]*Policy // scaled Request.Policies, by first element
 }
 
 func newFallback(shared Backend, opts FallbackOptions) *fallback {
-	return &fallback{shared: shared, local: NewMemory(MemoryOptions{}), instances: int64(opts.Instances), scaled: map[*Policy]*Policy{}}
+	return &fallback{shared: shared, local: NewMemory(MemoryOptions{}), instances: int64(opts.Instances), scaled: map[*Policy]*Policy{}, sets: map[**Policy][]*Policy{}}
 }
 
 func (f *fallback) Evaluate(ctx context.Context, req Request) Outcome {
@@ -39,11 +40,15 @@ func (f *fallback) Evaluate(ctx context.Context, req Request) Outcome {
 	default:
 		return o
 	}
-	if ctx.Err() != nil || req.Policy == nil {
+	if ctx.Err() != nil || (req.Policy == nil && len(req.Policies) == 0) {
 		return o // the client went away; nobody needs a decision
 	}
 	local := req
-	local.Policy = f.scale(req.Policy)
+	if len(req.Policies) > 0 {
+		local.Policies = f.scaleAll(req.Policies)
+	} else {
+		local.Policy = f.scale(req.Policy)
+	}
 	local.Deadline = time.Time{}
 	lo := f.local.Evaluate(context.WithoutCancel(ctx), local)
 	e, ok := lo.(Evaluated)
@@ -52,6 +57,24 @@ func (f *fallback) Evaluate(ctx context.Context, req Request) Outcome {
 	}
 	e.Fallback = true
 	return e
+}
+
+// scaleAll is scale for every policy of a request, made once per slice.
+func (f *fallback) scaleAll(ps []*Policy) []*Policy {
+	f.mu.Lock()
+	s, ok := f.sets[&ps[0]]
+	f.mu.Unlock()
+	if ok {
+		return s
+	}
+	s = make([]*Policy, len(ps))
+	for i, p := range ps {
+		s[i] = f.scale(p)
+	}
+	f.mu.Lock()
+	f.sets[&ps[0]] = s
+	f.mu.Unlock()
+	return s
 }
 
 // scale is p with every budget divided by the number of instances, made

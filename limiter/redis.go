@@ -81,6 +81,7 @@ type Redis struct {
 	prefix  string
 	clock   Clock
 	scripts map[Algorithm]*script
+	multi   *script  // several policies at once
 	denials *denials // nil: off
 
 	batching bool
@@ -174,6 +175,7 @@ func NewRedis(ctx context.Context, opts RedisOptions) (*Redis, error) {
 	for alg, src := range map[Algorithm]string{FixedWindow: lua.FixedWindow, SlidingCounter: lua.SlidingCounter, TokenBucket: lua.TokenBucket} {
 		r.scripts[alg] = &script{name: alg.String(), src: src, sha: redis.NewScript(src).Hash()}
 	}
+	r.multi = &script{name: "multi", src: lua.Multi, sha: redis.NewScript(lua.Multi).Hash()}
 	// One set of client options for every mode: no retries inside go-redis
 	// (a retry could charge twice), deadlines from the context, one dial
 	// attempt, and timeouts well inside the decision deadline.
@@ -417,7 +419,7 @@ func (r *Redis) load(ctx context.Context, seenGen uint64) error {
 	if r.loadGen.Load() > seenGen {
 		return nil
 	}
-	for _, s := range r.scripts {
+	for _, s := range []*script{r.scripts[FixedWindow], r.scripts[SlidingCounter], r.scripts[TokenBucket], r.multi} {
 		sha, err := r.client.ScriptLoad(ctx, s.src).Result()
 		if err != nil {
 			return fmt.Errorf("load script %s: %w", s.name, err)
@@ -453,7 +455,7 @@ var canaryPolicy = &Policy{Name: "canary", Algorithm: FixedWindow, Revision: 1, 
 
 func (r *Redis) canary(ctx context.Context, tag string) error {
 	key := r.prefix + "{canary:" + tag + "}"
-	_, err := r.evalsha(ctx, canaryPolicy, []string{key}, 1)
+	_, err := r.evalsha(ctx, r.scripts[canaryPolicy.Algorithm], []string{key}, r.args(canaryPolicy, 1))
 	if err != nil {
 		if _, moved := redis.IsMovedError(err); moved && r.mode != RedisCluster {
 			return fmt.Errorf("redis at %s is a Cluster node, but mode is %s: %w: %w", key, r.mode, errTopology, err)
@@ -477,19 +479,21 @@ func (r *Redis) Ready(ctx context.Context) error {
 	return r.checkTopology(ctx)
 }
 
-// key is the Redis key of a policy revision and subject. The subject is a
-// pseudonym, so no raw identity reaches Redis.
+// key is the Redis key of a policy revision and subject:
+// <prefix>{<subject>}:<policy>:<revision>. The hash tag is the subject
+// alone, so all the policies of one subject and operation (the pseudonym
+// covers both) live on one Cluster slot and one script can decide them
+// together. The subject is a pseudonym, so no raw identity reaches Redis.
 func (r *Redis) key(p *Policy, subject string) string {
 	var b strings.Builder
 	b.Grow(len(r.prefix) + len(p.Name) + len(subject) + 24)
 	b.WriteString(r.prefix)
 	b.WriteByte('{')
+	b.WriteString(subject)
+	b.WriteString("}:")
 	b.WriteString(p.Name)
 	b.WriteByte(':')
 	b.WriteString(strconv.FormatInt(p.Revision, 10))
-	b.WriteByte(':')
-	b.WriteString(subject)
-	b.WriteByte('}')
 	return b.String()
 }
 
@@ -498,9 +502,6 @@ func (r *Redis) Evaluate(ctx context.Context, req Request) Outcome {
 	if o := admit(ctx, req); o != nil {
 		return o
 	}
-	if len(req.Policies) > 1 {
-		return Incompatible{Reason: UnknownPolicy, Err: errors.New("redis: several policies per route are not supported yet")}
-	}
 	if len(req.Policies) == 1 {
 		req.Policy = req.Policies[0]
 	}
@@ -508,6 +509,9 @@ func (r *Redis) Evaluate(ctx context.Context, req Request) Outcome {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithDeadline(ctx, req.Deadline)
 		defer cancel()
+	}
+	if len(req.Policies) > 1 {
+		return r.evaluateAll(ctx, req)
 	}
 	p := req.Policy
 	dk := denialKey{policy: p, subject: req.Subject, cost: req.Cost}
@@ -548,19 +552,124 @@ func (r *Redis) now(p *Policy) time.Time {
 }
 
 func (r *Redis) decide(ctx context.Context, p *Policy, keys []string, cost int64) Outcome {
-	reply, err := r.evalsha(ctx, p, keys, cost)
+	reply, err := r.evalsha(ctx, r.scripts[p.Algorithm], keys, r.args(p, cost))
 	if err != nil {
 		return r.classify(err)
 	}
 	return decodeReply(p, reply)
 }
 
+// evaluateAll decides a request with several policies in one call of the
+// multi script over all of their keys (one hash tag, one slot). A denial
+// the instance remembers for the same policies, subject and cost answers
+// without Redis; a lost reply is retried once under the same evaluation ID
+// when the first policy de-duplicates, as for one policy.
+func (r *Redis) evaluateAll(ctx context.Context, req Request) Outcome {
+	ps := req.Policies
+	dk := denialKey{policy: ps[0], set: &ps[0], subject: req.Subject, cost: req.Cost}
+	sent := r.now(ps[0])
+	if r.denials != nil {
+		if e, ok := r.denials.getAll(dk, ps, sent); ok {
+			r.m.cached.Inc()
+			return e
+		}
+	}
+	keys := make([]string, len(ps), len(ps)+2)
+	for i, p := range ps {
+		keys[i] = r.key(p, req.Subject)
+	}
+	dedup := ps[0].Dedup.Enabled && req.EvaluationID != ""
+	if dedup {
+		keys = append(keys, keys[0]+":e:"+req.EvaluationID, keys[0]+":q")
+	}
+	args := r.argsAll(ps, req.Cost)
+	o := r.decideAll(ctx, ps, keys, args)
+	if _, ambiguous := o.(Indeterminate); ambiguous && dedup && ctx.Err() == nil {
+		o = r.decideAll(ctx, ps, keys, args)
+	}
+	if e, ok := o.(Evaluated); ok && r.denials != nil {
+		r.denials.putAll(dk, ps, e, sent)
+	}
+	return o
+}
+
+func (r *Redis) decideAll(ctx context.Context, ps []*Policy, keys []string, args []any) Outcome {
+	reply, err := r.evalsha(ctx, r.multi, keys, args)
+	if err != nil {
+		return r.classify(err)
+	}
+	return decodeReplyAll(ps, reply)
+}
+
+// argsAll is the multi script's ARGV; see lua/multi.lua.
+func (r *Redis) argsAll(ps []*Policy, cost int64) []any {
+	d := ps[0].Dedup
+	args := make([]any, 0, 5+8*len(ps))
+	args = append(args, len(ps), cost, d.TTL.Milliseconds(), d.MaxEntries, d.MaxBytes)
+	for _, p := range ps {
+		now := ""
+		if p.Clock == ClockGateway {
+			now = strconv.FormatInt(r.clock.Now().UnixMilli(), 10)
+		}
+		period, refill := p.Window, int64(0)
+		if p.Algorithm == TokenBucket {
+			period, refill = p.RefillPeriod, p.RefillTokens
+		}
+		shadow := 0
+		if p.Shadow {
+			shadow = 1
+		}
+		args = append(args, int(p.Algorithm), now, p.Quota(), period.Milliseconds(), refill,
+			p.CleanupGrace.Milliseconds(), p.MaxClockRegression.Milliseconds(), shadow)
+	}
+	return args
+}
+
+// decodeReplyAll reads the multi script's reply.
+func decodeReplyAll(ps []*Policy, reply []any) Outcome {
+	if len(reply) < 2 {
+		return Indeterminate{Err: errMalformedReply}
+	}
+	status, ok := reply[0].(int64)
+	if !ok {
+		return Indeterminate{Err: errMalformedReply}
+	}
+	switch status {
+	case replyClockUnsafe:
+		return Unavailable{Category: ClockUnsafe}
+	case replyUnreadable:
+		return Incompatible{Reason: StateUnreadable}
+	case replyDecided, replyReplayed:
+	default:
+		return Indeterminate{Err: errMalformedReply}
+	}
+	if len(reply) != 2+4*len(ps) {
+		return Indeterminate{Err: errMalformedReply}
+	}
+	each := make([]Decision, len(ps))
+	for i, p := range ps {
+		var n [4]int64
+		for j := range n {
+			x, ok := reply[2+4*i+j].(int64)
+			if !ok {
+				return Indeterminate{Err: errMalformedReply}
+			}
+			n[j] = x
+		}
+		certainty := Certain
+		if p.Algorithm == SlidingCounter {
+			certainty = Approximate
+		}
+		each[i] = Decision{Allowed: n[0] == 1, Limit: p.Quota(), Remaining: n[1],
+			ResetAfter: ms(n[2]), RetryAfter: ms(n[3]), Certainty: certainty}
+	}
+	return evaluatedAll(ps, each)
+}
+
 // evalsha sends one EVALSHA; on NOSCRIPT it loads the scripts and sends once
 // more; on MOVED (Cluster) it refreshes the slot map and sends once more.
 // Both mean the script did not run.
-func (r *Redis) evalsha(ctx context.Context, p *Policy, keys []string, cost int64) ([]any, error) {
-	s := r.scripts[p.Algorithm]
-	args := r.args(p, cost)
+func (r *Redis) evalsha(ctx context.Context, s *script, keys []string, args []any) ([]any, error) {
 	key := keys[0]
 	var err error
 	noscriptRetried, movedRetried := false, false

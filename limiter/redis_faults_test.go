@@ -95,7 +95,7 @@ func TestRedisKeysCarryPrefixTTLAndNoIdentity(t *testing.T) {
 			continue
 		}
 		ours++
-		if !strings.HasPrefix(k, "edge:{conf-") {
+		if !strings.HasPrefix(k, "edge:{v1:") || !strings.Contains(k, "}:conf-") {
 			t.Errorf("key %q lacks the prefix and hash tag", k)
 		}
 		if ttl := admin.PTTL(context.Background(), k).Val(); ttl <= 0 {
@@ -163,8 +163,10 @@ func TestRedisTopologyMismatchIsAStartupError(t *testing.T) {
 func TestRedisClusterSpreadsKeysOverMasters(t *testing.T) {
 	c := redistest.StartCluster(t)
 	r := redistest.NewLimiter(t, limiter.RedisOptions{Mode: limiter.RedisCluster, Addrs: c.Addrs(), KeyPrefix: "spread:"})
-	subject := limitertest.Subject()
 	for i := 0; i < 12; i++ {
+		// A pseudonym covers the operation: each route's subject differs,
+		// and the hash tag is the subject.
+		subject := limitertest.Subject()
 		p := limitertest.FixedWindow(2, time.Minute)
 		p.Name = fmt.Sprint("route-", i)
 		mustAllow(t, first(evaluate(r, p, subject, fmt.Sprint("a", i))))
@@ -175,7 +177,7 @@ func TestRedisClusterSpreadsKeysOverMasters(t *testing.T) {
 	}
 	holding := 0
 	for _, n := range c.Nodes {
-		keys, _ := n.Client(t).Keys(context.Background(), "spread:{route-*").Result()
+		keys, _ := n.Client(t).Keys(context.Background(), "spread:{*}:route-*").Result()
 		if len(keys) > 0 {
 			holding++
 		}

@@ -1,5 +1,6 @@
 -- Shared tail: one write of the state, the evaluation's record, one TTL.
-local allowed, remaining, reset, retry, n_start, n_count, n_prev, ttl = decide()
+local allowed, remaining, reset, retry, n_start, n_count, n_prev, ttl =
+  decide(now, cost, limit, window, refill, grace, valid, st_start, st_count, st_prev)
 
 local fields = {}
 local keep = 0

@@ -1,6 +1,6 @@
 -- fixed-window: count per window; deny without mutation when
 -- spent + cost > limit; reset is the time to the window's end.
-local function decide()
+local function fixed_window(now, cost, limit, window, refill, grace, valid, st_start, st_count, st_prev)
   local start = now - now % window
   local spent = 0
   if valid and st_start == start then

@@ -78,10 +78,3 @@ if valid then
   end
 end
 
-local function idiv(a, b)
-  return math.floor(a / b)
-end
-
--- decide is defined by the algorithm below; it returns
--- allowed (0/1), remaining, reset_ms, retry_ms, and, when charged,
--- the new start, count, previous count and the TTL the state needs.

@@ -1,13 +1,13 @@
 -- sliding-counter: the previous window weighted by the part of it that
 -- still overlaps, plus the current window. Approximate.
-local function decay_wait(count, allowed)
+local function decay_wait(count, allowed, window)
   if count <= allowed then
     return 0
   end
   return window - idiv((allowed + 1) * window - 1, count)
 end
 
-local function decide()
+local function sliding_counter(now, cost, limit, window, refill, grace, valid, st_start, st_count, st_prev)
   local start = now - now % window
   local elapsed = now - start
   local current, previous = 0, 0
@@ -23,9 +23,9 @@ local function decide()
     local retry
     local room = limit - cost - current
     if room >= 0 then
-      retry = decay_wait(previous, room) - elapsed
+      retry = decay_wait(previous, room, window) - elapsed
     else
-      retry = window - elapsed + decay_wait(current, limit - cost)
+      retry = window - elapsed + decay_wait(current, limit - cost, window)
     end
     retry = math.max(retry, 1)
     local reset = 0

@@ -1,7 +1,7 @@
 -- token-bucket: capacity tokens, refill tokens added per whole period;
 -- the stored timestamp advances by whole periods only, so the partial
 -- period in progress is never lost.
-local function decide()
+local function token_bucket(now, cost, limit, window, refill, grace, valid, st_start, st_count, st_prev)
   local capacity, period = limit, window
   local tokens, refilled = capacity, now
   if valid then

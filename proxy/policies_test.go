@@ -154,12 +154,10 @@ func TestTwoPoliciesChargeOnlyAdmittedRequests(t *testing.T) {
 		twoPolicies(t, m, redisPolicy)
 	})
 	t.Run("redis", func(t *testing.T) {
-		t.Skip("the Redis backend decides one policy at a time until its script for several lands")
 		s := redistest.Start(t)
 		twoPolicies(t, redistest.NewLimiter(t, limiter.RedisOptions{Addrs: []string{s.Addr}}), redisPolicy)
 	})
 	t.Run("redis cluster", func(t *testing.T) {
-		t.Skip("the Redis backend decides one policy at a time until its script for several lands")
 		c := redistest.StartCluster(t)
 		twoPolicies(t, redistest.NewLimiter(t, limiter.RedisOptions{Mode: limiter.RedisCluster, Addrs: c.Addrs(), KeyPrefix: "gw:"}), redisPolicy)
 	})
@@ -200,12 +198,10 @@ func TestMixedAlgorithmsOnOneRoute(t *testing.T) {
 		mixed(t, m)
 	})
 	t.Run("redis", func(t *testing.T) {
-		t.Skip("the Redis backend decides one policy at a time until its script for several lands")
 		s := redistest.Start(t)
 		mixed(t, redistest.NewLimiter(t, limiter.RedisOptions{Addrs: []string{s.Addr}}))
 	})
 	t.Run("redis cluster", func(t *testing.T) {
-		t.Skip("the Redis backend decides one policy at a time until its script for several lands")
 		c := redistest.StartCluster(t)
 		mixed(t, redistest.NewLimiter(t, limiter.RedisOptions{Mode: limiter.RedisCluster, Addrs: c.Addrs()}))
 	})

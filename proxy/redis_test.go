@@ -89,7 +89,7 @@ func TestRedisClusterTwelveRoutes(t *testing.T) {
 	}
 	holding := 0
 	for _, n := range c.Nodes {
-		if keys, _ := n.Client(t).Keys(context.Background(), "gw:{two:*").Result(); len(keys) > 0 {
+		if keys, _ := n.Client(t).Keys(context.Background(), "gw:{*}:two:*").Result(); len(keys) > 0 {
 			holding++
 		}
 	}
@@ -122,7 +122,7 @@ func TestRedisHoldsNoRawIdentity(t *testing.T) {
 			for f, v := range admin.HGetAll(ctx, k).Val() {
 				dump.WriteString(f + "=" + v + "\n")
 			}
-			if strings.HasPrefix(k, "rl:{p:1:v1:") && strings.HasSuffix(k, "}") {
+			if strings.HasPrefix(k, "rl:{v1:") && strings.HasSuffix(k, "}:p:1") {
 				states++
 			}
 		case "string":

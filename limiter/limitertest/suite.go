@@ -323,6 +323,7 @@ func Run(t *testing.T, newBackend Factory) {
 			}
 		}
 	})
+	runSeveral(t, newBackend)
 }
 
 func sequence(t *testing.T, newBackend Factory, p *limiter.Policy, steps []want) {
