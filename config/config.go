@@ -160,8 +160,10 @@ func (c *checker) file(fb *fileBlock) *File {
 		maxBody = c.integer(fb.Listen.MaxBodyBytes, fb.Listen.MaxBodyBytesRange, "max_body_bytes", maxBody, 0)
 	}
 	f.Proxy.Routes = c.routes(fb.Routes, policies, &f.Subject, maxBody)
-	if fb.Listen != nil {
-		f.Proxy.AllowUnderscoreHeaders = or(fb.Listen.AllowUnderscoreHeaders, false)
+	if lb := fb.Listen; lb != nil {
+		f.Proxy.AllowUnderscoreHeaders = or(lb.AllowUnderscoreHeaders, false)
+		f.Proxy.TunnelIdleTimeout = c.duration(lb.TunnelIdleTimeout, lb.TunnelIdleTimeoutRange, "tunnel_idle_timeout", 0, time.Millisecond)
+		f.Proxy.BodyReadTimeout = c.duration(lb.BodyReadTimeout, lb.BodyReadTimeoutRange, "body_read_timeout", 0, time.Millisecond)
 	}
 
 	if fb.Listen != nil && f.Listen.HTTPS != "" && fb.TLS == nil {

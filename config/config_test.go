@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/edgegate/gateway/config"
 	"github.com/edgegate/gateway/limiter"
@@ -234,5 +235,37 @@ route "orders.plain" {
 	}
 	if r[2].Rewrite {
 		t.Errorf("a route without rewrite_prefix rewrites")
+	}
+}
+
+func TestUpgradesAndListenTimeouts(t *testing.T) {
+	src := `
+listen {
+  http                = ":8080"
+  tunnel_idle_timeout = "90s"
+  body_read_timeout   = "5s"
+}
+route "chat" {
+  path     = "/chat"
+  upstream = "http://127.0.0.1:9000"
+  upgrade  = ["WebSocket"]
+}
+route "plain" {
+  path     = "/"
+  upstream = "http://127.0.0.1:9000"
+}
+`
+	f, diags := config.Parse("gateway.hcl", []byte(src), env(nil))
+	if diags.HasErrors() {
+		t.Fatal(diags.Error())
+	}
+	if got := f.Proxy.Routes[0].Upgrades; len(got) != 1 || got[0] != "websocket" {
+		t.Errorf("upgrades %q, want [websocket]", got)
+	}
+	if got := f.Proxy.Routes[1].Upgrades; got != nil {
+		t.Errorf("a route without upgrade allows %q", got)
+	}
+	if f.Proxy.TunnelIdleTimeout != 90*time.Second || f.Proxy.BodyReadTimeout != 5*time.Second {
+		t.Errorf("tunnel idle %v, body read %v", f.Proxy.TunnelIdleTimeout, f.Proxy.BodyReadTimeout)
 	}
 }

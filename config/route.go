@@ -111,6 +111,21 @@ func (c *checker) routes(blocks []*routeBlock, policies map[string]*limiter.Poli
 		if b.ResponseHeaders != nil {
 			r.ResponseHeaders = c.headerRules(b.ResponseHeaders, "response_headers", managed)
 		}
+		if b.UpgradeAt != (hcl.Range{}) {
+			for _, it := range c.list(b.Upgrade, "upgrade") {
+				name := strings.ToLower(it.value)
+				switch {
+				case name == "h2c":
+					c.errorf(it.rng, "h2c is never forwarded", "An h2c connection past the gateway would carry requests it never sees; list upgrades such as \"websocket\".")
+				case !isProtocolName(name):
+					c.errorf(it.rng, "Invalid upgrade", "%q is not a protocol name such as \"websocket\".", it.value)
+				case slices.Contains(r.Upgrades, name):
+					c.errorf(it.rng, "Repeated upgrade", "%s is already in the list.", it.value)
+				default:
+					r.Upgrades = append(r.Upgrades, name)
+				}
+			}
+		}
 		r.Cost = c.integer(b.Cost, b.CostRange, "cost", 1, 1)
 		r.MaxBodyBytes = c.integer(b.MaxBodyBytes, b.MaxBodyBytesRange, "max_body_bytes", maxBody, 0)
 		hasPolicies := b.PoliciesAt != (hcl.Range{})
@@ -223,4 +238,19 @@ func (c *checker) headerRules(b *headerRulesBlock, block string, managed []strin
 		}
 	}
 	return hr
+}
+
+// isProtocolName reports whether s is an RFC 9110 token, the name part of
+// an Upgrade protocol (its version, after "/", is not named in the file).
+func isProtocolName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
+			return false
+		}
+	}
+	return true
 }

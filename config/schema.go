@@ -40,6 +40,10 @@ type listenBlock struct {
 	MaxBodyBytes           *int64    `hcl:"max_body_bytes,optional"`
 	MaxBodyBytesRange      hcl.Range `hcl:"max_body_bytes,attr_value_range"`
 	AllowUnderscoreHeaders *bool     `hcl:"allow_underscore_headers,optional"`
+	TunnelIdleTimeout      *string   `hcl:"tunnel_idle_timeout,optional"`
+	TunnelIdleTimeoutRange hcl.Range `hcl:"tunnel_idle_timeout,attr_value_range"`
+	BodyReadTimeout        *string   `hcl:"body_read_timeout,optional"`
+	BodyReadTimeoutRange   hcl.Range `hcl:"body_read_timeout,attr_value_range"`
 	DefRange               hcl.Range `hcl:",def_range"`
 }
 
@@ -237,6 +241,8 @@ type routeBlock struct {
 	HostHeaderRange    hcl.Range         `hcl:"host_header,attr_value_range"`
 	RequestHeaders     *headerRulesBlock `hcl:"request_headers,block"`
 	ResponseHeaders    *headerRulesBlock `hcl:"response_headers,block"`
+	Upgrade            hcl.Expression    `hcl:"upgrade,optional"`
+	UpgradeAt          hcl.Range         `hcl:"upgrade,attr_range"`
 
 	DefRange hcl.Range `hcl:",def_range"`
 }

@@ -8,8 +8,10 @@ import (
 	"net"
 	"net/http"
 	"net/http/httputil"
+	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/edgegate/gateway/subject"
@@ -51,18 +53,15 @@ func (p *bufferPool) Put(b []byte) { p.pool.Put(&b) }
 // Director: hop-by-hop headers and the client's forwarding headers are gone
 // before Rewrite runs, so a client cannot strip what the gateway adds. What
 // the upstream may believe about the client is the resolver's to say.
-func newForwarder(rt *route, resolver *subject.Resolver, transport http.RoundTripper, logger *slog.Logger, underscores bool) http.Handler {
+//
+// Only the upgrades the route lists are forwarded as upgrades, and only
+// their 101 opens a tunnel, which closes after tunnelIdle without a byte.
+func newForwarder(rt *route, resolver *subject.Resolver, transport http.RoundTripper, logger *slog.Logger, underscores bool, tunnelIdle time.Duration) http.Handler {
 	target := rt.Upstream
-	var modifyResponse func(*http.Response) error
-	if !rt.responseRules.empty() {
-		rules := &rt.responseRules
-		modifyResponse = func(res *http.Response) error {
-			rules.apply(res.Header)
-			return nil
-		}
-	}
+	upgrades := rt.Upgrades
+	rules := &rt.responseRules
+	noRules := rules.empty()
 	return &httputil.ReverseProxy{
-		ModifyResponse: modifyResponse,
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			// SetURL joins the target's path with the inbound one; the
 			// inbound one is already the normalized, matched path.
@@ -76,9 +75,22 @@ func newForwarder(rt *route, resolver *subject.Resolver, transport http.RoundTri
 			}
 			resolver.SetForwarded(pr)
 			rt.requestRules.apply(pr.Out.Header)
+			// Last, so that no header rule can bring an upgrade back.
+			restrictUpgrade(pr.Out.Header, upgrades)
 			if rt.HostHeader != "" {
 				pr.Out.Host = rt.HostHeader
 			}
+		},
+		ModifyResponse: func(res *http.Response) error {
+			if res.StatusCode == http.StatusSwitchingProtocols {
+				if err := checkSwitch(res, upgrades, tunnelIdle); err != nil {
+					return err
+				}
+			}
+			if !noRules {
+				rules.apply(res.Header)
+			}
+			return nil
 		},
 		Transport:     transport,
 		BufferPool:    copyBuffers,
@@ -86,7 +98,8 @@ func newForwarder(rt *route, resolver *subject.Resolver, transport http.RoundTri
 		ErrorLog:      slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			if r.Context().Err() != nil {
-				// The client went away; nobody is left to answer.
+				// The client went away, or stopped sending its body (which
+				// serve answers); nobody is left to answer here.
 				return
 			}
 			var maxBytes *http.MaxBytesError
@@ -103,6 +116,9 @@ func newForwarder(rt *route, resolver *subject.Resolver, transport http.RoundTri
 			case errors.Is(err, context.DeadlineExceeded) || errors.As(err, &netErr) && netErr.Timeout():
 				logger.LogAttrs(r.Context(), slog.LevelWarn, "upstream timed out", slog.String("route", rt.OperationID), slog.String("error", err.Error()))
 				writeProblem(w, problemUpstreamTimeout)
+			case errors.Is(err, errUnrequestedUpgrade):
+				logger.LogAttrs(r.Context(), slog.LevelWarn, "upstream switched protocols unasked", slog.String("route", rt.OperationID))
+				writeProblem(w, problemUpstreamFailed)
 			default:
 				logger.LogAttrs(r.Context(), slog.LevelWarn, "upstream failed", slog.String("route", rt.OperationID), slog.String("error", err.Error()))
 				writeProblem(w, problemUpstreamFailed)
@@ -114,8 +130,16 @@ func newForwarder(rt *route, resolver *subject.Resolver, transport http.RoundTri
 // clientBody marks the errors of reading the request body as the
 // client's, so that a body the client broke is answered 400 and logged as
 // its fault, not 502 as the upstream's: the transport hands a body's read
-// error back as it got it.
-type clientBody struct{ io.ReadCloser }
+// error back as it got it. Each read may wait for the client at most
+// timeout (body_read_timeout): the connection's read deadline is moved
+// before each read and cleared at the end of the body, so a slow upstream
+// is never taken for a slow client.
+type clientBody struct {
+	io.ReadCloser
+	rc       *http.ResponseController
+	timeout  time.Duration
+	timedOut atomic.Bool
+}
 
 // clientBodyError is a failure to read the client's body.
 type clientBodyError struct{ err error }
@@ -123,9 +147,16 @@ type clientBodyError struct{ err error }
 func (e *clientBodyError) Error() string { return e.err.Error() }
 func (e *clientBodyError) Unwrap() error { return e.err }
 
-func (b clientBody) Read(p []byte) (int, error) {
+func (b *clientBody) Read(p []byte) (int, error) {
+	b.rc.SetReadDeadline(time.Now().Add(b.timeout))
 	n, err := b.ReadCloser.Read(p)
+	if err == io.EOF {
+		b.rc.SetReadDeadline(time.Time{})
+	}
 	if err != nil && err != io.EOF {
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			b.timedOut.Store(true)
+		}
 		err = &clientBodyError{err}
 	}
 	return n, err

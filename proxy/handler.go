@@ -54,6 +54,10 @@ type Route struct {
 	// manages (CheckRuleHeader).
 	RequestHeaders  HeaderRules
 	ResponseHeaders HeaderRules
+	// Upgrades are the protocols (lower case, without versions) a request
+	// may switch to, such as "websocket"; h2c never. Any other Upgrade
+	// request is forwarded without its Upgrade header.
+	Upgrades []string
 }
 
 // statusClientClosed is logged for a request whose client left before it
@@ -76,7 +80,17 @@ type Config struct {
 	// "_" into "-", so X_Real_IP would reach them as X-Real-IP, past the
 	// gateway's own checks (nginx drops them too).
 	AllowUnderscoreHeaders bool
+	// TunnelIdleTimeout closes an upgraded connection that carried no byte
+	// either way for this long; default DefaultTunnelIdleTimeout.
+	TunnelIdleTimeout time.Duration
+	// BodyReadTimeout is how long the gateway waits for the next byte of a
+	// request body it forwards; past it the client gets 408 and the
+	// connection closes. Default DefaultBodyReadTimeout.
+	BodyReadTimeout time.Duration
 }
+
+// DefaultBodyReadTimeout is Config.BodyReadTimeout's default.
+const DefaultBodyReadTimeout = 30 * time.Second
 
 // Options are the parts of a Handler that do not change on reload.
 type Options struct {
@@ -102,6 +116,7 @@ type compiled struct {
 	limiter           Limiter
 	deadline          time.Duration
 	failureRetryAfter string
+	bodyReadTimeout   time.Duration
 }
 
 type route struct {
@@ -148,6 +163,12 @@ func (h *Handler) compile(cfg Config) (*compiled, error) {
 	if cfg.FailureRetryAfter <= 0 {
 		cfg.FailureRetryAfter = time.Second
 	}
+	if cfg.TunnelIdleTimeout <= 0 {
+		cfg.TunnelIdleTimeout = DefaultTunnelIdleTimeout
+	}
+	if cfg.BodyReadTimeout <= 0 {
+		cfg.BodyReadTimeout = DefaultBodyReadTimeout
+	}
 	routes := make([]*route, 0, len(cfg.Routes))
 	seen := map[string]bool{}
 	for i := range cfg.Routes {
@@ -180,6 +201,11 @@ func (h *Handler) compile(cfg Config) (*compiled, error) {
 		if r.responseRules, err = compileHeaderRules(r.ResponseHeaders, cfg.Resolver.ManagedHeaders()); err != nil {
 			return nil, fmt.Errorf("proxy: route %q: response header rule: %w", r.OperationID, err)
 		}
+		for _, u := range r.Upgrades {
+			if u == "" || u != strings.ToLower(u) || u == "h2c" {
+				return nil, fmt.Errorf("proxy: route %q: upgrade %q is not a lower-case protocol name other than h2c", r.OperationID, u)
+			}
+		}
 		ps := r.Policies
 		if r.Policy != nil {
 			if len(ps) > 0 {
@@ -197,7 +223,7 @@ func (h *Handler) compile(cfg Config) (*compiled, error) {
 				r.Cost = 1
 			}
 		}
-		r.forward = newForwarder(r, cfg.Resolver, h.transport, h.opts.Logger, cfg.AllowUnderscoreHeaders)
+		r.forward = newForwarder(r, cfg.Resolver, h.transport, h.opts.Logger, cfg.AllowUnderscoreHeaders, cfg.TunnelIdleTimeout)
 		routes = append(routes, r)
 	}
 	return &compiled{
@@ -206,6 +232,7 @@ func (h *Handler) compile(cfg Config) (*compiled, error) {
 		limiter:           cfg.Limiter,
 		deadline:          cfg.Deadline,
 		failureRetryAfter: strconv.FormatInt(ceilSeconds(cfg.FailureRetryAfter), 10),
+		bodyReadTimeout:   cfg.BodyReadTimeout,
 	}, nil
 }
 
@@ -226,7 +253,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	var x exchange
 	start := time.Now()
 	cw := captures.Get().(*capture)
-	h.serve(cw.wrap(w), r, c, &x)
+	h.serve(cw.wrap(w), cw, r, c, &x)
 	code, written := cw.code, cw.written
 	cw.done()
 	if h.opts.Metrics != nil {
@@ -266,7 +293,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // serve is the request path, in order. Every branch that does not forward
 // writes its own answer; only an allowed decision reaches the upstream.
-func (h *Handler) serve(w http.ResponseWriter, r *http.Request, c *compiled, x *exchange) {
+func (h *Handler) serve(w http.ResponseWriter, cw *capture, r *http.Request, c *compiled, x *exchange) {
 	path, err := NormalizePath(r.URL.EscapedPath())
 	if err != nil {
 		x.outcome = "rejected"
@@ -308,8 +335,10 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, c *compiled, x *
 		return
 	}
 
+	var body *clientBody
 	if r.Body != nil && r.Body != http.NoBody {
-		r.Body = clientBody{r.Body}
+		body = &clientBody{ReadCloser: r.Body, rc: http.NewResponseController(w), timeout: c.bodyReadTimeout}
+		r.Body = body
 	}
 	// The path forwarded is the one that was matched, rewritten if the
 	// route says so.
@@ -325,6 +354,18 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, c *compiled, x *
 	start := time.Now()
 	rt.forward.ServeHTTP(w, r)
 	x.upstream = time.Since(start)
+	if body != nil && body.timedOut.Load() && !cw.final {
+		// No body byte for body_read_timeout. The server cancelled the
+		// request when the read failed, so the forwarder had nobody to
+		// answer; the client is still there to read a 408. The transport
+		// has closed the upstream connection, whose request it could not
+		// finish.
+		h.opts.Logger.LogAttrs(r.Context(), slog.LevelInfo, "client body timed out", slog.String("route", rt.OperationID))
+		w.Header()["Connection"] = headerClose
+		writeProblem(w, problemBodyTimeout)
+		x.outcome = "rejected"
+		return
+	}
 	if x.outcome == "" {
 		x.outcome = "allowed"
 	}

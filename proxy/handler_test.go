@@ -99,6 +99,8 @@ type setup struct {
 	underscores bool              // AllowUnderscoreHeaders
 	metrics     *proxy.Metrics    // nil: none
 	resolver    *subject.Resolver // nil: newResolver(t, trusted)
+	tunnelIdle  time.Duration
+	bodyRead    time.Duration
 }
 
 func newResolver(t testing.TB, trusted []string) *subject.Resolver {
@@ -140,7 +142,8 @@ func newGateway(t *testing.T, s setup) *gateway {
 		Logger:    slog.New(slog.NewJSONHandler(g.logs, nil)),
 		AccessLog: true,
 		Metrics:   s.metrics,
-	}, proxy.Config{Routes: s.routes, Resolver: resolver, Limiter: lim, AllowUnderscoreHeaders: s.underscores})
+	}, proxy.Config{Routes: s.routes, Resolver: resolver, Limiter: lim, AllowUnderscoreHeaders: s.underscores,
+		TunnelIdleTimeout: s.tunnelIdle, BodyReadTimeout: s.bodyRead})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -550,7 +553,7 @@ func TestStreamingAndUpgrades(t *testing.T) {
 	t.Cleanup(up.Close)
 	defer close(release)
 	u, _ := url.Parse(up.URL)
-	g := newGateway(t, setup{routes: []proxy.Route{{OperationID: "s", Path: "/", Upstream: u, Policy: policy(limitertest.FixedWindow(100, time.Minute), "p"), Subject: []subject.Kind{subject.ClientIP}, Cost: 1}}})
+	g := newGateway(t, setup{routes: []proxy.Route{{OperationID: "s", Path: "/", Upstream: u, Policy: policy(limitertest.FixedWindow(100, time.Minute), "p"), Subject: []subject.Kind{subject.ClientIP}, Cost: 1, Upgrades: []string{"echo"}}}})
 
 	t.Run("a streamed response arrives before the upstream finishes", func(t *testing.T) {
 		res, err := http.Get(g.URL + "/stream")

@@ -26,6 +26,7 @@ const (
 	typeBadBody          = "urn:edge-gateway:problem:bad-body"
 	typeInvalidToken     = "urn:edge-gateway:problem:invalid-token"
 	typeKeysUnavailable  = "urn:edge-gateway:problem:token-keys-unavailable"
+	typeBodyTimeout      = "urn:edge-gateway:problem:body-timeout"
 	problemContentType   = "application/problem+json"
 )
 
@@ -57,6 +58,7 @@ var (
 	problemBadBody             = newProblem(http.StatusBadRequest, typeBadBody, "Malformed request body", "The request body could not be read as sent (for example a malformed chunk).")
 	problemInvalidToken        = newProblem(http.StatusUnauthorized, typeInvalidToken, "Invalid token", "The bearer token is malformed, expired, not yet valid, for another issuer or audience, or not signed by a key and algorithm this gateway accepts.")
 	problemKeysUnavailable     = newProblem(http.StatusServiceUnavailable, typeKeysUnavailable, "Token keys unavailable", "The gateway has not yet obtained the keys to verify bearer tokens; nothing was forwarded. Retry after the time given.")
+	problemBodyTimeout         = newProblem(http.StatusRequestTimeout, typeBodyTimeout, "Request body timed out", "The client sent no byte of the request body for too long.")
 	problemTooLarge            = newProblem(http.StatusRequestEntityTooLarge, typeRequestTooLarge, "Request body too large", "The request body is larger than this route accepts.")
 )
 
@@ -65,6 +67,7 @@ var (
 	headerProblem      = []string{problemContentType}
 	headerNoStore      = []string{"no-store"}
 	headerNoSniff      = []string{"nosniff"}
+	headerClose        = []string{"close"}
 )
 
 func writeProblem(w http.ResponseWriter, p problem) {

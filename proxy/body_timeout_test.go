@@ -1,0 +1,81 @@
+package proxy_test
+
+import (
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/edgegate/gateway/proxy"
+)
+
+// Issue 10, defect 2: a client that stops sending its body gets 408 once
+// body_read_timeout passes, its connection closes, and the upstream's
+// connection is let go.
+func TestASlowBodyTimesOut(t *testing.T) {
+	up := newUpstream(t)
+	upstreamDone := make(chan error, 1)
+	up.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, err := io.Copy(io.Discard, r.Body)
+		upstreamDone <- err
+	})
+	const timeout = 300 * time.Millisecond
+	g := newGateway(t, setup{routes: []proxy.Route{route("r", "/", up, t, nil)}, bodyRead: timeout})
+	start := time.Now()
+	c, br, res := dialGateway(t, g, "POST /upload HTTP/1.1\r\nHost: gw.test\r\nContent-Length: 100\r\n\r\nfirst bytes")
+	body, _ := io.ReadAll(res.Body)
+	if res.StatusCode != http.StatusRequestTimeout || !strings.Contains(string(body), "body-timeout") {
+		t.Fatalf("%d %s, want 408 body-timeout", res.StatusCode, body)
+	}
+	if took := time.Since(start); took < timeout {
+		t.Fatalf("answered after %v, before the timeout", took)
+	}
+	if !res.Close {
+		t.Error("the 408 does not say Connection: close")
+	}
+	if _, err := br.ReadByte(); err != io.EOF {
+		t.Errorf("the connection stayed open: %v", err)
+	}
+	c.Close()
+	select {
+	case err := <-upstreamDone:
+		if err == nil {
+			t.Fatal("the upstream read a complete body")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the upstream still waits for the body")
+	}
+}
+
+// A body that keeps coming, each byte within the timeout, is forwarded
+// whole however long it takes altogether, and so is an upstream that
+// answers slower than the timeout once the body is in.
+func TestABodyThatKeepsComingIsForwarded(t *testing.T) {
+	up := newUpstream(t)
+	up.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, err := io.ReadAll(r.Body)
+		if err != nil {
+			w.WriteHeader(500)
+			return
+		}
+		time.Sleep(600 * time.Millisecond)
+		w.Write(b)
+	})
+	const timeout = 300 * time.Millisecond
+	g := newGateway(t, setup{routes: []proxy.Route{route("r", "/", up, t, nil)}, bodyRead: timeout})
+	pr, pw := io.Pipe()
+	go func() {
+		for i := 0; i < 6; i++ {
+			pw.Write([]byte("chunk"))
+			time.Sleep(timeout / 3)
+		}
+		pw.Close()
+	}()
+	req, _ := http.NewRequest("POST", g.URL+"/upload", pr)
+	res := do(t, req)
+	body, _ := io.ReadAll(res.Body)
+	if res.StatusCode != 200 || string(body) != strings.Repeat("chunk", 6) {
+		t.Fatalf("%d %q", res.StatusCode, body)
+	}
+}
