@@ -132,6 +132,9 @@ func (c *checker) file(fb *fileBlock) *File {
 	}
 	f.Limiter, f.Proxy = c.limiter(fb.Limiter)
 	f.Subject = c.subject(fb.Subject)
+	// One client under max_connections_per_client is what one client-IP
+	// subject is.
+	f.Listen.ClientIPv6Prefix = f.Subject.IPv6Prefix
 	if fb.Pseudonym != nil {
 		f.Subject.PseudonymKeys, f.Subject.PseudonymVersion = c.pseudonym(fb.Pseudonym)
 	}
@@ -211,6 +214,10 @@ func (c *checker) listen(b *listenBlock) edge.Options {
 	l.MaxConnections = int(c.integer(b.MaxConnections, b.MaxConnectionsRange, "max_connections", 0, 0))
 	if b.MaxConnections != nil && l.MaxConnections == 0 {
 		l.MaxConnections = -1
+	}
+	l.MaxConnectionsPerClient = int(c.integer(b.MaxPerClient, b.MaxPerClientRange, "max_connections_per_client", 0, 0))
+	if b.MaxPerClient != nil && l.MaxConnectionsPerClient == 0 {
+		l.MaxConnectionsPerClient = -1
 	}
 	return l
 }

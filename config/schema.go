@@ -37,6 +37,8 @@ type listenBlock struct {
 	MaxHeaderBytesRange    hcl.Range `hcl:"max_header_bytes,attr_value_range"`
 	MaxConnections         *int64    `hcl:"max_connections,optional"`
 	MaxConnectionsRange    hcl.Range `hcl:"max_connections,attr_value_range"`
+	MaxPerClient           *int64    `hcl:"max_connections_per_client,optional"`
+	MaxPerClientRange      hcl.Range `hcl:"max_connections_per_client,attr_value_range"`
 	MaxBodyBytes           *int64    `hcl:"max_body_bytes,optional"`
 	MaxBodyBytesRange      hcl.Range `hcl:"max_body_bytes,attr_value_range"`
 	AllowUnderscoreHeaders *bool     `hcl:"allow_underscore_headers,optional"`

@@ -5,7 +5,6 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 )
 
@@ -51,53 +50,4 @@ func hsts(next http.Handler, maxAge time.Duration, includeSubdomains bool) http.
 		w.Header()["Strict-Transport-Security"] = v
 		next.ServeHTTP(w, r)
 	})
-}
-
-// limitConnections accepts at most n connections at once; the next waits in
-// the kernel's backlog until one closes. It keeps a flood of idle or slow
-// connections from exhausting file descriptors and memory, which per-request
-// limits cannot do: those only see requests that finished their headers.
-func limitConnections(l net.Listener, n int) net.Listener {
-	if n <= 0 {
-		return l
-	}
-	return &limitListener{Listener: l, sem: make(chan struct{}, n), done: make(chan struct{})}
-}
-
-type limitListener struct {
-	net.Listener
-	sem       chan struct{}
-	done      chan struct{}
-	closeOnce sync.Once
-}
-
-func (l *limitListener) Accept() (net.Conn, error) {
-	select {
-	case l.sem <- struct{}{}:
-	case <-l.done:
-		return nil, net.ErrClosed
-	}
-	c, err := l.Listener.Accept()
-	if err != nil {
-		<-l.sem
-		return nil, err
-	}
-	return &limitConn{Conn: c, release: func() { <-l.sem }}, nil
-}
-
-func (l *limitListener) Close() error {
-	l.closeOnce.Do(func() { close(l.done) })
-	return l.Listener.Close()
-}
-
-type limitConn struct {
-	net.Conn
-	once    sync.Once
-	release func()
-}
-
-func (c *limitConn) Close() error {
-	err := c.Conn.Close()
-	c.once.Do(c.release)
-	return err
 }

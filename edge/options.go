@@ -22,7 +22,7 @@ type Options struct {
 	Admin string
 
 	// ShutdownTimeout is how long Shutdown lets requests in flight finish.
-	// Default 15s.
+	// Default 15s; negative: none, connections are closed at once.
 	ShutdownTimeout time.Duration
 	// ReadHeaderTimeout bounds reading a request's headers, and on HTTPS
 	// the TLS handshake too. Default 10s.
@@ -30,8 +30,17 @@ type Options struct {
 	IdleTimeout       time.Duration // keep-alive connections idle this long are closed; default 120s
 	MaxHeaderBytes    int           // default 64 KiB
 	// MaxConnections caps the open connections of each public listener; the
-	// next waits in the kernel's backlog. Default 10000.
+	// next waits in the kernel's backlog. Default 10000; negative: no cap.
 	MaxConnections int
+	// MaxConnectionsPerClient caps the open connections of one client on
+	// each public listener: an IPv4 address, or an IPv6 prefix of
+	// ClientIPv6Prefix bits. The peer address counts (the cap applies
+	// before any header is read). Its next connection is closed at once.
+	// Default 256; negative: no cap.
+	MaxConnectionsPerClient int
+	// ClientIPv6Prefix is the prefix length of one IPv6 client, as the
+	// client-IP subject's; default 64.
+	ClientIPv6Prefix int
 
 	// TLS is the tls block. nil: no HTTPS. HTTPS and TLS go together:
 	// either without the other is an error.
@@ -65,6 +74,8 @@ const (
 	defaultIdleTimeout       = 120 * time.Second
 	defaultMaxHeaderBytes    = 64 << 10
 	defaultMaxConnections    = 10000
+	defaultMaxPerClient      = 256
+	defaultClientIPv6Prefix  = 64
 )
 
 // The admin listener answers operators and probes, not clients: tighter
@@ -91,6 +102,12 @@ func (o Options) withDefaults() Options {
 	if o.MaxConnections == 0 {
 		o.MaxConnections = defaultMaxConnections
 	}
+	if o.MaxConnectionsPerClient == 0 {
+		o.MaxConnectionsPerClient = defaultMaxPerClient
+	}
+	if o.ClientIPv6Prefix == 0 {
+		o.ClientIPv6Prefix = defaultClientIPv6Prefix
+	}
 	return o
 }
 
@@ -115,7 +132,7 @@ func (o Options) validate(public, admin http.Handler) error {
 	for _, d := range []struct {
 		name  string
 		value time.Duration
-	}{{"shutdown timeout", o.ShutdownTimeout}, {"read header timeout", o.ReadHeaderTimeout}, {"idle timeout", o.IdleTimeout}} {
+	}{{"read header timeout", o.ReadHeaderTimeout}, {"idle timeout", o.IdleTimeout}} {
 		if d.value < 0 {
 			problem("negative %s %s", d.name, d.value)
 		}
@@ -123,8 +140,8 @@ func (o Options) validate(public, admin http.Handler) error {
 	if o.MaxHeaderBytes < 0 {
 		problem("negative max header bytes %d", o.MaxHeaderBytes)
 	}
-	if o.MaxConnections < 0 {
-		problem("negative max connections %d", o.MaxConnections)
+	if o.ClientIPv6Prefix < 0 || o.ClientIPv6Prefix > 128 {
+		problem("client IPv6 prefix %d is not between 1 and 128", o.ClientIPv6Prefix)
 	}
 	if t := o.TLS; t != nil {
 		if t.HSTSMaxAge < 0 {

@@ -170,6 +170,10 @@ func newPublicServer(h http.Handler, listener string, opts Options, refusals *fr
 	}
 }
 
+func (s *Servers) caps() connectionCaps {
+	return connectionCaps{total: s.opts.MaxConnections, perClient: s.opts.MaxConnectionsPerClient, ipv6Bits: s.opts.ClientIPv6Prefix, logger: s.logger}
+}
+
 func port(ln net.Listener) int { return ln.Addr().(*net.TCPAddr).Port }
 
 // Serve starts serving on every listener, then starts ACME issuance and
@@ -186,11 +190,11 @@ func (s *Servers) Serve() <-chan error {
 	}
 	s.serving = true
 	if s.secure != nil {
-		ln := newFramingListener(limitConnections(s.httpsLn, s.opts.MaxConnections), s.tls.config(), s.opts.ReadHeaderTimeout)
+		ln := newFramingListener(limitConnections(s.httpsLn, s.caps()), s.tls.config(), s.opts.ReadHeaderTimeout)
 		s.serveOn(s.secure, ln)
 	}
 	if s.plain != nil {
-		s.serveOn(s.plain, newFramingListener(limitConnections(s.httpLn, s.opts.MaxConnections), nil, 0))
+		s.serveOn(s.plain, newFramingListener(limitConnections(s.httpLn, s.caps()), nil, 0))
 	}
 	if s.admin != nil {
 		s.serveOn(s.admin, s.adminLn)

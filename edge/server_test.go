@@ -193,8 +193,8 @@ func TestListenRefusesAndLeavesNothingBound(t *testing.T) {
 		{name: "public listeners without a handler", noPublic: true, opts: func(h, s string) edge.Options {
 			return edge.Options{HTTP: h}
 		}},
-		{name: "a negative shutdown timeout and connection cap", opts: func(h, s string) edge.Options {
-			return edge.Options{HTTP: h, ShutdownTimeout: -time.Second, MaxConnections: -1}
+		{name: "a negative idle timeout and an IPv6 client prefix past 128 bits", opts: func(h, s string) edge.Options {
+			return edge.Options{HTTP: h, IdleTimeout: -time.Second, ClientIPv6Prefix: 129}
 		}},
 		{name: "an admin listener without a handler", opts: func(h, s string) edge.Options {
 			return edge.Options{HTTP: h, Admin: freeAddr(t)}
