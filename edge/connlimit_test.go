@@ -123,4 +123,3 @@ func TestAHijackedConnectionStillCounts(t *testing.T) {
 		t.Fatalf("after the tunnel closed: %v %v", res, err)
 	}
 }
-
