@@ -34,6 +34,10 @@ type harness struct {
 	upstreamAddr string
 	statsClient  *http.Client
 	redisAddr    string // empty when redis-server is not installed
+	redisPort    int
+	redisBin     string
+	redisData    string   // its folder, where a dump.rdb would be
+	redisProc    *process // the running redis-server
 	redisClient  *redis.Client
 	nginxBin     string // empty when nginx is not installed
 	environment  []string
@@ -174,28 +178,46 @@ func (h *harness) startRedis(ctx context.Context) error {
 		h.note("redis-server is not installed: no gateway-redis rows")
 		return nil
 	}
-	port, err := freePort()
-	if err != nil {
+	if h.redisPort, err = freePort(); err != nil {
 		return err
 	}
-	data := filepath.Join(h.dir, "redis")
-	if err := os.Mkdir(data, 0o700); err != nil {
+	h.redisBin = path
+	h.redisData = filepath.Join(h.dir, "redis")
+	if err := os.Mkdir(h.redisData, 0o700); err != nil {
 		return err
 	}
-	p, err := h.start("redis-server", h.pin.argv(loadCPU, path,
-		"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-		"--dir", data, "--daemonize", "no", "--protected-mode", "no", "--loglevel", "warning"),
+	h.redisAddr = "127.0.0.1:" + strconv.Itoa(h.redisPort)
+	h.redisClient = redis.NewClient(&redis.Options{Addr: h.redisAddr, MaxRetries: -1})
+	if err := h.runRedis(ctx); err != nil {
+		return err
+	}
+	version, _ := h.redisClient.Do(ctx, "INFO", "server").Text()
+	for line := range strings.SplitSeq(version, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "redis_version:"); ok {
+			h.environment = append(h.environment, "redis "+v)
+		}
+	}
+	return nil
+}
+
+// runRedis starts redis-server on the harness's Redis port and waits until
+// it answers. It loads dump.rdb from its folder when one is there (the
+// soak's restarts that keep their data save one first); nothing saves by
+// itself.
+func (h *harness) runRedis(ctx context.Context) error {
+	p, err := h.start("redis-server", h.pin.argv(loadCPU, h.redisBin,
+		"--port", strconv.Itoa(h.redisPort), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+		"--dir", h.redisData, "--daemonize", "no", "--protected-mode", "no", "--loglevel", "warning"),
 		filepath.Join(h.dir, "redis.log"))
 	if err != nil {
 		return err
 	}
-	h.redisAddr = "127.0.0.1:" + strconv.Itoa(port)
-	h.redisClient = redis.NewClient(&redis.Options{Addr: h.redisAddr, MaxRetries: -1})
+	h.redisProc = p
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		err := h.redisClient.Ping(ctx).Err()
 		if err == nil {
-			break
+			return nil
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("redis-server on %s does not answer: %w:%s", h.redisAddr, err, p.logTail())
@@ -209,13 +231,6 @@ func (h *harness) startRedis(ctx context.Context) error {
 			return err
 		}
 	}
-	version, _ := h.redisClient.Do(ctx, "INFO", "server").Text()
-	for line := range strings.SplitSeq(version, "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "redis_version:"); ok {
-			h.environment = append(h.environment, "redis "+v)
-		}
-	}
-	return nil
 }
 
 // runMode starts the mode's targets, warms them, drives them in

@@ -6,6 +6,7 @@
 //	go run ./bench -mode flood          # one subject far over its limit
 //	go run ./bench -rounds 5 -duration 10s -conns 64,512,1024
 //	go run ./bench -targets gateway-redis -conns 64 -profile /tmp/prof   # where its CPU time goes
+//	go run ./bench -mode soak -duration 10m  # leaks through Redis restarts (soak.go)
 //
 // The targets, in the order each round drives them:
 //
@@ -64,15 +65,16 @@ type settings struct {
 	keep     bool            // keep the temporary folder
 	dedup    bool            // the gateways' policy de-duplicates evaluations
 	profile  string          // a folder for perf profiles of the gateways; "" for none
-	args     []string        // as given, for the report
+	soak     soakSettings
+	args     []string // as given, for the report
 }
 
 func parseSettings(args []string, stderr io.Writer) (settings, error) {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	mode := fs.String("mode", "main", "`main` (a limit that never denies), flood (one subject over a 5/min limit) or both")
+	mode := fs.String("mode", "main", "`main` (a limit that never denies), flood (one subject over a 5/min limit), both, or soak (leaks through Redis restarts)")
 	rounds := fs.Int("rounds", 3, "interleaved rounds; every figure is the median over them")
-	duration := fs.Duration("duration", 8*time.Second, "length of one load run")
+	duration := fs.Duration("duration", 8*time.Second, "length of one load run; in soak mode the soak's, default 3m, at most 1h")
 	warmup := fs.Duration("warmup", 2*time.Second, "unmeasured load on each target before the first round")
 	conns := fs.String("conns", "64,512", "comma-separated connection counts, each a run per target and round")
 	loader := fs.String("loader", "auto", "`auto` (wrk when installed, else the Go generator), wrk or go")
@@ -81,20 +83,53 @@ func parseSettings(args []string, stderr io.Writer) (settings, error) {
 	dedup := fs.Bool("dedup", true, "leave the gateways' policy de-duplication on (its default); -dedup=false to see what it costs")
 	profile := fs.String("profile", "", "after the rounds, profile each gateway with perf record for one more run per connection count, into this `folder`")
 	keep := fs.Bool("keep", false, "keep the temporary folder (configurations, logs) and print its path")
+	var soak soakSettings
+	fs.DurationVar(&soak.restartEvery, "restart-every", 45*time.Second, "soak: kill and restart redis-server this often")
+	fs.DurationVar(&soak.down, "down", 2*time.Second, "soak: how long redis-server stays dead at each restart")
+	fs.DurationVar(&soak.flushEvery, "flush-every", 10*time.Second, "soak: send SCRIPT FLUSH this often")
+	fs.DurationVar(&soak.reportEvery, "report-every", 30*time.Second, "soak: print the figures this often")
+	fs.DurationVar(&soak.settle, "settle", 20*time.Second, "soak: quiet time before the start and end figures (longer than the keys live)")
+	fs.IntVar(&soak.subjects, "subjects", 8, "soak: subjects, each from its own loopback address")
+	fs.IntVar(&soak.rate, "rate", 10, "soak: requests a second per subject (twice the policy's limit at 10)")
 	if err := fs.Parse(args); err != nil {
 		return settings{}, err
 	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	if fs.NArg() > 0 {
 		return settings{}, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
-	s := settings{rounds: *rounds, duration: *duration, warmup: *warmup, loader: *loader, keep: *keep, dedup: *dedup, profile: *profile, args: args, only: map[string]bool{}}
+	s := settings{rounds: *rounds, duration: *duration, warmup: *warmup, loader: *loader, keep: *keep, dedup: *dedup,
+		profile: *profile, soak: soak, args: args, only: map[string]bool{}}
 	switch *mode {
 	case "main", "flood":
 		s.modes = []string{*mode}
 	case "both":
 		s.modes = []string{"main", "flood"}
+	case "soak":
+		s.modes = []string{"soak"}
+		s.only["gateway-redis"] = true
+		if !set["duration"] {
+			s.duration = 3 * time.Minute
+		}
+		if s.duration > time.Hour {
+			return s, errors.New("-duration: a soak lasts at most 1h")
+		}
+		if soak.subjects < 1 || soak.subjects > 250 || soak.rate < 1 {
+			return s, errors.New("-subjects must be 1 to 250 and -rate at least 1")
+		}
+		if soak.down < 0 || soak.down > soak.restartEvery/2 {
+			return s, errors.New("-down must be between 0 and half of -restart-every")
+		}
+		if soak.restartEvery < time.Second || soak.flushEvery < time.Second || soak.reportEvery < time.Second {
+			return s, errors.New("-restart-every, -flush-every and -report-every must be at least 1s")
+		}
+		s.soak.warmup = s.warmup
+		if !set["warmup"] {
+			s.soak.warmup = 30 * time.Second
+		}
 	default:
-		return s, fmt.Errorf("-mode %q: want main, flood or both", *mode)
+		return s, fmt.Errorf("-mode %q: want main, flood, both or soak", *mode)
 	}
 	if s.rounds < 1 {
 		return s, errors.New("-rounds must be at least 1")
@@ -196,6 +231,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 	started := time.Now()
 	if err := h.setup(ctx); err != nil {
 		return failed(ctx, stderr, err)
+	}
+	if s.modes[0] == "soak" {
+		code, err := h.runSoak(ctx, stdout)
+		if err != nil {
+			return failed(ctx, stderr, err)
+		}
+		fmt.Fprintf(stdout, "Command: `%s` (%s in all; gateway %s)\n", commandLine(s.args), time.Since(started).Round(time.Second), revision(s.repo))
+		return code
 	}
 	var reports []string
 	for _, mode := range s.modes {
