@@ -237,7 +237,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		if err != nil {
 			return failed(ctx, stderr, err)
 		}
-		fmt.Fprintf(stdout, "Command: `%s` (%s in all; gateway %s)\n", commandLine(s.args), time.Since(started).Round(time.Second), revision(s.repo))
+		fmt.Fprintf(stdout, "Command: `%s` (%s in all; %s)\n", commandLine(s.args), time.Since(started).Round(time.Second),
+			strings.Join(h.environment[1:], ", "))
 		return code
 	}
 	var reports []string
