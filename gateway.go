@@ -145,6 +145,7 @@ func (g *gateway) shutdown() int {
 		g.logger.Warn("drain timed out; connections were closed", "error", err.Error())
 		code = 1
 	}
+	g.handler.Close()
 	g.backend.Close()
 	g.logger.Info("gateway stopped")
 	return code

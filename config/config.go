@@ -162,6 +162,7 @@ func (c *checker) file(fb *fileBlock) *File {
 	if fb.Listen != nil {
 		maxBody = c.integer(fb.Listen.MaxBodyBytes, fb.Listen.MaxBodyBytesRange, "max_body_bytes", maxBody, 0)
 	}
+	f.Proxy.Pools = c.upstreams(fb.Upstreams)
 	f.Proxy.Routes = c.routes(fb.Routes, policies, &f.Subject, maxBody)
 	if lb := fb.Listen; lb != nil {
 		f.Proxy.AllowUnderscoreHeaders = or(lb.AllowUnderscoreHeaders, false)

@@ -29,6 +29,9 @@ type checker struct {
 	// failed are the expressions gohcl could not decode, already reported:
 	// what it left in their fields is not checked again.
 	failed []hcl.Range
+	// pools are the names of the upstream blocks, broken ones included, so
+	// that a route naming a broken one is not reported a second time.
+	pools map[string]bool
 }
 
 func newChecker(dir string, env LookupEnv) *checker {

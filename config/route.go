@@ -2,7 +2,6 @@ package config
 
 import (
 	"net/http"
-	"net/url"
 	"slices"
 	"strings"
 
@@ -56,12 +55,7 @@ func (c *checker) routes(blocks []*routeBlock, policies map[string]*limiter.Poli
 			}
 		}
 		if b.UpstreamRange != (hcl.Range{}) {
-			u, err := url.Parse(b.Upstream)
-			if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" {
-				c.errorf(b.UpstreamRange, "Invalid upstream", "upstream must be an http:// or https:// URL with a host and no credentials, query or fragment, not %q.", b.Upstream)
-			} else {
-				r.Upstream = u
-			}
+			r.Upstream, r.Pool = c.routeUpstream(b.Upstream, b.UpstreamRange)
 		}
 		r.Subject = defaultSources
 		if b.SubjectAt != (hcl.Range{}) {

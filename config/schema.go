@@ -10,14 +10,15 @@ import "github.com/hashicorp/hcl/v2"
 // is the zero Range when the attribute is absent.
 
 type fileBlock struct {
-	Listen    *listenBlock    `hcl:"listen,block"`
-	TLS       *tlsBlock       `hcl:"tls,block"`
-	Limiter   *limiterBlock   `hcl:"limiter,block"`
-	Subject   *subjectBlock   `hcl:"subject,block"`
-	Pseudonym *pseudonymBlock `hcl:"pseudonym,block"`
-	Log       *logBlock       `hcl:"log,block"`
-	Policies  []*policyBlock  `hcl:"policy,block"`
-	Routes    []*routeBlock   `hcl:"route,block"`
+	Listen    *listenBlock     `hcl:"listen,block"`
+	TLS       *tlsBlock        `hcl:"tls,block"`
+	Limiter   *limiterBlock    `hcl:"limiter,block"`
+	Subject   *subjectBlock    `hcl:"subject,block"`
+	Pseudonym *pseudonymBlock  `hcl:"pseudonym,block"`
+	Log       *logBlock        `hcl:"log,block"`
+	Policies  []*policyBlock   `hcl:"policy,block"`
+	Upstreams []*upstreamBlock `hcl:"upstream,block"`
+	Routes    []*routeBlock    `hcl:"route,block"`
 }
 
 type listenBlock struct {
@@ -257,4 +258,33 @@ type headerRulesBlock struct {
 	SetAt    hcl.Range      `hcl:"set,attr_range"`
 	Remove   hcl.Expression `hcl:"remove,optional"`
 	RemoveAt hcl.Range      `hcl:"remove,attr_range"`
+}
+
+type upstreamBlock struct {
+	Name      string    `hcl:"name,label"`
+	NameRange hcl.Range `hcl:"name,label_range"`
+
+	Targets              hcl.Expression `hcl:"targets,optional"`
+	TargetsAt            hcl.Range      `hcl:"targets,attr_range"`
+	Balance              *string        `hcl:"balance,optional"`
+	BalanceRange         hcl.Range      `hcl:"balance,attr_value_range"`
+	ConnectTimeout       *string        `hcl:"connect_timeout,optional"`
+	ConnectTimeoutRange  hcl.Range      `hcl:"connect_timeout,attr_value_range"`
+	ResponseTimeout      *string        `hcl:"response_timeout,optional"`
+	ResponseTimeoutRange hcl.Range      `hcl:"response_timeout,attr_value_range"`
+	MaxFails             *int64         `hcl:"max_fails,optional"`
+	MaxFailsRange        hcl.Range      `hcl:"max_fails,attr_value_range"`
+	FailTimeout          *string        `hcl:"fail_timeout,optional"`
+	FailTimeoutRange     hcl.Range      `hcl:"fail_timeout,attr_value_range"`
+	Health               *healthBlock   `hcl:"health,block"`
+	DefRange             hcl.Range      `hcl:",def_range"`
+}
+
+type healthBlock struct {
+	Path          string    `hcl:"path"`
+	PathRange     hcl.Range `hcl:"path,attr_value_range"`
+	Interval      *string   `hcl:"interval,optional"`
+	IntervalRange hcl.Range `hcl:"interval,attr_value_range"`
+	Timeout       *string   `hcl:"timeout,optional"`
+	TimeoutRange  hcl.Range `hcl:"timeout,attr_value_range"`
 }

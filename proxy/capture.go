@@ -19,6 +19,7 @@ type capture struct {
 	final   bool // a final status or body bytes went out
 
 	hooks httpsnoop.Hooks
+	fw    forwardWriter // lent to the request's forwarding
 
 	nextWriteHeader httpsnoop.WriteHeaderFunc
 	nextWrite       httpsnoop.WriteFunc
@@ -66,6 +67,7 @@ func (c *capture) wrap(w http.ResponseWriter) http.ResponseWriter {
 
 func (c *capture) done() {
 	c.nextWriteHeader, c.nextWrite, c.nextWriteString, c.nextReadFrom = nil, nil, nil, nil
+	c.fw = forwardWriter{}
 	captures.Put(c)
 }
 

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httputil"
+	"net/url"
 	"os"
 	"strings"
 	"sync"
@@ -56,8 +57,7 @@ func (p *bufferPool) Put(b []byte) { p.pool.Put(&b) }
 //
 // Only the upgrades the route lists are forwarded as upgrades, and only
 // their 101 opens a tunnel, which closes after tunnelIdle without a byte.
-func newForwarder(rt *route, resolver *subject.Resolver, transport http.RoundTripper, logger *slog.Logger, underscores bool, tunnelIdle time.Duration) http.Handler {
-	target := rt.Upstream
+func newForwarder(rt *route, target *url.URL, resolver *subject.Resolver, transport http.RoundTripper, logger *slog.Logger, underscores bool, tunnelIdle time.Duration) http.Handler {
 	upgrades := rt.Upgrades
 	rules := &rt.responseRules
 	noRules := rules.empty()

@@ -8,9 +8,11 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/http/httputil"
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -29,8 +31,11 @@ type Route struct {
 	Host        string   // exact, lower case, no port; empty matches any host
 	Path        string   // normalized prefix, matched on whole segments
 	Methods     []string // empty allows every method
-	Upstream    *url.URL
-	Policy      *limiter.Policy // nil: no limit, unless Policies is set
+	// Upstream is a URL to forward to (a pool of that one target, with
+	// the pool defaults), or nil when Pool names one of Config.Pools.
+	Upstream *url.URL
+	Pool     string
+	Policy   *limiter.Policy // nil: no limit, unless Policies is set
 	// Policies are decided together, atomically: every enforced policy
 	// must allow, and when one denies none is charged. Set either Policy or
 	// Policies.
@@ -87,6 +92,9 @@ type Config struct {
 	// request body it forwards; past it the client gets 408 and the
 	// connection closes. Default DefaultBodyReadTimeout.
 	BodyReadTimeout time.Duration
+	// Pools are the upstream blocks routes name. A target that a reload
+	// keeps in its pool keeps its health.
+	Pools []Pool
 }
 
 // DefaultBodyReadTimeout is Config.BodyReadTimeout's default.
@@ -103,11 +111,13 @@ type Options struct {
 
 // Handler serves the public listener.
 type Handler struct {
-	opts      Options
-	current   atomic.Pointer[compiled]
-	evalIDs   evaluationIDs
-	transport http.RoundTripper
-	denials   denialLog
+	opts    Options
+	current atomic.Pointer[compiled]
+	evalIDs evaluationIDs
+	denials denialLog
+
+	swap   sync.Mutex // one Swap at a time, and Close
+	checks *healthChecks
 }
 
 type compiled struct {
@@ -117,12 +127,14 @@ type compiled struct {
 	deadline          time.Duration
 	failureRetryAfter string
 	bodyReadTimeout   time.Duration
+	pools             map[string]*pool
 }
 
 type route struct {
 	Route
 	limits        *limits // nil: no limit
-	forward       http.Handler
+	pool          *pool
+	forwards      []*httputil.ReverseProxy // to each member of pool, in order
 	requestRules  headerRules
 	responseRules headerRules
 }
@@ -132,9 +144,9 @@ func NewHandler(opts Options, cfg Config) (*Handler, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	h := &Handler{opts: opts, transport: opts.Transport, evalIDs: newEvaluationIDs()}
-	if h.transport == nil {
-		h.transport = newTransport()
+	h := &Handler{opts: opts, evalIDs: newEvaluationIDs()}
+	if opts.Metrics != nil {
+		opts.Metrics.upstreams.handler.Store(h)
 	}
 	if err := h.Swap(cfg); err != nil {
 		return nil, err
@@ -143,19 +155,49 @@ func NewHandler(opts Options, cfg Config) (*Handler, error) {
 }
 
 // Swap compiles cfg and makes it the configuration of every request that
-// starts from now on. On error the current configuration stays.
+// starts from now on. On error the current configuration stays. Requests
+// in flight finish on the pools they started with; the active checks of
+// the old configuration stop and those of the new one start.
 func (h *Handler) Swap(cfg Config) error {
-	c, err := h.compile(cfg)
+	h.swap.Lock()
+	defer h.swap.Unlock()
+	c, dropped, err := h.compile(cfg, h.current.Load())
 	if err != nil {
 		return err
 	}
 	h.current.Store(c)
+	if h.checks != nil {
+		h.checks.stop()
+	}
+	h.checks = startHealthChecks(c.pools)
+	for _, t := range dropped {
+		t.CloseIdleConnections()
+	}
 	return nil
 }
 
-func (h *Handler) compile(cfg Config) (*compiled, error) {
+// Close stops the active health checks and closes idle upstream
+// connections. Requests in flight finish; the Handler serves on, without
+// active checks.
+func (h *Handler) Close() {
+	h.swap.Lock()
+	defer h.swap.Unlock()
+	if h.checks != nil {
+		h.checks.stop()
+		h.checks = nil
+	}
+	if c := h.current.Load(); c != nil {
+		for _, p := range c.pools {
+			if p.owned != nil {
+				p.owned.CloseIdleConnections()
+			}
+		}
+	}
+}
+
+func (h *Handler) compile(cfg Config, prev *compiled) (*compiled, []*http.Transport, error) {
 	if cfg.Limiter == nil || cfg.Resolver == nil {
-		return nil, errors.New("proxy: config needs a limiter and a resolver")
+		return nil, nil, errors.New("proxy: config needs a limiter and a resolver")
 	}
 	if cfg.Deadline <= 0 {
 		cfg.Deadline = limiter.DefaultDeadline
@@ -169,61 +211,73 @@ func (h *Handler) compile(cfg Config) (*compiled, error) {
 	if cfg.BodyReadTimeout <= 0 {
 		cfg.BodyReadTimeout = DefaultBodyReadTimeout
 	}
+	pools, dropped, err := h.buildPools(cfg, prev)
+	if err != nil {
+		return nil, nil, err
+	}
 	routes := make([]*route, 0, len(cfg.Routes))
 	seen := map[string]bool{}
 	for i := range cfg.Routes {
 		r := &route{Route: cfg.Routes[i]}
 		if seen[r.OperationID] {
-			return nil, fmt.Errorf("proxy: duplicate route %q", r.OperationID)
+			return nil, nil, fmt.Errorf("proxy: duplicate route %q", r.OperationID)
 		}
 		seen[r.OperationID] = true
-		if r.Upstream == nil {
-			return nil, fmt.Errorf("proxy: route %q has no upstream", r.OperationID)
+		switch {
+		case (r.Upstream == nil) == (r.Pool == ""):
+			return nil, nil, fmt.Errorf("proxy: route %q needs an upstream URL or a pool, not both", r.OperationID)
+		case r.Pool != "":
+			r.pool = pools[r.Pool]
+			if r.pool == nil {
+				return nil, nil, fmt.Errorf("proxy: route %q names no pool of the configuration: %q", r.OperationID, r.Pool)
+			}
+		default:
+			r.pool = pools[r.Upstream.String()]
 		}
 		for _, o := range routes {
 			if o.Host == r.Host && o.Path == r.Path && MethodsOverlap(o.Methods, r.Methods) {
-				return nil, fmt.Errorf("proxy: routes %q and %q match the same requests", o.OperationID, r.OperationID)
+				return nil, nil, fmt.Errorf("proxy: routes %q and %q match the same requests", o.OperationID, r.OperationID)
 			}
 		}
 		if r.Rewrite {
 			p, err := NormalizeRewritePrefix(r.RewritePrefix)
 			if err != nil || p != r.RewritePrefix {
-				return nil, fmt.Errorf("proxy: route %q: rewrite prefix %q is not a normalized path", r.OperationID, r.RewritePrefix)
+				return nil, nil, fmt.Errorf("proxy: route %q: rewrite prefix %q is not a normalized path", r.OperationID, r.RewritePrefix)
 			}
 		}
 		if r.HostHeader != "" && !ValidHostHeader(r.HostHeader) {
-			return nil, fmt.Errorf("proxy: route %q: host header %q is not a host", r.OperationID, r.HostHeader)
+			return nil, nil, fmt.Errorf("proxy: route %q: host header %q is not a host", r.OperationID, r.HostHeader)
 		}
 		var err error
 		if r.requestRules, err = compileHeaderRules(r.RequestHeaders, cfg.Resolver.ManagedHeaders()); err != nil {
-			return nil, fmt.Errorf("proxy: route %q: request header rule: %w", r.OperationID, err)
+			return nil, nil, fmt.Errorf("proxy: route %q: request header rule: %w", r.OperationID, err)
 		}
 		if r.responseRules, err = compileHeaderRules(r.ResponseHeaders, cfg.Resolver.ManagedHeaders()); err != nil {
-			return nil, fmt.Errorf("proxy: route %q: response header rule: %w", r.OperationID, err)
+			return nil, nil, fmt.Errorf("proxy: route %q: response header rule: %w", r.OperationID, err)
 		}
 		for _, u := range r.Upgrades {
 			if u == "" || u != strings.ToLower(u) || u == "h2c" {
-				return nil, fmt.Errorf("proxy: route %q: upgrade %q is not a lower-case protocol name other than h2c", r.OperationID, u)
+				return nil, nil, fmt.Errorf("proxy: route %q: upgrade %q is not a lower-case protocol name other than h2c", r.OperationID, u)
 			}
 		}
 		ps := r.Policies
 		if r.Policy != nil {
 			if len(ps) > 0 {
-				return nil, fmt.Errorf("proxy: route %q has both a policy and policies", r.OperationID)
+				return nil, nil, fmt.Errorf("proxy: route %q has both a policy and policies", r.OperationID)
 			}
 			ps = []*limiter.Policy{r.Policy}
 		}
 		if len(ps) > 0 {
 			l, err := newLimits(ps)
 			if err != nil {
-				return nil, fmt.Errorf("proxy: route %q: %w", r.OperationID, err)
+				return nil, nil, fmt.Errorf("proxy: route %q: %w", r.OperationID, err)
 			}
 			r.limits = l
 			if r.Cost < 1 {
 				r.Cost = 1
 			}
 		}
-		r.forward = newForwarder(r, cfg.Resolver, h.transport, h.opts.Logger, cfg.AllowUnderscoreHeaders, cfg.TunnelIdleTimeout)
+		r.forwards = newForwarders(r, cfg.Resolver, h.opts.Logger, cfg.AllowUnderscoreHeaders, cfg.TunnelIdleTimeout)
 		routes = append(routes, r)
 	}
 	return &compiled{
@@ -233,7 +287,8 @@ func (h *Handler) compile(cfg Config) (*compiled, error) {
 		deadline:          cfg.Deadline,
 		failureRetryAfter: strconv.FormatInt(ceilSeconds(cfg.FailureRetryAfter), 10),
 		bodyReadTimeout:   cfg.BodyReadTimeout,
-	}, nil
+		pools:             pools,
+	}, dropped, nil
 }
 
 // exchange is what one request leaves for the access log and the metrics.
@@ -246,6 +301,8 @@ type exchange struct {
 	upstream    time.Duration
 	// shadowDenied names the shadow policies that would have denied.
 	shadowDenied string
+	target       string         // the target the request went to last
+	fw           *forwardWriter // lent by the capture
 }
 
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -253,6 +310,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	var x exchange
 	start := time.Now()
 	cw := captures.Get().(*capture)
+	x.fw = &cw.fw
 	h.serve(cw.wrap(w), cw, r, c, &x)
 	code, written := cw.code, cw.written
 	cw.done()
@@ -285,6 +343,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			slog.Int64("bytes", written),
 			slog.Duration("duration", time.Since(start)),
 			slog.Duration("upstream_duration", x.upstream),
+			slog.String("target", x.target),
 			notLogged,
 			policy,
 		)
@@ -352,7 +411,7 @@ func (h *Handler) serve(w http.ResponseWriter, cw *capture, r *http.Request, c *
 		}
 	}
 	start := time.Now()
-	rt.forward.ServeHTTP(w, r)
+	rt.forward(w, r, x)
 	x.upstream = time.Since(start)
 	if body != nil && body.timedOut.Load() && !cw.final {
 		// No body byte for body_read_timeout. The server cancelled the

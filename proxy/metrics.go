@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"strconv"
+	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -13,6 +14,14 @@ type Metrics struct {
 	LimiterDuration *prometheus.HistogramVec
 	Fallbacks       *prometheus.CounterVec
 	ShadowDenials   *prometheus.CounterVec
+	// Per pool and target: requests sent (a retry is a second request),
+	// failures by cause, requests sent to another target after this one
+	// could not be reached, and gateway_upstream_ejected (1 while the
+	// target is out of rotation), read at scrape time.
+	UpstreamRequests *prometheus.CounterVec
+	UpstreamFailures *prometheus.CounterVec
+	UpstreamRetries  *prometheus.CounterVec
+	upstreams        *ejectedCollector
 }
 
 // NewMetrics registers the collectors on reg.
@@ -36,7 +45,22 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Name: "gateway_shadow_denials_total",
 		Help: "Requests a shadow policy would have denied; they were forwarded.",
 	}, []string{"route", "policy"})
-	reg.MustRegister(m.Requests, m.LimiterDuration, m.Fallbacks, m.ShadowDenials)
+	m.UpstreamRequests = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "gateway_upstream_requests_total",
+		Help: "Requests sent to each upstream target.",
+	}, []string{"pool", "target"})
+	m.UpstreamFailures = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "gateway_upstream_failures_total",
+		Help: "Requests to an upstream target that failed, by cause: refused, connect_timeout, response_timeout, reset, other.",
+	}, []string{"pool", "target", "cause"})
+	m.UpstreamRetries = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "gateway_upstream_retries_total",
+		Help: "Requests sent to another target after this one could not be reached.",
+	}, []string{"pool", "target"})
+	m.upstreams = &ejectedCollector{desc: prometheus.NewDesc("gateway_upstream_ejected",
+		"1 while an upstream target is out of rotation (failures or a failed health check), else 0.",
+		[]string{"pool", "target"}, nil)}
+	reg.MustRegister(m.Requests, m.LimiterDuration, m.Fallbacks, m.ShadowDenials, m.UpstreamRequests, m.UpstreamFailures, m.UpstreamRetries, m.upstreams)
 	return m
 }
 
@@ -64,4 +88,34 @@ func (m *Metrics) fallback(route, policy string, allowed bool) {
 		decision = "allowed"
 	}
 	m.Fallbacks.WithLabelValues(route, policy, decision).Inc()
+}
+
+// ejectedCollector reads the rotation state of the current configuration's
+// targets when scraped: an ejection ends by the clock, with no event to
+// set a gauge on.
+type ejectedCollector struct {
+	desc    *prometheus.Desc
+	handler atomic.Pointer[Handler]
+}
+
+func (e *ejectedCollector) Describe(ch chan<- *prometheus.Desc) { ch <- e.desc }
+
+func (e *ejectedCollector) Collect(ch chan<- prometheus.Metric) {
+	h := e.handler.Load()
+	if h == nil {
+		return
+	}
+	c := h.current.Load()
+	if c == nil {
+		return
+	}
+	for _, p := range c.pools {
+		for _, m := range p.members {
+			v := 0.0
+			if !m.inRotation() {
+				v = 1
+			}
+			ch <- prometheus.MustNewConstMetric(e.desc, prometheus.GaugeValue, v, p.Name, m.name)
+		}
+	}
 }

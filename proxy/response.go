@@ -22,6 +22,7 @@ const (
 	typeUnidentified     = "urn:edge-gateway:problem:unidentified-subject"
 	typeUpstreamFailed   = "urn:edge-gateway:problem:upstream-failed"
 	typeUpstreamTimeout  = "urn:edge-gateway:problem:upstream-timeout"
+	typeNoTarget         = "urn:edge-gateway:problem:no-upstream-target"
 	typeRequestTooLarge  = "urn:edge-gateway:problem:request-too-large"
 	typeBadBody          = "urn:edge-gateway:problem:bad-body"
 	typeInvalidToken     = "urn:edge-gateway:problem:invalid-token"
@@ -54,6 +55,7 @@ var (
 	problemUnidentified        = newProblem(http.StatusUnauthorized, typeUnidentified, "Unidentified client", "This route needs a principal or a known API key.")
 	problemUnavailable         = newProblem(http.StatusServiceUnavailable, typeReducedCapacity, "Service temporarily unavailable", "The rate limiter could not decide; nothing was forwarded. Retry after the time given.")
 	problemUpstreamFailed      = newProblem(http.StatusBadGateway, typeUpstreamFailed, "Upstream failed", "The upstream could not be reached or broke the response.")
+	problemNoTarget            = newProblem(http.StatusBadGateway, typeNoTarget, "No upstream target", "Every target of the upstream is out of rotation after failing; nothing was forwarded.")
 	problemUpstreamTimeout     = newProblem(http.StatusGatewayTimeout, typeUpstreamTimeout, "Upstream timed out", "The upstream did not answer in time.")
 	problemBadBody             = newProblem(http.StatusBadRequest, typeBadBody, "Malformed request body", "The request body could not be read as sent (for example a malformed chunk).")
 	problemInvalidToken        = newProblem(http.StatusUnauthorized, typeInvalidToken, "Invalid token", "The bearer token is malformed, expired, not yet valid, for another issuer or audience, or not signed by a key and algorithm this gateway accepts.")

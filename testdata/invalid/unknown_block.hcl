@@ -2,6 +2,6 @@ listen {
   http = ":8080"
 }
 
-upstream "legacy" {
+backend "legacy" {
   url = "http://127.0.0.1:9000"
 }

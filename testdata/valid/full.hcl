@@ -83,11 +83,25 @@ policy "burst" {
   }
 }
 
+upstream "legacy-orders" {
+  targets          = ["http://127.0.0.1:9000", "http://127.0.0.1:9001/"]
+  balance          = "least_requests"
+  connect_timeout  = "2s"
+  response_timeout = "30s"
+  max_fails        = 3
+  fail_timeout     = "10s"
+  health {
+    path     = "/healthz"
+    interval = "5s"
+    timeout  = "1s"
+  }
+}
+
 route "orders.read" {
   host     = "api.example.com"
   path     = "/orders"
   methods  = ["GET", "HEAD"]
-  upstream = "http://127.0.0.1:9000"
+  upstream = "legacy-orders"
   policy   = "per-client"
   subject  = ["principal", "api_key", "client_ip"]
   cost     = 5

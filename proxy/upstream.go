@@ -1,0 +1,142 @@
+package proxy
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// Pool is one upstream block: the targets a route forwards to, how a
+// request picks one, and when a target is taken out of rotation. Zero
+// values take the defaults below. A route that names a URL instead of a
+// pool forwards to a pool of that one target with every default.
+type Pool struct {
+	Name    string
+	Targets []*url.URL
+	Balance Balance
+	// ConnectTimeout bounds the dial to a target; default 5s. A dial that
+	// fails or times out sent nothing, so the request may go to another
+	// target (see the retry rule on Route).
+	ConnectTimeout time.Duration
+	// ResponseTimeout bounds the wait for the response headers once the
+	// request is sent; default 60s. Past it the client gets 504.
+	ResponseTimeout time.Duration
+	// MaxFails consecutive failures (refused, reset, timed out) eject a
+	// target for FailTimeout; default 3, negative never. A pool of one
+	// target never ejects it on failures, as nginx does: with nowhere
+	// else to send, a short outage would become a longer one.
+	MaxFails    int
+	FailTimeout time.Duration // default 10s
+	Health      *HealthCheck  // nil: failures of real requests only
+}
+
+// HealthCheck is a pool's active check: a GET of Path on every target each
+// Interval. A check that fails (no answer within Timeout, or a status
+// other than 2xx and 3xx) ejects the target until two checks in a row
+// pass; two passes also end an ejection for failures before its
+// FailTimeout.
+type HealthCheck struct {
+	Path     string        // absolute, on the target's host
+	Interval time.Duration // default 5s
+	Timeout  time.Duration // default 2s, at most Interval
+}
+
+// Balance is how a request picks among the targets in rotation.
+type Balance int
+
+const (
+	RoundRobin Balance = iota
+	// LeastRequests picks the less busy of two targets drawn at random
+	// (the power of two choices): as good as a scan in practice, and it
+	// never sends a burst to one target that just looked idle.
+	LeastRequests
+)
+
+// ParseBalance reads a balance name of the configuration file.
+func ParseBalance(s string) (Balance, bool) {
+	switch s {
+	case "round_robin":
+		return RoundRobin, true
+	case "least_requests":
+		return LeastRequests, true
+	}
+	return RoundRobin, false
+}
+
+func (b Balance) String() string {
+	if b == LeastRequests {
+		return "least_requests"
+	}
+	return "round_robin"
+}
+
+// Defaults of a Pool.
+const (
+	DefaultConnectTimeout  = 5 * time.Second
+	DefaultResponseTimeout = 60 * time.Second
+	DefaultMaxFails        = 3
+	DefaultFailTimeout     = 10 * time.Second
+	DefaultHealthInterval  = 5 * time.Second
+	DefaultHealthTimeout   = 2 * time.Second
+)
+
+// withDefaults checks p and fills in what it leaves zero.
+func (p Pool) withDefaults() (Pool, error) {
+	if p.Name == "" {
+		return p, errors.New("proxy: a pool needs a name")
+	}
+	if len(p.Targets) == 0 {
+		return p, fmt.Errorf("proxy: pool %q has no targets", p.Name)
+	}
+	seen := map[string]bool{}
+	for _, t := range p.Targets {
+		if err := checkTarget(t); err != nil {
+			return p, fmt.Errorf("proxy: pool %q: %w", p.Name, err)
+		}
+		if seen[t.String()] {
+			return p, fmt.Errorf("proxy: pool %q lists %s twice", p.Name, t)
+		}
+		seen[t.String()] = true
+	}
+	if p.Balance != RoundRobin && p.Balance != LeastRequests {
+		return p, fmt.Errorf("proxy: pool %q: unknown balance %d", p.Name, p.Balance)
+	}
+	if p.ConnectTimeout < 0 || p.ResponseTimeout < 0 || p.FailTimeout < 0 {
+		return p, fmt.Errorf("proxy: pool %q: negative timeout", p.Name)
+	}
+	p.ConnectTimeout = defaultIfZero(p.ConnectTimeout, DefaultConnectTimeout)
+	p.ResponseTimeout = defaultIfZero(p.ResponseTimeout, DefaultResponseTimeout)
+	p.FailTimeout = defaultIfZero(p.FailTimeout, DefaultFailTimeout)
+	if p.MaxFails == 0 {
+		p.MaxFails = DefaultMaxFails
+	}
+	if h := p.Health; h != nil {
+		c := *h
+		if !strings.HasPrefix(c.Path, "/") {
+			return p, fmt.Errorf("proxy: pool %q: health path %q must start with /", p.Name, c.Path)
+		}
+		if c.Interval < 0 || c.Timeout < 0 {
+			return p, fmt.Errorf("proxy: pool %q: negative health interval or timeout", p.Name)
+		}
+		c.Interval = defaultIfZero(c.Interval, DefaultHealthInterval)
+		c.Timeout = min(defaultIfZero(c.Timeout, DefaultHealthTimeout), c.Interval)
+		p.Health = &c
+	}
+	return p, nil
+}
+
+func checkTarget(u *url.URL) error {
+	if u == nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" {
+		return fmt.Errorf("target %v is not an http:// or https:// URL with a host and no credentials, query or fragment", u)
+	}
+	return nil
+}
+
+func defaultIfZero(d, def time.Duration) time.Duration {
+	if d == 0 {
+		return def
+	}
+	return d
+}

@@ -1,0 +1,9 @@
+upstream "legacy-orders" {
+  targets = ["http://10.0.0.11:9000", "http://10.0.0.12:9000"]
+  balance = "least_conn"
+}
+
+route "orders.read" {
+  path     = "/orders"
+  upstream = "legacy-orders"
+}
