@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -117,7 +118,7 @@ func (u *rawUpstream) bytesSince(n int) string {
 }
 
 // TestSmugglingCorpus sends each payload of testdata/smuggling over its own
-// connection to a gateway in front of a raw upstream, and holds the
+// connection, plain and TLS, to a gateway in front of a raw upstream, and holds the
 // gateway to this: every request the upstream parses is one the client
 // sent as a request (its request line is in the payload, and it is never
 // /smuggled), and the gateway answered it to the client as one response.
@@ -129,12 +130,22 @@ func TestSmugglingCorpus(t *testing.T) {
 		t.Fatalf("no corpus: %v", err)
 	}
 	up := newRawUpstream(t)
-	path := filepath.Join(t.TempDir(), "gateway.hcl")
+	dir := t.TempDir()
+	ca := newTestCA(t)
+	certFile, keyFile, _ := ca.leaf(t, dir, "gw.test")
+	path := filepath.Join(dir, "gateway.hcl")
 	src := fmt.Sprintf(`
 listen {
   http             = "127.0.0.1:0"
+  https            = "127.0.0.1:0"
   admin            = "127.0.0.1:0"
   shutdown_timeout = "5s"
+}
+tls {
+  certificate {
+    cert_file = %q
+    key_file  = %q
+  }
 }
 policy "per-client" {
   algorithm = "fixed-window"
@@ -147,33 +158,43 @@ route "everything" {
   policy   = "per-client"
   subject  = ["client_ip"]
 }
-`, up.ln.Addr())
+`, certFile, keyFile, up.ln.Addr())
 	if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	gw := startFile(t, path)
+	dials := []struct {
+		name string
+		dial func() (net.Conn, error)
+	}{
+		{"plain", func() (net.Conn, error) { return net.Dial("tcp", gw.servers.HTTPAddr().String()) }},
+		{"TLS", func() (net.Conn, error) {
+			return tls.Dial("tcp", gw.servers.HTTPSAddr().String(), &tls.Config{ServerName: "gw.test", RootCAs: ca.pool, NextProtos: []string{"http/1.1"}})
+		}},
+	}
 	for _, file := range files {
-		name := strings.TrimSuffix(filepath.Base(file), ".txt")
-		t.Run(name, func(t *testing.T) {
-			payload, err := os.ReadFile(file)
-			if err != nil {
-				t.Fatal(err)
-			}
-			before, beforeBytes := up.count()
-			statuses, echoes := sendRaw(t, gw.servers.HTTPAddr().String(), payload)
-			forwarded := up.since(before)
-			for _, r := range forwarded {
-				if strings.Contains(r, "/smuggled") || !sentAsRequest(payload, r) {
-					t.Errorf("the upstream got %q, which the client never sent as a request", r)
+		payload, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range dials {
+			t.Run(strings.TrimSuffix(filepath.Base(file), ".txt")+" over "+d.name, func(t *testing.T) {
+				before, beforeBytes := up.count()
+				statuses, echoes := sendRaw(t, d.dial, payload)
+				forwarded := up.since(before)
+				for _, r := range forwarded {
+					if strings.Contains(r, "/smuggled") || !sentAsRequest(payload, r) {
+						t.Errorf("the upstream got %q, which the client never sent as a request", r)
+					}
 				}
-			}
-			if !slices.Equal(forwarded, echoes) {
-				t.Errorf("the upstream parsed %q, the client got answers for %q", forwarded, echoes)
-			}
-			if t.Failed() {
-				t.Logf("the client got %v; the upstream read %q", statuses, up.bytesSince(beforeBytes))
-			}
-		})
+				if !slices.Equal(forwarded, echoes) {
+					t.Errorf("the upstream parsed %q, the client got answers for %q", forwarded, echoes)
+				}
+				if t.Failed() {
+					t.Logf("the client got %v; the upstream read %q", statuses, up.bytesSince(beforeBytes))
+				}
+			})
+		}
 	}
 }
 
@@ -187,9 +208,9 @@ func sentAsRequest(payload []byte, request string) bool {
 // sendRaw writes payload on a new connection and reads responses until the
 // gateway closes it or stays silent for two seconds. It returns each
 // status and, for the upstream's answers, the request each names.
-func sendRaw(t *testing.T, addr string, payload []byte) (statuses []int, echoes []string) {
+func sendRaw(t *testing.T, dial func() (net.Conn, error), payload []byte) (statuses []int, echoes []string) {
 	t.Helper()
-	c, err := net.Dial("tcp", addr)
+	c, err := dial()
 	if err != nil {
 		t.Fatal(err)
 	}
