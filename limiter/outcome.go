@@ -126,12 +126,14 @@ func (c Certainty) String() string {
 // could be allowed, and ResetAfter is never shorter than RetryAfter. For an
 // allowed request RetryAfter is zero.
 type Decision struct {
-	Allowed    bool
 	Limit      int64 // the policy's quota
 	Remaining  int64 // what is left after this request
 	ResetAfter time.Duration
 	RetryAfter time.Duration
-	Certainty  Certainty
+	// The small fields come last, packed in one word: an Evaluated, which
+	// a backend returns boxed in an Outcome, stays in a 64-byte size class.
+	Allowed   bool
+	Certainty Certainty
 	// Fallback: decided by this instance alone, with a divided budget,
 	// while the shared backend could not decide (FallbackOptions).
 	Fallback bool
