@@ -35,8 +35,11 @@ type gateway struct {
 	// ephemeral signs pseudonyms when the file has no pseudonym block; it
 	// lives as long as the process so a reload keeps every budget.
 	ephemeral []byte
-	file      *config.File
-	draining  atomic.Bool
+	// jwks is the jwks_url key set; it outlives a reload that keeps the
+	// URL, so the last good keys stay while the identity provider is down.
+	jwks     *subject.RemoteKeys
+	file     *config.File
+	draining atomic.Bool
 }
 
 // start builds every part from f, binds the listeners and serves.
@@ -93,6 +96,14 @@ func (g *gateway) proxyConfig(f *config.File) (proxy.Config, error) {
 		}
 		so.PseudonymKeys, so.PseudonymVersion = map[int][]byte{1: g.ephemeral}, 1
 	}
+	if so.JWT != nil && so.JWT.JWKSURL != "" {
+		j := *so.JWT
+		keys, err := g.remoteKeys(j.JWKSURL)
+		if err != nil {
+			return proxy.Config{}, err
+		}
+		j.Keys, so.JWT = keys, &j
+	}
 	resolver, err := subject.NewResolver(so)
 	if err != nil {
 		return proxy.Config{}, err
@@ -100,6 +111,29 @@ func (g *gateway) proxyConfig(f *config.File) (proxy.Config, error) {
 	cfg := f.Proxy
 	cfg.Resolver, cfg.Limiter = resolver, g.backend
 	return cfg, nil
+}
+
+// remoteKeys is the key set at url, fetched now: at start, and on every
+// reload, so SIGHUP is how an operator makes the gateway see a rotation at
+// once. A fetch that fails is logged and changes nothing: the last good
+// set stays, and a set never fetched answers tokens 503 until a token with
+// a key ID fetches it (at most once per 10 s).
+func (g *gateway) remoteKeys(url string) (*subject.RemoteKeys, error) {
+	keys := g.jwks
+	if keys == nil || keys.URL() != url {
+		var err error
+		if keys, err = subject.NewRemoteKeys(subject.RemoteKeysOptions{URL: url, Logger: g.logger}); err != nil {
+			return nil, err
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := keys.Refresh(ctx); err != nil {
+		g.logger.Error("jwks_url could not be fetched; tokens are checked against the last good key set, or answered 503 until there is one",
+			"jwks_url", url, "error", err.Error())
+	}
+	g.jwks = keys
+	return keys, nil
 }
 
 // reload applies the file again. An invalid file changes nothing; requests

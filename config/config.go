@@ -435,6 +435,9 @@ func (c *checker) subject(b *subjectBlock) subject.Options {
 	if b.APIKeysFile != nil {
 		o.KnownKeys = c.apiKeys(b.APIKeysFileRange, c.path(*b.APIKeysFile))
 	}
+	if b.JWT != nil {
+		o.JWT = c.jwt(b.JWT)
+	}
 	return o
 }
 

@@ -269,3 +269,36 @@ route "plain" {
 		t.Errorf("tunnel idle %v, body read %v", f.Proxy.TunnelIdleTimeout, f.Proxy.BodyReadTimeout)
 	}
 }
+
+func TestAJWTBlockBecomesResolverOptions(t *testing.T) {
+	src := `
+subject {
+  jwt {
+    jwks_url   = "https://idp.example/.well-known/jwks.json"
+    issuer     = "https://idp.example/"
+    audience   = ["orders-api", "orders-admin"]
+    claim      = "user_id"
+    leeway     = "30s"
+    algorithms = ["RS256", "EdDSA"]
+  }
+}
+route "orders.read" {
+  path     = "/orders"
+  upstream = "http://127.0.0.1:9000"
+  subject  = ["jwt", "client_ip"]
+}
+`
+	f, diags := config.Parse("gateway.hcl", []byte(src), env(nil))
+	if diags.HasErrors() {
+		t.Fatal(diags.Error())
+	}
+	j := f.Subject.JWT
+	if j == nil || j.JWKSURL != "https://idp.example/.well-known/jwks.json" || j.Issuer != "https://idp.example/" ||
+		strings.Join(j.Audience, ",") != "orders-api,orders-admin" || j.Claim != "user_id" || j.Leeway.String() != "30s" ||
+		strings.Join(j.Algorithms, ",") != "RS256,EdDSA" || j.Keys != nil {
+		t.Fatalf("jwt options %+v", j)
+	}
+	if got := f.Proxy.Routes[0].Subject; len(got) != 2 || got[0] != subject.JWT || got[1] != subject.ClientIP {
+		t.Fatalf("route sources %v", got)
+	}
+}

@@ -19,6 +19,7 @@ var defaultSources = []subject.Kind{subject.Principal, subject.APIKey, subject.C
 func (c *checker) routes(blocks []*routeBlock, policies map[string]*limiter.Policy, so *subject.Options, maxBody int64) []proxy.Route {
 	hasKeys := so.KnownKeys != nil
 	hasPrincipal := so.PrincipalHeader != "" && len(so.TrustedProxies) > 0
+	hasJWT := so.JWT != nil
 	var routes []proxy.Route
 	var ranges []hcl.Range
 	labels := map[string]hcl.Range{}
@@ -64,7 +65,7 @@ func (c *checker) routes(blocks []*routeBlock, policies map[string]*limiter.Poli
 			for _, it := range items {
 				k, ok := subject.ParseKind(it.value)
 				if !ok {
-					c.errorf(it.rng, "Unknown subject source", "Sources are principal, api_key and client_ip, not %q.", it.value)
+					c.errorf(it.rng, "Unknown subject source", "Sources are principal, api_key, client_ip and jwt, not %q.", it.value)
 					continue
 				}
 				if slices.Contains(r.Subject, k) {
@@ -76,6 +77,8 @@ func (c *checker) routes(blocks []*routeBlock, policies map[string]*limiter.Poli
 					c.errorf(it.rng, "api_key needs known keys", "The api_key source counts only known keys; set subject.api_keys_file.")
 				case k == subject.Principal && !hasPrincipal:
 					c.errorf(it.rng, "principal needs a trusted proxy", "The principal source needs subject.principal_header and subject.trusted_proxies.")
+				case k == subject.JWT && !hasJWT:
+					c.errorf(it.rng, "jwt needs a jwt block", "The jwt source verifies tokens against subject.jwt; add the block with a key set, issuer, audience and algorithms.")
 				}
 				r.Subject = append(r.Subject, k)
 			}

@@ -144,6 +144,25 @@ type subjectBlock struct {
 	APIKeysFileRange     hcl.Range      `hcl:"api_keys_file,attr_value_range"`
 	IPv6Prefix           *int64         `hcl:"ipv6_prefix,optional"`
 	IPv6PrefixRange      hcl.Range      `hcl:"ipv6_prefix,attr_value_range"`
+	JWT                  *jwtBlock      `hcl:"jwt,block"`
+}
+
+type jwtBlock struct {
+	Header        *string        `hcl:"header,optional"`
+	HeaderRange   hcl.Range      `hcl:"header,attr_value_range"`
+	JWKSFile      *string        `hcl:"jwks_file,optional"`
+	JWKSFileRange hcl.Range      `hcl:"jwks_file,attr_value_range"`
+	JWKSURL       *string        `hcl:"jwks_url,optional"`
+	JWKSURLRange  hcl.Range      `hcl:"jwks_url,attr_value_range"`
+	Issuer        string         `hcl:"issuer"`
+	IssuerRange   hcl.Range      `hcl:"issuer,attr_value_range"`
+	Audience      hcl.Expression `hcl:"audience"`
+	Claim         *string        `hcl:"claim,optional"`
+	ClaimRange    hcl.Range      `hcl:"claim,attr_value_range"`
+	Leeway        *string        `hcl:"leeway,optional"`
+	LeewayRange   hcl.Range      `hcl:"leeway,attr_value_range"`
+	Algorithms    hcl.Expression `hcl:"algorithms"`
+	DefRange      hcl.Range      `hcl:",def_range"`
 }
 
 type pseudonymBlock struct {

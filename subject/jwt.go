@@ -27,6 +27,10 @@ type JWTOptions struct {
 	Header string
 	// Keys verify the signature.
 	Keys KeySet
+	// JWKSURL is where Keys are fetched from, when they are: the caller
+	// owns the fetching, which outlives a reload, and sets Keys from it.
+	// NewResolver reads Keys only.
+	JWKSURL string
 	// Issuer must equal the token's iss.
 	Issuer string
 	// Audience: the token's aud must hold at least one of these.

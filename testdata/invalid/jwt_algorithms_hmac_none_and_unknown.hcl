@@ -1,0 +1,8 @@
+subject {
+  jwt {
+    jwks_url   = "https://idp.example/.well-known/jwks.json"
+    issuer     = "https://idp.example/"
+    audience   = ["orders-api"]
+    algorithms = ["RS256", "HS256", "none", "ES999", "RS256"]
+  }
+}

@@ -1,0 +1,7 @@
+subject {
+  jwt {
+    issuer     = "https://idp.example/"
+    audience   = ["orders-api"]
+    algorithms = ["ES256"]
+  }
+}
