@@ -207,7 +207,7 @@ func TestReload(t *testing.T) {
 		if code, body := r.admin(t, "/readyz"); code != 200 {
 			t.Fatalf("/readyz %d %q", code, body)
 		}
-		if v := r.metricValue(t, `gateway_requests_total{outcome="denied",route="orders.read",status="429"}`); v < 3 {
+		if v := r.metricValue(t, `gateway_requests_total{outcome="denied",plan="none",route="orders.read",status="429"}`); v < 3 {
 			t.Fatalf("denied counter %v", v)
 		}
 		if s := r.get(t, "/metrics").StatusCode; s != 404 {

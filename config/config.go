@@ -419,6 +419,7 @@ func (c *checker) subject(b *subjectBlock) subject.Options {
 		{"forwarded_header", b.ForwardedHeader, b.ForwardedHeaderRange, &o.ForwardedHeader},
 		{"principal_header", b.PrincipalHeader, b.PrincipalHeaderRange, &o.PrincipalHeader},
 		{"api_key_header", b.APIKeyHeader, b.APIKeyHeaderRange, &o.APIKeyHeader},
+		{"plan_header", b.PlanHeader, b.PlanHeaderRange, &o.PlanHeader},
 	} {
 		if h.value == nil {
 			continue
@@ -433,7 +434,10 @@ func (c *checker) subject(b *subjectBlock) subject.Options {
 		c.errorf(b.IPv6PrefixRange, "Invalid prefix length", "ipv6_prefix must be between 1 and 128.")
 	}
 	if b.APIKeysFile != nil {
-		o.KnownKeys = c.apiKeys(b.APIKeysFileRange, c.path(*b.APIKeysFile))
+		o.KnownKeys, o.KeyPlans = c.apiKeys(b.APIKeysFileRange, c.path(*b.APIKeysFile))
+	}
+	if b.PlanHeader != nil && (o.PrincipalHeader == "" || len(o.TrustedProxies) == 0) {
+		c.errorf(b.PlanHeaderRange, "plan_header needs a trusted principal", "The plan header gives the plan of a principal asserted by a trusted proxy; set principal_header and trusted_proxies too.")
 	}
 	if b.JWT != nil {
 		o.JWT = c.jwt(b.JWT)
@@ -445,30 +449,52 @@ func (c *checker) subject(b *subjectBlock) subject.Options {
 const maxAPIKeysFileBytes = 64 << 20
 
 // apiKeys reads the known API keys: the SHA-256 of each key in hex, one a
-// line; blank lines and lines starting with # are skipped.
-func (c *checker) apiKeys(rng hcl.Range, path string) map[subject.KeyHash]struct{} {
+// line, optionally followed by the key's plan; blank lines and lines
+// starting with # are skipped.
+func (c *checker) apiKeys(rng hcl.Range, path string) (map[subject.KeyHash]struct{}, map[subject.KeyHash]string) {
 	src, err := readFile(path, maxAPIKeysFileBytes)
 	if err != nil {
 		c.errorf(rng, "Cannot read api_keys_file", "%s.", err)
-		return nil
+		return nil, nil
 	}
 	keys := map[subject.KeyHash]struct{}{}
+	var plans map[subject.KeyHash]string
+	names := map[string]string{} // one copy of each plan name
 	sc := bufio.NewScanner(bytes.NewReader(src))
 	for n := 1; sc.Scan(); n++ {
 		line := strings.TrimSpace(sc.Text())
 		if line == "" || line[0] == '#' {
 			continue
 		}
+		fields := strings.Fields(line)
 		var h subject.KeyHash
-		b, err := hex.DecodeString(line)
+		b, err := hex.DecodeString(fields[0])
 		if err != nil || len(b) != len(h) {
 			c.errorf(rng, "Invalid API key hash", "%s line %d is not a SHA-256 in hex (64 hex digits); store hashes, never keys (`gateway hash-key`).", path, n)
 			continue
 		}
 		copy(h[:], b)
+		switch {
+		case len(fields) > 2:
+			c.errorf(rng, "Invalid API key line", "%s line %d has more than a key hash and a plan name.", path, n)
+			continue
+		case len(fields) == 2:
+			plan := fields[1]
+			if !isName(plan) {
+				c.errorf(rng, "Invalid plan name", "%s line %d: plan names are letters, digits, '.', '-' and '_'.", path, n)
+				continue
+			}
+			if _, ok := names[plan]; !ok {
+				names[plan] = plan
+			}
+			if plans == nil {
+				plans = map[subject.KeyHash]string{}
+			}
+			plans[h] = names[plan]
+		}
 		keys[h] = struct{}{}
 	}
-	return keys
+	return keys, plans
 }
 
 func (c *checker) pseudonym(b *pseudonymBlock) (map[int][]byte, int) {

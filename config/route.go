@@ -6,6 +6,8 @@ import (
 	"strings"
 
 	"github.com/hashicorp/hcl/v2"
+	"github.com/zclconf/go-cty/cty"
+	"github.com/zclconf/go-cty/cty/convert"
 
 	"github.com/edgegate/gateway/limiter"
 	"github.com/edgegate/gateway/proxy"
@@ -161,8 +163,16 @@ func (c *checker) routes(blocks []*routeBlock, policies map[string]*limiter.Poli
 			if len(r.Policies) == 1 {
 				r.Policy, r.Policies = r.Policies[0], nil
 			}
-		case b.Policy == nil && !hasPolicies && b.Cost != nil:
+		case b.Policy == nil && !hasPolicies && b.Cost != nil && b.PlansAt == (hcl.Range{}):
 			c.errorf(b.CostName, "Cost without a policy", "cost means nothing on a route without a policy.")
+		}
+		if b.PlansAt != (hcl.Range{}) {
+			r.Plans = c.plans(b.Plans, usePolicy)
+			for name := range r.Plans {
+				if !slices.Contains(so.Plans, name) {
+					so.Plans = append(so.Plans, name)
+				}
+			}
 		}
 		for i, o := range routes {
 			if o.Host == r.Host && o.Path == r.Path && r.Path != "" && proxy.MethodsOverlap(o.Methods, r.Methods) {
@@ -250,4 +260,68 @@ func isProtocolName(s string) bool {
 		}
 	}
 	return true
+}
+
+// plans checks a route's plans: a map from plan names to a policy name or
+// a list of them, each list holding at least one policy, each once.
+func (c *checker) plans(expr hcl.Expression, usePolicy func(string, hcl.Range) *limiter.Policy) map[string][]*limiter.Policy {
+	pairs, diags := hcl.ExprMap(expr)
+	if diags.HasErrors() {
+		c.errorf(expr.Range(), "Wrong type", "plans must be a map written out, such as { gold = \"gold-orders\", partner = [\"per-second\", \"partner-day\"] }.")
+		return nil
+	}
+	out := map[string][]*limiter.Policy{}
+	seen := map[string]hcl.Range{}
+	for _, p := range pairs {
+		k, kdiags := p.Key.Value(c.ctx)
+		c.diags = append(c.diags, kdiags...)
+		if kdiags.HasErrors() {
+			continue
+		}
+		k, err := convert.Convert(k, cty.String)
+		if err != nil || k.IsNull() {
+			c.errorf(p.Key.Range(), "Wrong type", "each plan name must be a string.")
+			continue
+		}
+		name := k.AsString()
+		if !isName(name) {
+			c.errorf(p.Key.Range(), "Invalid plan name", "Plan names are letters, digits, '.', '-' and '_', not %q.", name)
+			continue
+		}
+		if first, dup := seen[name]; dup {
+			c.errorf(p.Key.Range(), "Duplicate plan", "Plan %q is already given at %s.", name, first)
+			continue
+		}
+		seen[name] = p.Key.Range()
+		var items []listItem
+		if _, ldiags := hcl.ExprList(p.Value); !ldiags.HasErrors() {
+			items = c.list(p.Value, "plans."+name)
+			if len(items) == 0 {
+				c.errorf(p.Value.Range(), "Plan without a policy", "Plan %q names no policy; give it one, or leave it out so that its subjects get the route's policy.", name)
+				continue
+			}
+		} else {
+			v, ok := c.value(p.Value, "plans."+name, cty.String)
+			if !ok {
+				continue
+			}
+			items = []listItem{{v.AsString(), p.Value.Range()}}
+		}
+		var ps []*limiter.Policy
+		repeated := map[string]bool{}
+		for _, it := range items {
+			if repeated[it.value] {
+				c.errorf(it.rng, "Repeated policy", "%q is already in the list; a policy counts once per plan.", it.value)
+				continue
+			}
+			repeated[it.value] = true
+			if pol := usePolicy(it.value, it.rng); pol != nil {
+				ps = append(ps, pol)
+			}
+		}
+		if len(ps) == len(items) {
+			out[name] = ps
+		}
+	}
+	return out
 }

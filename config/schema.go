@@ -140,6 +140,8 @@ type subjectBlock struct {
 	PrincipalHeaderRange hcl.Range      `hcl:"principal_header,attr_value_range"`
 	APIKeyHeader         *string        `hcl:"api_key_header,optional"`
 	APIKeyHeaderRange    hcl.Range      `hcl:"api_key_header,attr_value_range"`
+	PlanHeader           *string        `hcl:"plan_header,optional"`
+	PlanHeaderRange      hcl.Range      `hcl:"plan_header,attr_value_range"`
 	APIKeysFile          *string        `hcl:"api_keys_file,optional"`
 	APIKeysFileRange     hcl.Range      `hcl:"api_keys_file,attr_value_range"`
 	IPv6Prefix           *int64         `hcl:"ipv6_prefix,optional"`
@@ -249,6 +251,8 @@ type routeBlock struct {
 	PolicyName        hcl.Range      `hcl:"policy,attr_name_range"`
 	Policies          hcl.Expression `hcl:"policies,optional"`
 	PoliciesAt        hcl.Range      `hcl:"policies,attr_range"`
+	Plans             hcl.Expression `hcl:"plans,optional"`
+	PlansAt           hcl.Range      `hcl:"plans,attr_range"`
 	Subject           hcl.Expression `hcl:"subject,optional"`
 	SubjectAt         hcl.Range      `hcl:"subject,attr_range"`
 	Cost              *int64         `hcl:"cost,optional"`

@@ -40,8 +40,13 @@ type Route struct {
 	// must allow, and when one denies none is charged. Set either Policy or
 	// Policies.
 	Policies []*limiter.Policy
-	Subject  []subject.Kind
-	Cost     int64
+	// Plans select the policies of a subject by its plan (subject.Subject's
+	// Plan): one policy, or several decided together as Policies are. A
+	// subject without a plan, or with one not listed, gets Policy or
+	// Policies.
+	Plans   map[string][]*limiter.Policy
+	Subject []subject.Kind
+	Cost    int64
 	// MaxBodyBytes caps the request body; 0 means no cap. A declared
 	// Content-Length over it is refused before the limiter is asked; a
 	// streamed body that runs over is cut and answered 413.
@@ -132,7 +137,8 @@ type compiled struct {
 
 type route struct {
 	Route
-	limits        *limits // nil: no limit
+	limits        *limits // nil: no limit (for subjects without a plan)
+	planLimits    map[string]*limits
 	pool          *pool
 	forwards      []*httputil.ReverseProxy // to each member of pool, in order
 	requestRules  headerRules
@@ -273,9 +279,22 @@ func (h *Handler) compile(cfg Config, prev *compiled) (*compiled, []*http.Transp
 				return nil, nil, fmt.Errorf("proxy: route %q: %w", r.OperationID, err)
 			}
 			r.limits = l
-			if r.Cost < 1 {
-				r.Cost = 1
+		}
+		for plan, ps := range r.Plans {
+			if len(ps) == 0 {
+				return nil, nil, fmt.Errorf("proxy: route %q: plan %q names no policy", r.OperationID, plan)
 			}
+			l, err := newLimits(ps)
+			if err != nil {
+				return nil, nil, fmt.Errorf("proxy: route %q: plan %q: %w", r.OperationID, plan, err)
+			}
+			if r.planLimits == nil {
+				r.planLimits = map[string]*limits{}
+			}
+			r.planLimits[plan] = l
+		}
+		if r.limited() && r.Cost < 1 {
+			r.Cost = 1
 		}
 		r.forwards = newForwarders(r, cfg.Resolver, h.opts.Logger, cfg.AllowUnderscoreHeaders, cfg.TunnelIdleTimeout)
 		routes = append(routes, r)
@@ -303,6 +322,9 @@ type exchange struct {
 	shadowDenied string
 	target       string         // the target the request went to last
 	fw           *forwardWriter // lent by the capture
+	// plan is the subject's plan as logged and counted: a name from the
+	// configuration, "other" for a plan it does not know, "" for none.
+	plan string
 }
 
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -315,7 +337,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	code, written := cw.code, cw.written
 	cw.done()
 	if h.opts.Metrics != nil {
-		h.opts.Metrics.observeRequest(x.route, x.outcome, code)
+		h.opts.Metrics.observeRequest(x.route, x.outcome, x.plan, code)
 	}
 	if h.opts.AccessLog {
 		var notLogged slog.Attr // empty, and so left out, but after a flood
@@ -328,15 +350,19 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				notLogged = slog.Int64("denials_not_logged", skipped)
 			}
 		}
-		var policy slog.Attr
+		var policy, plan slog.Attr
 		if x.shadowDenied != "" {
 			policy = slog.String("policy", x.shadowDenied)
+		}
+		if x.plan != "" {
+			plan = slog.String("plan", x.plan)
 		}
 		h.opts.Logger.LogAttrs(r.Context(), slog.LevelInfo, "request",
 			slog.String("route", x.route),
 			slog.String("method", r.Method),
 			slog.String("subject_kind", x.subjectKind.String()),
 			slog.String("pseudonym", x.pseudonym),
+			plan,
 			slog.String("outcome", x.outcome),
 			reasonAttr(x.reason),
 			slog.Int("status", code),
@@ -388,7 +414,7 @@ func (h *Handler) serve(w http.ResponseWriter, cw *capture, r *http.Request, c *
 		}
 	}
 
-	if rt.limits == nil {
+	if !rt.limited() {
 		x.outcome = "unlimited"
 	} else if !h.limit(w, r, c, rt, x) {
 		return
@@ -459,8 +485,22 @@ func (h *Handler) limit(w http.ResponseWriter, r *http.Request, c *compiled, rt 
 		return false
 	}
 	x.subjectKind, x.pseudonym = s.Kind, s.Pseudonym
+	switch {
+	case s.Plan != "":
+		x.plan = s.Plan
+	case s.PlanUnknown:
+		x.plan = "other"
+	}
 
 	l := rt.limits
+	if pl, ok := rt.planLimits[s.Plan]; ok && s.Plan != "" {
+		l = pl
+	}
+	if l == nil {
+		// Only plans limit this route, and the subject has none of them.
+		x.outcome = "unlimited"
+		return true
+	}
 	start := time.Now()
 	req := limiter.Request{
 		Subject:      s.Pseudonym,
@@ -500,7 +540,7 @@ func (h *Handler) limit(w http.ResponseWriter, r *http.Request, c *compiled, rt 
 	switch o := o.(type) {
 	case limiter.Evaluated:
 		if l.multi {
-			return h.decidedAll(w, rt, o, x)
+			return h.decidedAll(w, rt, l, o, x)
 		}
 		if l.shadowOnly {
 			if !o.Allowed {
@@ -528,10 +568,12 @@ func (h *Handler) limit(w http.ResponseWriter, r *http.Request, c *compiled, rt 
 	return false
 }
 
+// limited reports whether any subject of the route is limited.
+func (r *route) limited() bool { return r.limits != nil || len(r.planLimits) > 0 }
+
 // decidedAll answers a decision over several policies. It reports whether
 // the request may go on.
-func (h *Handler) decidedAll(w http.ResponseWriter, rt *route, o limiter.Evaluated, x *exchange) bool {
-	l := rt.limits
+func (h *Handler) decidedAll(w http.ResponseWriter, rt *route, l *limits, o limiter.Evaluated, x *exchange) bool {
 	l.setHeadersAll(w.Header(), o.Policies)
 	if o.Allowed {
 		if names := l.shadowDenials(o.Policies); names != nil {

@@ -113,9 +113,13 @@ func newResolver(t testing.TB, trusted []string) *subject.Resolver {
 		PrincipalHeader: "X-Auth-Principal",
 		APIKeyHeader:    "X-API-Key",
 		KnownKeys: map[subject.KeyHash]struct{}{
-			sha256.Sum256([]byte("known-key-one")): {},
-			sha256.Sum256([]byte("known-key-two")): {},
+			sha256.Sum256([]byte("known-key-one")):  {},
+			sha256.Sum256([]byte("known-key-two")):  {},
+			sha256.Sum256([]byte("known-gold-key")): {},
 		},
+		KeyPlans:         map[subject.KeyHash]string{sha256.Sum256([]byte("known-gold-key")): "gold"},
+		PlanHeader:       "X-Auth-Plan",
+		Plans:            []string{"gold", "partner"},
 		PseudonymKeys:    map[int][]byte{1: []byte(fakeSecret)},
 		PseudonymVersion: 1,
 	})

@@ -29,8 +29,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		Requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gateway_requests_total",
-			Help: "Requests by route, outcome and status code.",
-		}, []string{"route", "outcome", "status"}),
+			Help: "Requests by route, outcome, status code and the subject's plan (none, a plan the configuration names, or other).",
+		}, []string{"route", "outcome", "status", "plan"}),
 		LimiterDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "gateway_limiter_duration_seconds",
 			Help:    "Time the limiter took to answer, by outcome.",
@@ -71,7 +71,7 @@ var statusLabels = func() (s [600]string) {
 	return s
 }()
 
-func (m *Metrics) observeRequest(route, outcome string, status int) {
+func (m *Metrics) observeRequest(route, outcome, plan string, status int) {
 	label := "other"
 	if status >= 0 && status < len(statusLabels) {
 		label = statusLabels[status]
@@ -79,7 +79,10 @@ func (m *Metrics) observeRequest(route, outcome string, status int) {
 	if route == "" {
 		route = "none"
 	}
-	m.Requests.WithLabelValues(route, outcome, label).Inc()
+	if plan == "" {
+		plan = "none"
+	}
+	m.Requests.WithLabelValues(route, outcome, label, plan).Inc()
 }
 
 func (m *Metrics) fallback(route, policy string, allowed bool) {

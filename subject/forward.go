@@ -16,16 +16,17 @@ var clientAddressHeaders = []string{
 }
 
 // ManagedHeaders are the request headers whose meaning the resolver
-// decides: the forwarded header, the principal and API key headers it
-// reads, and the client-address headers it drops from untrusted peers.
-// Defaults are applied as NewResolver applies them. Nothing else (a route's
-// header rules) may set or remove them.
+// decides: the forwarded header, the principal, API key and plan headers
+// it reads, and the client-address headers it drops from untrusted peers.
+// Defaults are applied as NewResolver applies them. Nothing else (a
+// route's header rules) may set or remove them.
 func (o Options) ManagedHeaders() []string {
 	names := append([]string(nil), clientAddressHeaders...)
 	for _, h := range []struct{ name, def string }{
 		{o.ForwardedHeader, "X-Forwarded-For"},
 		{o.PrincipalHeader, ""},
 		{o.APIKeyHeader, "X-API-Key"},
+		{o.PlanHeader, ""},
 	} {
 		if h.name == "" {
 			h.name = h.def
@@ -44,7 +45,7 @@ func (r *Resolver) ManagedHeaders() []string { return r.managed }
 // by the same trust Resolve uses, and writes it on pr.Out. From a trusted
 // proxy it keeps the X-Forwarded-For chain and a plain http or https
 // X-Forwarded-Proto, and appends the peer; from anyone else it drops the
-// principal header, the configured forwarded header and every
+// principal and plan headers, the configured forwarded header and every
 // client-address header, so that no client can assert an identity the
 // limiter did not believe. It is meant for a ReverseProxy's Rewrite, which
 // runs after hop-by-hop headers are gone.
@@ -60,6 +61,9 @@ func (r *Resolver) SetForwarded(pr *httputil.ProxyRequest) {
 		}
 		if r.principalHeader != "" {
 			delete(pr.Out.Header, r.principalHeader)
+		}
+		if r.planHeader != "" {
+			delete(pr.Out.Header, r.planHeader)
 		}
 		delete(pr.Out.Header, r.forwardedHeader)
 	}

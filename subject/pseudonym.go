@@ -62,9 +62,23 @@ func NewPseudonymizer(keys map[int][]byte, active int) (*Pseudonymizer, error) {
 
 // Pseudonym signs one subject.
 func (p *Pseudonymizer) Pseudonym(kind Kind, identity, operationID string) string {
+	return p.PseudonymWithPlan(kind, identity, operationID, "")
+}
+
+// PseudonymWithPlan signs one subject on a plan: the plan is a fourth
+// framed field, so a subject whose plan changes starts a budget of its
+// own. Without a plan it is Pseudonym: pseudonyms of subjects without a
+// plan do not change. Framing keeps a three-field input from ever equalling
+// a four-field one.
+func (p *Pseudonymizer) PseudonymWithPlan(kind Kind, identity, operationID, plan string) string {
 	s := p.pool.Get().(*signer)
 	in := s.in[:0]
-	for _, field := range [3]string{kind.String(), identity, operationID} {
+	fields := [4]string{kind.String(), identity, operationID, plan}
+	n := 3
+	if plan != "" {
+		n = 4
+	}
+	for _, field := range fields[:n] {
 		in = binary.BigEndian.AppendUint32(in, uint32(len(field)))
 		in = append(in, field...)
 	}

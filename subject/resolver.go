@@ -62,6 +62,15 @@ type Options struct {
 	// Default X-API-Key.
 	APIKeyHeader string
 	KnownKeys    map[KeyHash]struct{}
+	// KeyPlans are the plans of the known keys that have one.
+	KeyPlans map[KeyHash]string
+	// PlanHeader carries the plan of a principal, asserted by a trusted
+	// proxy; from anyone else it is ignored.
+	PlanHeader string
+	// Plans are the plan names the configuration knows, besides those of
+	// KeyPlans. A plan header naming another plan gives no plan (and is
+	// labelled "other"), so that a proxy cannot mint budgets or labels.
+	Plans []string
 	// IPv6Prefix groups IPv6 clients into one subject per prefix. Default 64.
 	IPv6Prefix int
 	// PseudonymKeys are the HMAC secrets by version, each at least
@@ -85,12 +94,21 @@ type Resolver struct {
 	pseudonymizer   *Pseudonymizer
 	managed         []string
 	jwt             *verifier // nil without a jwt block
+	keyPlans        map[KeyHash]string
+	planHeader      string
+	plans           map[string]string // known plan names, to themselves
 }
 
 // Subject is who is asking, as far as anything outside this package may know.
 type Subject struct {
 	Kind      Kind
 	Pseudonym string
+	// Plan is the subject's plan, a name the configuration knows, or "".
+	// It is part of the pseudonym.
+	Plan string
+	// PlanUnknown: a trusted proxy named a plan the configuration does not
+	// know; Plan is "".
+	PlanUnknown bool
 }
 
 var (
@@ -127,6 +145,13 @@ func NewResolver(opts Options) (*Resolver, error) {
 			return nil, fmt.Errorf("subject: %w", err)
 		}
 	}
+	plans := map[string]string{}
+	for _, p := range opts.Plans {
+		plans[p] = p
+	}
+	for _, p := range opts.KeyPlans {
+		plans[p] = p
+	}
 	trusted := make([]netip.Prefix, len(opts.TrustedProxies))
 	for i, p := range opts.TrustedProxies {
 		trusted[i] = p.Masked()
@@ -141,6 +166,9 @@ func NewResolver(opts Options) (*Resolver, error) {
 		pseudonymizer:   pseudonymizer,
 		managed:         opts.ManagedHeaders(),
 		jwt:             jwt,
+		keyPlans:        opts.KeyPlans,
+		planHeader:      http.CanonicalHeaderKey(opts.PlanHeader),
+		plans:           plans,
 	}, nil
 }
 
@@ -160,12 +188,20 @@ func (r *Resolver) Resolve(req *http.Request, sources []Kind, operationID string
 	}
 	for _, k := range sources {
 		var identity string
+		var s Subject
 		switch k {
 		case Principal:
 			if !peerTrusted || r.principalHeader == "" {
 				continue
 			}
 			identity = strings.TrimSpace(req.Header.Get(r.principalHeader))
+			if identity != "" && r.planHeader != "" {
+				if v := req.Header[r.planHeader]; len(v) > 1 {
+					return Subject{}, ErrAmbiguousCredential
+				} else if len(v) == 1 {
+					s.Plan, s.PlanUnknown = r.knownPlan(strings.TrimSpace(v[0]))
+				}
+			}
 		case APIKey:
 			if r.apiKeyHeader == "" {
 				continue
@@ -179,6 +215,7 @@ func (r *Resolver) Resolve(req *http.Request, sources []Kind, operationID string
 				continue // an unknown key never earns a bucket of its own
 			}
 			identity = string(sum[:])
+			s.Plan = r.keyPlans[sum]
 		case ClientIP:
 			identity = r.clientIdentity(r.clientAddr(req, peer, peerTrusted))
 		case JWT:
@@ -198,9 +235,23 @@ func (r *Resolver) Resolve(req *http.Request, sources []Kind, operationID string
 		if identity == "" {
 			continue
 		}
-		return Subject{Kind: k, Pseudonym: r.pseudonymizer.Pseudonym(k, identity, operationID)}, nil
+		s.Kind = k
+		s.Pseudonym = r.pseudonymizer.PseudonymWithPlan(k, identity, operationID, s.Plan)
+		return s, nil
 	}
 	return Subject{}, errUnidentified
+}
+
+// knownPlan maps a plan a proxy asserted to the configuration's name for
+// it: ("", true) when the configuration knows no such plan.
+func (r *Resolver) knownPlan(v string) (plan string, unknown bool) {
+	if v == "" {
+		return "", false
+	}
+	if p, ok := r.plans[v]; ok {
+		return p, false
+	}
+	return "", true
 }
 
 func (r *Resolver) header(k Kind) string {

@@ -141,6 +141,21 @@ func TestPseudonymFraming(t *testing.T) {
 	if !strings.HasPrefix(a, "v2:") {
 		t.Fatalf("pseudonym %q does not carry version 2", a)
 	}
+	// A plan is a field of its own: no plan is the three-field pseudonym,
+	// and no plan makes an operation ID or identity of another subject.
+	if p.PseudonymWithPlan(subject.APIKey, "k", "op", "") != p.Pseudonym(subject.APIKey, "k", "op") {
+		t.Fatal("a subject without a plan changed its pseudonym")
+	}
+	gold := p.PseudonymWithPlan(subject.APIKey, "k", "op", "gold")
+	for _, other := range []string{
+		p.Pseudonym(subject.APIKey, "k", "op"),
+		p.PseudonymWithPlan(subject.APIKey, "k", "op", "silver"),
+		p.PseudonymWithPlan(subject.APIKey, "k", "opgold", ""),
+	} {
+		if gold == other {
+			t.Fatal("a plan does not separate budgets")
+		}
+	}
 	if _, err := subject.NewPseudonymizer(map[int][]byte{1: []byte("short")}, 1); err == nil {
 		t.Fatal("a short secret was accepted")
 	}

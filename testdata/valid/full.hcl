@@ -37,6 +37,7 @@ subject {
   principal_header = "X-Auth-Principal"
   api_key_header   = "X-API-Key"
   api_keys_file    = "../api-keys.txt"
+  plan_header      = "X-Auth-Plan"
   ipv6_prefix      = 56
 }
 
@@ -122,6 +123,7 @@ route "orders.legacy" {
   rewrite_prefix = "/cgi-bin/orders"
   host_header    = "orders.internal"
   policy         = "per-client"
+  plans          = { gold = "burst", partner = ["smooth", "burst"] }
   request_headers {
     set    = { "X-Gateway" = "edge" }
     remove = ["X-Debug"]

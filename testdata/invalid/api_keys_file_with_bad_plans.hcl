@@ -1,0 +1,3 @@
+subject {
+  api_keys_file = "api-keys-bad-plans.txt"
+}

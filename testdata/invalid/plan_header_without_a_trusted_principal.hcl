@@ -1,0 +1,3 @@
+subject {
+  plan_header = "X-Auth-Plan"
+}
