@@ -319,9 +319,9 @@ func pushOverLimit(ctx context.Context, t *target) error {
 
 func progressLine(mode string, rounds int, s sample) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s round %d/%d c=%-4d %-15s %6.0f req/s  p50 %s  p99 %s  cpu %5.1fµs/req  core0 %3.0f%% core1 %3.0f%% other %3.0f%%",
+	fmt.Fprintf(&b, "%s round %d/%d c=%-4d %-15s %6.0f req/s  p50 %s  p99 %s  cpu %5.1fµs/req  load-side %5.1fµs/req  core0 %3.0f%% core1 %3.0f%% other %3.0f%%",
 		mode, s.round, rounds, s.conns, s.target, s.load.perSecond, formatMillis(s.load.p50), formatMillis(s.load.p99),
-		s.microsPerRequest, 100*s.proxyCoreBusy, 100*s.loadCoreBusy, 100*s.otherCPU)
+		s.microsPerRequest, s.loadMicrosPerRequest, 100*s.proxyCoreBusy, 100*s.loadCoreBusy, 100*s.otherCPU)
 	if !math.IsNaN(s.redisCallsPerRequest) {
 		fmt.Fprintf(&b, "  redis %.3f calls/req %sµs/call", s.redisCallsPerRequest, orDash("%.1f", s.redisMicrosPerCall))
 	}

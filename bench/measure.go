@@ -252,8 +252,13 @@ type sample struct {
 	// It is what the per-request CPU and Redis figures divide by.
 	served           int64
 	microsPerRequest float64 // CPU time of the target's processes per served request
-	proxyCoreBusy    float64 // share of CPU 0 busy during the run
-	loadCoreBusy     float64 // share of CPU 1 busy during the run
+	// loadMicrosPerRequest is the CPU time of everything else the harness
+	// runs (the load generator, the upstream, redis-server, the harness)
+	// per served request: CPU 1's cost, which bounds req/s when that core
+	// is full.
+	loadMicrosPerRequest float64
+	proxyCoreBusy        float64 // share of CPU 0 busy during the run
+	loadCoreBusy         float64 // share of CPU 1 busy during the run
 	// otherCPU is CPU time, in cores, charged to processes the harness did
 	// not start (another build or test on the machine), or to none: the
 	// run's noise.
@@ -318,6 +323,7 @@ func (h *harness) measure(ctx context.Context, t *target, conns, round int, d ti
 	perCore.total -= before.cpus["cpu0"].total
 	if perCore.total > 0 {
 		own := float64(after.ownTicks-before.ownTicks) + res.cpuSeconds*clockTicksPerSecond
+		s.loadMicrosPerRequest = (own - float64(after.proxyTicks-before.proxyTicks)) * 1e6 / clockTicksPerSecond / float64(s.served)
 		s.otherCPU = max(float64(all.tasks)-own, 0) / float64(perCore.total)
 	}
 	if t.redis {

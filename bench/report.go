@@ -17,6 +17,7 @@ type summary struct {
 	perSecond            float64
 	p50, p99             time.Duration
 	microsPerRequest     float64
+	loadMicros           float64
 	proxyCoreBusy        float64
 	loadCoreBusy         float64
 	otherCPU             float64
@@ -78,6 +79,7 @@ func summarize(samples []sample) []summary {
 			p50:                  time.Duration(of(func(s sample) float64 { return float64(s.load.p50) })),
 			p99:                  time.Duration(of(func(s sample) float64 { return float64(s.load.p99) })),
 			microsPerRequest:     of(func(s sample) float64 { return s.microsPerRequest }),
+			loadMicros:           of(func(s sample) float64 { return s.loadMicrosPerRequest }),
 			proxyCoreBusy:        of(func(s sample) float64 { return s.proxyCoreBusy }),
 			loadCoreBusy:         of(func(s sample) float64 { return s.loadCoreBusy }),
 			otherCPU:             of(func(s sample) float64 { return s.otherCPU }),
@@ -129,11 +131,11 @@ func (h *harness) report(mode string, samples []sample) string {
 	switch mode {
 	case "main":
 		fmt.Fprintf(&b, "### Main mode: a limit that never denies (medians of %d interleaved rounds of %s)\n\n", h.s.rounds, h.s.duration)
-		b.WriteString("| target | conns | req/s | p50 | p99 | CPU µs/req | proxy core busy | load core busy | other CPU | Redis calls/req | Redis µs/call | new upstream conns/run |\n")
-		b.WriteString("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+		b.WriteString("| target | conns | req/s | p50 | p99 | CPU µs/req | load-side CPU µs/req | proxy core busy | load core busy | other CPU | Redis calls/req | Redis µs/call | new upstream conns/run |\n")
+		b.WriteString("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
 		for _, s := range sums {
-			fmt.Fprintf(&b, "| %s | %d | %s | %s | %s | %.1f | %.0f%% | %.0f%% | %.0f%% | %s | %s | %.0f |\n",
-				s.target, s.conns, thousands(s.perSecond), formatMillis(s.p50), formatMillis(s.p99), s.microsPerRequest,
+			fmt.Fprintf(&b, "| %s | %d | %s | %s | %s | %.1f | %.1f | %.0f%% | %.0f%% | %.0f%% | %s | %s | %.0f |\n",
+				s.target, s.conns, thousands(s.perSecond), formatMillis(s.p50), formatMillis(s.p99), s.microsPerRequest, s.loadMicros,
 				100*s.proxyCoreBusy, 100*s.loadCoreBusy, 100*s.otherCPU, orDash("%.2f", s.redisCallsPerRequest), orDash("%.1f", s.redisMicrosPerCall), s.upstreamConns)
 		}
 		b.WriteString(ratioTable(sums))
