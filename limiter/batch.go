@@ -48,7 +48,10 @@ type call struct {
 }
 
 const (
-	maxInFlight = 4
+	// Two pipelines in flight, not four: larger batches, so fewer writes,
+	// reads and wake-ups a decision on both sides (go run ./bench at 512
+	// connections), and still a second pipeline while one reply is slow.
+	maxInFlight = 2
 	maxBatch    = 128
 )
 
