@@ -49,6 +49,14 @@ policy "burst" {
   refill_period = "1s"
 }
 
+# Several instances of one backend behind one name: a route's upstream may
+# name an upstream block instead of a URL (README: upstream "name").
+#
+# upstream "legacy-orders" {
+#   targets = ["http://10.0.0.11:9000", "http://10.0.0.12:9000"]
+#   health { path = "/healthz" }
+# }
+
 route "orders.read" {
   path     = "/orders"
   methods  = ["GET", "HEAD"]

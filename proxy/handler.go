@@ -167,7 +167,8 @@ func NewHandler(opts Options, cfg Config) (*Handler, error) {
 func (h *Handler) Swap(cfg Config) error {
 	h.swap.Lock()
 	defer h.swap.Unlock()
-	c, dropped, err := h.compile(cfg, h.current.Load())
+	prev := h.current.Load()
+	c, dropped, err := h.compile(cfg, prev)
 	if err != nil {
 		return err
 	}
@@ -178,6 +179,9 @@ func (h *Handler) Swap(cfg Config) error {
 	h.checks = startHealthChecks(c.pools)
 	for _, t := range dropped {
 		t.CloseIdleConnections()
+	}
+	if prev != nil && h.opts.Metrics != nil {
+		h.opts.Metrics.forgetTargets(prev.pools, c.pools)
 	}
 	return nil
 }

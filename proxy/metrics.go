@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"slices"
 	"strconv"
 	"sync/atomic"
 
@@ -91,6 +92,21 @@ func (m *Metrics) fallback(route, policy string, allowed bool) {
 		decision = "allowed"
 	}
 	m.Fallbacks.WithLabelValues(route, policy, decision).Inc()
+}
+
+// forgetTargets deletes the series of the targets that were in old and are
+// not in current, so that a target a reload removed stops being reported.
+func (m *Metrics) forgetTargets(old, current map[string]*pool) {
+	for name, p := range old {
+		for _, om := range p.members {
+			if np := current[name]; np != nil && slices.ContainsFunc(np.members, func(m *member) bool { return m.name == om.name }) {
+				continue
+			}
+			m.UpstreamRequests.DeleteLabelValues(name, om.name)
+			m.UpstreamRetries.DeleteLabelValues(name, om.name)
+			m.UpstreamFailures.DeletePartialMatch(prometheus.Labels{"pool": name, "target": om.name})
+		}
+	}
 }
 
 // ejectedCollector reads the rotation state of the current configuration's

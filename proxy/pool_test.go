@@ -8,9 +8,11 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -192,6 +194,57 @@ func TestADeadTargetCostsAGetNothingAndIsEjected(t *testing.T) {
 		if target != live.URL {
 			t.Fatalf("the log names %s for a request the live target answered", target)
 		}
+	}
+}
+
+// blackhole is a loopback address whose listen backlog is full: a dial to
+// it is neither accepted nor refused, it times out.
+func blackhole(t *testing.T) *url.URL {
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { syscall.Close(fd) })
+	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Listen(fd, 0); err != nil {
+		t.Fatal(err)
+	}
+	sa, err := syscall.Getsockname(fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(sa.(*syscall.SockaddrInet4).Port))
+	// The one connection the backlog holds, never accepted.
+	c, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	if c, err := net.DialTimeout("tcp", addr, 100*time.Millisecond); err == nil {
+		c.Close()
+		t.Skip("this kernel accepts past a full backlog; no target to time out on")
+	}
+	return &url.URL{Scheme: "http", Host: addr}
+}
+
+func TestAConnectTimeoutIsAFailureAndTheGetGoesElsewhere(t *testing.T) {
+	live, hole := newUpstream(t), blackhole(t)
+	g := newPoolGateway(t, proxy.Pool{Name: "legacy", Targets: []*url.URL{live.url(t), hole}, ConnectTimeout: 200 * time.Millisecond, MaxFails: 2, FailTimeout: time.Minute})
+	for i := range 6 {
+		if code, _ := g.send("GET", ""); code != 200 {
+			t.Fatalf("request %d: status %d", i, code)
+		}
+	}
+	if n := g.metric("gateway_upstream_failures_total", "target", hole.String(), "cause", "connect_timeout"); n != 2 {
+		t.Errorf("%v connect timeouts counted, want max_fails = 2", n)
+	}
+	if g.metric("gateway_upstream_ejected", "target", hole.String()) != 1 {
+		t.Error("the target that never answers the dial is not ejected")
+	}
+	if live.count() != 6 {
+		t.Errorf("the live target saw %d of 6", live.count())
 	}
 }
 
@@ -395,6 +448,19 @@ func TestAReloadThatKeepsAPoolKeepsItsEjections(t *testing.T) {
 	}
 	if g.metric("gateway_upstream_ejected", "target", dead.String()) != 1 {
 		t.Fatal("the ejected gauge forgot the ejection")
+	}
+	// A reload that drops the target drops its series.
+	p.Targets = p.Targets[:1]
+	if err := g.handler.Swap(poolConfig(t, p)); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"gateway_upstream_requests_total", "gateway_upstream_failures_total", "gateway_upstream_retries_total", "gateway_upstream_ejected"} {
+		if g.metric(name, "target", dead.String()) != 0 {
+			t.Errorf("%s still reports the removed target", name)
+		}
+	}
+	if g.metric("gateway_upstream_requests_total", "target", live.URL) == 0 {
+		t.Error("the kept target's series went too")
 	}
 }
 
