@@ -333,7 +333,18 @@ func (m *Memory) evaluateAll(req Request) Outcome {
 	ps := req.Policies
 	n := len(ps)
 	var keyBuf [160]byte
-	keys := make([]memoryKey, n)
+	// Up to four policies, the per-policy scratch lives on the stack.
+	var (
+		keysOn  [4]memoryKey
+		idxOn   [4]uint32
+		slotsOn [4]*memorySlot
+		stepsOn [4]step
+	)
+	keys, idx, slots, steps := keysOn[:0], idxOn[:0], slotsOn[:0], stepsOn[:0]
+	if n > len(keysOn) {
+		keys, idx, slots, steps = make([]memoryKey, 0, n), make([]uint32, 0, n), make([]*memorySlot, 0, n), make([]step, 0, n)
+	}
+	keys, idx, slots, steps = keys[:n], idx[:n], slots[:n], steps[:n]
 	var locked uint64 // one bit per shard; memoryShards is 64
 	for i, p := range ps {
 		keys[i] = m.sum(appendMemoryKey(keyBuf[:0], p, req.Subject))
@@ -357,8 +368,6 @@ func (m *Memory) evaluateAll(req Request) Outcome {
 		id = m.sumString(req.EvaluationID)
 	}
 	nowMillis := m.clock.Now().UnixMilli()
-	idx := make([]uint32, n)
-	slots := make([]*memorySlot, n)
 	for k := range ps {
 		s := &m.shards[keys[k][0]%memoryShards]
 		i, e := s.find(keys[k])
@@ -392,7 +401,6 @@ func (m *Memory) evaluateAll(req Request) Outcome {
 			return evaluatedAll(ps, each)
 		}
 	}
-	steps := make([]step, n)
 	for k, p := range ps {
 		var st state
 		if slots[k] != nil {

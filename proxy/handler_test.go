@@ -675,6 +675,11 @@ func BenchmarkRequestPath(b *testing.B) {
 		{"denied", limitertest.FixedWindow(1, time.Hour), 429, nil},
 		{"unlimited", nil, 200, nil},
 		{"allowed_rewritten_with_header_rules", limitertest.FixedWindow(1<<40, time.Hour), 200, legacy},
+		{"allowed_by_two_policies", limitertest.FixedWindow(1<<40, time.Hour), 200, func(r *proxy.Route) {
+			day := limitertest.TokenBucket(1<<40, 1<<40, 24*time.Hour)
+			day.Dedup = limiter.Dedup{}
+			r.Policies, r.Policy = []*limiter.Policy{r.Policy, day}, nil
+		}},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			m := limiter.NewMemory(limiter.MemoryOptions{})

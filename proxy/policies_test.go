@@ -41,11 +41,24 @@ func violated(t *testing.T, res *http.Response) []string {
 }
 
 func TestShadowPolicyForwardsWouldBeDenials(t *testing.T) {
+	t.Run("memory", func(t *testing.T) {
+		m := limiter.NewMemory(limiter.MemoryOptions{})
+		t.Cleanup(func() { m.Close() })
+		shadowFiveOfFive(t, m)
+	})
+	t.Run("redis", func(t *testing.T) {
+		s := redistest.Start(t)
+		shadowFiveOfFive(t, redistest.NewLimiter(t, limiter.RedisOptions{Addrs: []string{s.Addr}}))
+	})
+}
+
+func shadowFiveOfFive(t *testing.T, lim proxy.Limiter) {
 	up := newUpstream(t)
 	m := proxy.NewMetrics(prometheus.NewRegistry())
 	g := newGateway(t, setup{
-		routes:  []proxy.Route{route("orders.read", "/orders", up, t, shadow(policy(limitertest.FixedWindow(2, time.Minute), "trial")))},
+		routes:  []proxy.Route{route("orders.read", "/orders", up, t, shadow(redisPolicy(limitertest.FixedWindow(2, time.Minute), "trial")))},
 		metrics: m,
+		limiter: lim,
 	})
 	for i := range 5 {
 		res := g.get(t, "/orders")
