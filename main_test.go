@@ -524,6 +524,12 @@ func TestConflictingFramingOnThePlainListener(t *testing.T) {
 	if hits != 1 {
 		t.Fatalf("upstream got %d whole requests, want 1", hits)
 	}
+	if n := r.metricValue(t, `gateway_framing_refusals_total{reason="conflicting_framing"}`); n != 1 {
+		t.Fatalf("gateway_framing_refusals_total{reason=\"conflicting_framing\"} is %v, want 1", n)
+	}
+	if logs := r.logs.String(); !strings.Contains(logs, `"reason":"conflicting_framing"`) || strings.Contains(logs, "127.0.0.1:"+fmt.Sprint(c.LocalAddr().(*net.TCPAddr).Port)) {
+		t.Fatalf("no framing line in the log, or one with the client's address:\n%s", logs)
+	}
 }
 
 func TestRedisOverTLSThroughTheCLI(t *testing.T) {
