@@ -60,7 +60,7 @@ func Listen(opts Options, public, admin http.Handler) (*Servers, error) {
 	if s.logger == nil {
 		s.logger = slog.New(slog.DiscardHandler)
 	}
-	s.errorLog = slog.NewLogLogger(s.logger.Handler(), slog.LevelWarn)
+	s.errorLog = NewErrorLog(s.logger)
 	static, err := loadStatic(opts.TLS)
 	if err != nil {
 		return nil, err

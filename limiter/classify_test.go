@@ -46,6 +46,22 @@ func TestRedisErrorRepliesAreClassifiedByCause(t *testing.T) {
 			t.Fatalf("outcome %#v, want Indeterminate", o)
 		}
 	})
+	for _, c := range []struct{ name, reply, cause string }{
+		{"NOAUTH inside a script (Redis 6)", "ERR Error running script (call to f_3b0c5a): @user_script:12: @user_script: 12: -NOAUTH Authentication required.", "auth"},
+		{"NOPERM inside a script (Redis 6)", "ERR Error running script (call to f_3b0c5a): @user_script:12: @user_script: 12: -NOPERM this user has no permissions to run the 'get' command", "noperm"},
+		{"an ACL refusal inside a script (Redis 7)", "ERR The user executing the script can't run this command or subcommand script: d3c21d0c2b9ca22f82737626a27bcaf5d288f99f, on @user_script:1.", "noperm"},
+	} {
+		t.Run(c.name+" is counted as "+c.cause+", not script", func(t *testing.T) {
+			cause, o := limiter.ClassifyRedisError(reply(c.reply))
+			if cause != c.cause {
+				t.Fatalf("cause %q, want %q", cause, c.cause)
+			}
+			// The script may have run in part: not a refusal before it ran.
+			if _, ok := o.(limiter.Indeterminate); !ok {
+				t.Fatalf("outcome %#v, want Indeterminate", o)
+			}
+		})
+	}
 	t.Run("a reply that only starts like a code is not that code", func(t *testing.T) {
 		if cause, _ := limiter.ClassifyRedisError(reply("BUSYKEY Target key name already exists.")); cause == "busy" {
 			t.Fatal("BUSYKEY classified as busy")

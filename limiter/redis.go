@@ -815,6 +815,12 @@ func classifyRedisError(err error) (string, Outcome) {
 		if cause := refusal(err); cause != "" {
 			return cause, Unavailable{Category: UnavailableBeforeSend, Err: err}
 		}
+		// A refusal of a call inside the script: the script may have run
+		// in part, so the outcome stays Indeterminate, but the metric
+		// names the cause an operator has to fix.
+		if cause := scriptRefusal(rerr.Error()); cause != "" {
+			return cause, Indeterminate{Err: err}
+		}
 		return "script", Indeterminate{Err: err}
 	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled):
 		return "deadline", Indeterminate{Err: err}
@@ -853,6 +859,38 @@ var refusals = []struct {
 
 func replyCode(code string) func(error) bool {
 	return func(err error) bool { return redis.HasErrorPrefix(err, code+" ") }
+}
+
+// embeddedReply is an error reply found inside a script's error, for the
+// refusal predicates.
+type embeddedReply string
+
+func (e embeddedReply) Error() string { return string(e) }
+func (embeddedReply) RedisError()     {}
+
+// scriptRefusal is the cause of a refusal that a call inside a script met.
+// Redis 6 wraps the call's reply in the script's: "ERR Error running script
+// (call to f_<sha>): @user_script:1: @user_script: 1: -NOAUTH
+// Authentication required."; Redis 7 says an ACL refusal in words: "ERR
+// The user executing the script can't run this command or subcommand
+// script: <sha>, on @user_script:1." Neither has a typed error in go-redis.
+func scriptRefusal(msg string) string {
+	if !strings.Contains(msg, "script") {
+		return ""
+	}
+	if i := strings.LastIndex(msg, ": -"); i >= 0 {
+		if cause := refusal(embeddedReply(msg[i+3:])); cause != "" {
+			return cause
+		}
+	}
+	switch {
+	case strings.Contains(msg, "can't run this command"), strings.Contains(msg, "no permissions"),
+		strings.Contains(msg, "can't access at least one of the keys"):
+		return "noperm"
+	case strings.Contains(msg, "Authentication required"):
+		return "auth"
+	}
+	return ""
 }
 
 func refusal(err error) string {

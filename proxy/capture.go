@@ -3,6 +3,8 @@ package proxy
 import (
 	"io"
 	"net/http"
+	"net/textproto"
+	"strings"
 	"sync"
 
 	"github.com/felixge/httpsnoop"
@@ -14,6 +16,7 @@ import (
 // wrapper; the hooks it calls are built once per pooled capture, so that a
 // request pays only for httpsnoop's own wrapper.
 type capture struct {
+	header  http.Header // the server's, for the 1xx the upstream sends
 	code    int
 	written int64
 	final   bool // a final status or body bytes went out
@@ -62,16 +65,24 @@ func newCapture() *capture {
 // complete and its figures read.
 func (c *capture) wrap(w http.ResponseWriter) http.ResponseWriter {
 	c.code, c.written, c.final = http.StatusOK, 0, false
+	c.header = w.Header()
 	return httpsnoop.Wrap(w, c.hooks)
 }
 
 func (c *capture) done() {
 	c.nextWriteHeader, c.nextWrite, c.nextWriteString, c.nextReadFrom = nil, nil, nil, nil
 	c.fw = forwardWriter{}
+	c.header = nil
 	captures.Put(c)
 }
 
 func (c *capture) onWriteHeader(code int) {
+	if code >= 100 && code <= 199 && code != http.StatusSwitchingProtocols {
+		// ReverseProxy relays an upstream's 103 (or other 1xx) with the
+		// headers as they came, hop-by-hop ones included; they are the
+		// upstream connection's, not the client's.
+		removeHopByHop(c.header)
+	}
 	c.nextWriteHeader(code)
 	// 1xx responses are interim; the status logged is the final one.
 	if !c.final && (code < 100 || code > 199) {
@@ -98,4 +109,21 @@ func (c *capture) onReadFrom(src io.Reader) (int64, error) {
 	c.written += n
 	c.final = true
 	return n, err
+}
+
+// connectionHeaders are the headers of one connection (RFC 9110 section 7.6.1),
+// besides those the Connection header names.
+var connectionHeaders = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
+
+func removeHopByHop(h http.Header) {
+	for _, v := range h["Connection"] {
+		for name := range strings.SplitSeq(v, ",") {
+			if name = textproto.TrimString(name); name != "" {
+				h.Del(name)
+			}
+		}
+	}
+	for _, name := range connectionHeaders {
+		delete(h, name)
+	}
 }

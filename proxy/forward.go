@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/edgegate/gateway/edge"
 	"github.com/edgegate/gateway/subject"
 )
 
@@ -95,7 +96,7 @@ func newForwarder(rt *route, target *url.URL, resolver *subject.Resolver, transp
 		Transport:     transport,
 		BufferPool:    copyBuffers,
 		FlushInterval: 100 * time.Millisecond,
-		ErrorLog:      slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+		ErrorLog:      edge.NewErrorLog(logger),
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			if r.Context().Err() != nil {
 				// The client went away, or stopped sending its body (which
@@ -111,7 +112,7 @@ func newForwarder(rt *route, target *url.URL, resolver *subject.Resolver, transp
 			case errors.As(err, &bodyErr):
 				// The client broke its own body (a malformed chunk): its
 				// fault, not the upstream's.
-				logger.LogAttrs(r.Context(), slog.LevelInfo, "client sent a malformed body", slog.String("route", rt.OperationID), slog.String("error", bodyErr.Error()))
+				logger.LogAttrs(r.Context(), slog.LevelInfo, "client sent a malformed body", slog.String("route", rt.OperationID), slog.String("error", edge.RedactAddresses(bodyErr.Error())))
 				writeProblem(w, problemBadBody)
 			case errors.Is(err, context.DeadlineExceeded) || errors.As(err, &netErr) && netErr.Timeout():
 				logger.LogAttrs(r.Context(), slog.LevelWarn, "upstream timed out", slog.String("route", rt.OperationID), slog.String("error", err.Error()))

@@ -1,0 +1,32 @@
+package proxy_test
+
+import (
+	"net/http"
+	"testing"
+
+	"github.com/edgegate/gateway/proxy"
+)
+
+// Issue 10, defect 14: a 103 from the upstream reaches the client without
+// the upstream connection's hop-by-hop headers.
+func TestInformationalResponsesLoseTheirHopByHopHeaders(t *testing.T) {
+	up := newRawUpstream(t, "HTTP/1.1 103 Early Hints\r\nLink: </style.css>; rel=preload\r\nConnection: x-foo\r\nX-Foo: upstream-only\r\nKeep-Alive: timeout=5\r\n\r\n"+
+		"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", nil)
+	g := newGateway(t, setup{routes: []proxy.Route{rawRoute(up)}})
+	_, br, early := dialGateway(t, g, "GET / HTTP/1.1\r\nHost: gw.test\r\n\r\n")
+	if early.StatusCode != http.StatusEarlyHints {
+		t.Fatalf("status %d, want the 103 first", early.StatusCode)
+	}
+	if early.Header.Get("Link") == "" {
+		t.Errorf("the 103 lost its Link: %v", early.Header)
+	}
+	for _, name := range []string{"Connection", "X-Foo", "Keep-Alive"} {
+		if v, ok := early.Header[name]; ok {
+			t.Errorf("the 103 carries %s: %q", name, v)
+		}
+	}
+	final, err := http.ReadResponse(br, nil)
+	if err != nil || final.StatusCode != 200 {
+		t.Fatalf("final response %v %v", final, err)
+	}
+}
