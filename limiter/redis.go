@@ -81,8 +81,11 @@ type Redis struct {
 	prefix  string
 	clock   Clock
 	scripts map[Algorithm]*script
-	multi   *script  // several policies at once
-	denials *denials // nil: off
+	// policies holds a *compiledPolicy per *Policy; compiledCount bounds it.
+	policies      sync.Map
+	compiledCount atomic.Int64
+	multi         *script  // several policies at once
+	denials       *denials // nil: off
 
 	batching bool
 	breakers BreakerOptions
@@ -485,16 +488,80 @@ func (r *Redis) Ready(ctx context.Context) error {
 // covers both) live on one Cluster slot and one script can decide them
 // together. The subject is a pseudonym, so no raw identity reaches Redis.
 func (r *Redis) key(p *Policy, subject string) string {
+	return r.prefix + "{" + subject + r.compiled(p).keyTail
+}
+
+// compiledPolicy is what every call of one policy shares, made once: the
+// end of its keys and the script arguments that do not change per call.
+type compiledPolicy struct {
+	policy  Policy // what it was made from: a policy changed in place is made again
+	keyTail string // "}:" + name + ":" + revision
+	args    [10]any
+}
+
+// maxCompiled bounds the compiled policies kept: every reload brings new
+// ones, and the old ones are not told apart from those still in use.
+const maxCompiled = 1024
+
+func (r *Redis) compiled(p *Policy) *compiledPolicy {
+	if v, ok := r.policies.Load(p); ok {
+		if c := v.(*compiledPolicy); c.policy == *p {
+			return c
+		}
+	}
+	c := &compiledPolicy{policy: *p, keyTail: "}:" + p.Name + ":" + strconv.FormatInt(p.Revision, 10)}
+	period, refill := p.Window, int64(0)
+	if p.Algorithm == TokenBucket {
+		period, refill = p.RefillPeriod, p.RefillTokens
+	}
+	c.args = [10]any{
+		"", int64(0), p.Quota(), period.Milliseconds(), refill,
+		p.CleanupGrace.Milliseconds(), p.MaxClockRegression.Milliseconds(),
+		p.Dedup.TTL.Milliseconds(), p.Dedup.MaxEntries, p.Dedup.MaxBytes,
+	}
+	if r.compiledCount.Add(1) > maxCompiled {
+		r.policies.Clear()
+		r.compiledCount.Store(1)
+	}
+	r.policies.Store(p, c)
+	return c
+}
+
+// keys are the keys of one call of a single policy: the subject's state
+// and, with de-duplication (evaluationID not empty), the evaluation's
+// record and the list of remembered IDs, all three cut from one string.
+// The record and the list share the state key's hash tag: one Cluster
+// slot. See lua/prelude.lua.
+func (r *Redis) keys(p *Policy, subject, evaluationID string) []string {
+	tail := r.compiled(p).keyTail
+	if evaluationID == "" {
+		return []string{r.prefix + "{" + subject + tail}
+	}
+	n := len(r.prefix) + 1 + len(subject) + len(tail)
+	record := n + len(":e:") + len(evaluationID)
 	var b strings.Builder
-	b.Grow(len(r.prefix) + len(p.Name) + len(subject) + 24)
-	b.WriteString(r.prefix)
-	b.WriteByte('{')
-	b.WriteString(subject)
-	b.WriteString("}:")
-	b.WriteString(p.Name)
-	b.WriteByte(':')
-	b.WriteString(strconv.FormatInt(p.Revision, 10))
-	return b.String()
+	b.Grow(n + record + n + len(":q"))
+	for i := range 3 {
+		b.WriteString(r.prefix)
+		b.WriteByte('{')
+		b.WriteString(subject)
+		b.WriteString(tail)
+		if i == 1 {
+			b.WriteString(":e:")
+			b.WriteString(evaluationID)
+		}
+	}
+	b.WriteString(":q")
+	all := b.String()
+	return []string{all[:n], all[n : n+record], all[n+record:]}
+}
+
+// withDeadline bounds ctx by deadline, unless it is zero.
+func withDeadline(ctx context.Context, deadline time.Time) (context.Context, context.CancelFunc) {
+	if deadline.IsZero() {
+		return ctx, func() {}
+	}
+	return context.WithDeadline(ctx, deadline)
 }
 
 // Evaluate decides one request.
@@ -505,12 +572,9 @@ func (r *Redis) Evaluate(ctx context.Context, req Request) Outcome {
 	if len(req.Policies) == 1 {
 		req.Policy = req.Policies[0]
 	}
-	if !req.Deadline.IsZero() {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithDeadline(ctx, req.Deadline)
-		defer cancel()
-	}
 	if len(req.Policies) > 1 {
+		ctx, cancel := withDeadline(ctx, req.Deadline)
+		defer cancel()
 		return r.evaluateAll(ctx, req)
 	}
 	p := req.Policy
@@ -522,13 +586,16 @@ func (r *Redis) Evaluate(ctx context.Context, req Request) Outcome {
 			return Evaluated{Decision: d}
 		}
 	}
-	keys := []string{r.key(p, req.Subject)}
+	// After the cache: a deadline costs a timer, and a remembered denial
+	// needs none.
+	ctx, cancel := withDeadline(ctx, req.Deadline)
+	defer cancel()
 	dedup := p.Dedup.Enabled && req.EvaluationID != ""
+	id := ""
 	if dedup {
-		// The record and the list of remembered IDs share the state key's
-		// hash tag: one Cluster slot. See lua/prelude.lua.
-		keys = append(keys, keys[0]+":e:"+req.EvaluationID, keys[0]+":q")
+		id = req.EvaluationID
 	}
+	keys := r.keys(p, req.Subject, id)
 	o := r.decide(ctx, p, keys, req.Cost)
 	if _, ambiguous := o.(Indeterminate); ambiguous && dedup && ctx.Err() == nil {
 		// The first call may have been charged; the same evaluation ID makes
@@ -728,19 +795,13 @@ func (r *Redis) nodeFor(ctx context.Context, key string) (*redis.Client, error) 
 }
 
 func (r *Redis) args(p *Policy, cost int64) []any {
-	now := ""
+	args := make([]any, 10)
+	copy(args, r.compiled(p).args[:])
 	if p.Clock == ClockGateway {
-		now = strconv.FormatInt(r.clock.Now().UnixMilli(), 10)
+		args[0] = strconv.FormatInt(r.clock.Now().UnixMilli(), 10)
 	}
-	period, refill := p.Window, int64(0)
-	if p.Algorithm == TokenBucket {
-		period, refill = p.RefillPeriod, p.RefillTokens
-	}
-	return []any{
-		now, cost, p.Quota(), period.Milliseconds(), refill,
-		p.CleanupGrace.Milliseconds(), p.MaxClockRegression.Milliseconds(),
-		p.Dedup.TTL.Milliseconds(), p.Dedup.MaxEntries, p.Dedup.MaxBytes,
-	}
+	args[1] = cost
+	return args
 }
 
 var errMalformedReply = errors.New("redis: malformed script reply")
