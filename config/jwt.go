@@ -20,7 +20,10 @@ const maxJWKSFileBytes = 1 << 20
 // jwks_url is left for the caller, which fetches it and keeps it across
 // reloads.
 func (c *checker) jwt(b *jwtBlock) *subject.JWTOptions {
-	o := &subject.JWTOptions{Header: or(b.Header, ""), Issuer: b.Issuer, Claim: or(b.Claim, "")}
+	o := &subject.JWTOptions{Header: or(b.Header, ""), Issuer: b.Issuer, Claim: or(b.Claim, ""), PlanClaim: or(b.PlanClaim, "")}
+	if b.PlanClaim != nil && strings.TrimSpace(o.PlanClaim) == "" {
+		c.errorf(b.PlanClaimRange, "Empty plan_claim", "plan_claim names the claim that holds a token's plan, such as \"plan\".")
+	}
 	if b.Header != nil && !isName(o.Header) {
 		c.errorf(b.HeaderRange, "Invalid header name", "header must be a header name such as \"Authorization\".")
 	}

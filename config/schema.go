@@ -150,21 +150,23 @@ type subjectBlock struct {
 }
 
 type jwtBlock struct {
-	Header        *string        `hcl:"header,optional"`
-	HeaderRange   hcl.Range      `hcl:"header,attr_value_range"`
-	JWKSFile      *string        `hcl:"jwks_file,optional"`
-	JWKSFileRange hcl.Range      `hcl:"jwks_file,attr_value_range"`
-	JWKSURL       *string        `hcl:"jwks_url,optional"`
-	JWKSURLRange  hcl.Range      `hcl:"jwks_url,attr_value_range"`
-	Issuer        string         `hcl:"issuer"`
-	IssuerRange   hcl.Range      `hcl:"issuer,attr_value_range"`
-	Audience      hcl.Expression `hcl:"audience"`
-	Claim         *string        `hcl:"claim,optional"`
-	ClaimRange    hcl.Range      `hcl:"claim,attr_value_range"`
-	Leeway        *string        `hcl:"leeway,optional"`
-	LeewayRange   hcl.Range      `hcl:"leeway,attr_value_range"`
-	Algorithms    hcl.Expression `hcl:"algorithms"`
-	DefRange      hcl.Range      `hcl:",def_range"`
+	Header         *string        `hcl:"header,optional"`
+	HeaderRange    hcl.Range      `hcl:"header,attr_value_range"`
+	JWKSFile       *string        `hcl:"jwks_file,optional"`
+	JWKSFileRange  hcl.Range      `hcl:"jwks_file,attr_value_range"`
+	JWKSURL        *string        `hcl:"jwks_url,optional"`
+	JWKSURLRange   hcl.Range      `hcl:"jwks_url,attr_value_range"`
+	Issuer         string         `hcl:"issuer"`
+	IssuerRange    hcl.Range      `hcl:"issuer,attr_value_range"`
+	Audience       hcl.Expression `hcl:"audience"`
+	Claim          *string        `hcl:"claim,optional"`
+	ClaimRange     hcl.Range      `hcl:"claim,attr_value_range"`
+	PlanClaim      *string        `hcl:"plan_claim,optional"`
+	PlanClaimRange hcl.Range      `hcl:"plan_claim,attr_value_range"`
+	Leeway         *string        `hcl:"leeway,optional"`
+	LeewayRange    hcl.Range      `hcl:"leeway,attr_value_range"`
+	Algorithms     hcl.Expression `hcl:"algorithms"`
+	DefRange       hcl.Range      `hcl:",def_range"`
 }
 
 type pseudonymBlock struct {

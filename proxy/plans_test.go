@@ -10,6 +10,7 @@ import (
 	"github.com/edgegate/gateway/limiter/limitertest"
 	"github.com/edgegate/gateway/proxy"
 	"github.com/edgegate/gateway/subject"
+	"github.com/edgegate/gateway/subject/jwttest"
 )
 
 // planRoute is a route whose subjects without a plan get "free" (2 a
@@ -130,4 +131,49 @@ func accessRecords(t *testing.T, g *gateway) []map[string]any {
 		recs = append(recs, rec)
 	}
 	return recs
+}
+
+func TestAJWTPlanClaimPicksThePolicy(t *testing.T) {
+	up := newUpstream(t)
+	k := jwttest.RSA(t, "r1")
+	keys, err := subject.ParseKeySet(jwttest.JWKS(k))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resolver, err := subject.NewResolver(subject.Options{
+		PseudonymKeys:    map[int][]byte{1: []byte(fakeSecret)},
+		PseudonymVersion: 1,
+		Plans:            []string{"gold", "partner"},
+		JWT: &subject.JWTOptions{
+			Keys:       keys,
+			Issuer:     "https://idp.test/",
+			Audience:   []string{"orders-api"},
+			Algorithms: []string{"RS256"},
+			PlanClaim:  "plan",
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := newGateway(t, setup{routes: []proxy.Route{planRoute(t, up, subject.JWT, subject.ClientIP)}, resolver: resolver})
+	token := func(sub string, plan any) string {
+		c := jwttest.Claims(sub, time.Now().Add(time.Hour))
+		if plan != nil {
+			c["plan"] = plan
+		}
+		return "Bearer " + k.Sign(t, c)
+	}
+	wantStatuses(t, statuses(t, g, "/orders", 6, "Authorization", token("alice", "gold")), 200, 200, 200, 200, 200, 429)
+	wantStatuses(t, statuses(t, g, "/orders", 3, "Authorization", token("bob", nil)), 200, 200, 429)
+	wantStatuses(t, statuses(t, g, "/orders", 3, "Authorization", token("carol", "platinum")), 200, 200, 429)
+	wantStatuses(t, statuses(t, g, "/orders", 3, "Authorization", token("dave", 42)), 200, 200, 429)
+	// The same principal on another plan has a budget of its own.
+	wantStatuses(t, statuses(t, g, "/orders", 1, "Authorization", token("bob", "gold")), 200)
+	plans := map[any]int{}
+	for _, rec := range accessRecords(t, g) {
+		plans[rec["plan"]]++
+	}
+	if plans["gold"] != 7 || plans["other"] != 3 || plans[nil] != 6 {
+		t.Fatalf("plans logged %v", plans)
+	}
 }

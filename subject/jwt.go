@@ -37,6 +37,9 @@ type JWTOptions struct {
 	Audience []string
 	// Claim is the principal. Default "sub".
 	Claim string
+	// PlanClaim, when set, names the claim that holds the principal's plan
+	// (a string). A token without it has no plan; it is not refused.
+	PlanClaim string
 	// Leeway forgives clock skew on exp and nbf.
 	Leeway time.Duration
 	// Algorithms are the JWS algorithms accepted, from Algorithms.
@@ -82,6 +85,7 @@ const maxTokenBytes = 16 << 10
 // read in claimsOf.
 type tokenClaims struct {
 	principal string
+	plan      string // "" without a plan claim
 }
 
 // verifier checks tokens and remembers the ones that passed.
@@ -90,6 +94,7 @@ type verifier struct {
 	bearerOnly bool
 	keys       KeySet
 	claim      string
+	planClaim  string
 	algorithms []string
 	leeway     time.Duration
 	now        func() time.Time
@@ -136,6 +141,7 @@ func newVerifier(o JWTOptions) (*verifier, error) {
 		bearerOnly: header == "Authorization",
 		keys:       o.Keys,
 		claim:      o.Claim,
+		planClaim:  o.PlanClaim,
 		algorithms: slices.Clone(o.Algorithms),
 		leeway:     o.Leeway,
 		now:        o.Now,
@@ -210,7 +216,7 @@ func (v *verifier) verify(ctx context.Context, raw string) (tokenClaims, error) 
 		}
 		return tokenClaims{}, v.classify(err)
 	}
-	out, ok := claimsOf(claims, v.claim)
+	out, ok := claimsOf(claims, v.claim, v.planClaim)
 	if !ok {
 		return tokenClaims{}, tokenMissingClaim
 	}
@@ -255,13 +261,18 @@ func (v *verifier) classify(err error) error {
 }
 
 // claimsOf reads the claims the gateway uses. The principal is a string
-// or a number (some providers number their users), never empty.
-func claimsOf(m jwt.MapClaims, principalClaim string) (tokenClaims, bool) {
+// or a number (some providers number their users), never empty. The plan,
+// when planClaim is set, is a string; any other value is no plan.
+func claimsOf(m jwt.MapClaims, principalClaim, planClaim string) (tokenClaims, bool) {
 	p, ok := claimString(m, principalClaim)
 	if !ok {
 		return tokenClaims{}, false
 	}
-	return tokenClaims{principal: p}, true
+	c := tokenClaims{principal: p}
+	if planClaim != "" {
+		c.plan, _ = m[planClaim].(string)
+	}
+	return c, true
 }
 
 func claimString(m jwt.MapClaims, name string) (string, bool) {

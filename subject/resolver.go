@@ -103,7 +103,9 @@ type Resolver struct {
 type Subject struct {
 	Kind      Kind
 	Pseudonym string
-	// Plan is the subject's plan, a name the configuration knows, or "".
+	// Plan is the subject's plan, a name the configuration knows, or "":
+	// from the API key's line, the JWT's plan claim, or a trusted proxy's
+	// plan header for a principal.
 	// It is part of the pseudonym.
 	Plan string
 	// PlanUnknown: a trusted proxy named a plan the configuration does not
@@ -231,6 +233,7 @@ func (r *Resolver) Resolve(req *http.Request, sources []Kind, operationID string
 				return Subject{}, err
 			}
 			identity = claims.principal
+			s.Plan, s.PlanUnknown = r.knownPlan(claims.plan)
 		}
 		if identity == "" {
 			continue

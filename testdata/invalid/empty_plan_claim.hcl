@@ -1,0 +1,9 @@
+subject {
+  jwt {
+    jwks_url   = "https://idp.example/.well-known/jwks.json"
+    issuer     = "https://idp.example/"
+    audience   = ["orders-api"]
+    algorithms = ["RS256"]
+    plan_claim = " "
+  }
+}
