@@ -241,3 +241,23 @@ func TestEveryDenyingPolicyIsNamedAndTheLongestWaitWins(t *testing.T) {
 		t.Fatalf("RateLimit-Policy %q lists a shadow policy or misses one", p)
 	}
 }
+
+func TestAShadowPolicyBesideAnEnforcedOneNeverRefuses(t *testing.T) {
+	up := newUpstream(t)
+	m := proxy.NewMetrics(prometheus.NewRegistry())
+	g := newGateway(t, setup{
+		routes: []proxy.Route{multiRoute("r", "/", up, t,
+			policy(limitertest.FixedWindow(4, time.Minute), "enforced"),
+			shadow(policy(limitertest.FixedWindow(1, time.Minute), "trial")))},
+		metrics: m,
+	})
+	wantStatuses(t, statuses(t, g, "/", 5), 200, 200, 200, 200, 429)
+	if n := testutil.ToFloat64(m.ShadowDenials.WithLabelValues("r", "trial")); n != 3 {
+		t.Fatalf("gateway_shadow_denials_total = %v, want 3 (the refused fifth request is the enforced policy's)", n)
+	}
+	res := g.get(t, "/")
+	res.Body.Close()
+	if p := res.Header.Get("RateLimit-Policy"); p != `"enforced";q=4;w=60` {
+		t.Fatalf("RateLimit-Policy %q, want the enforced policy alone", p)
+	}
+}
