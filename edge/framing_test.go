@@ -268,3 +268,15 @@ func TestAPublicServerOnAnUnscannedListenerServesNoHTTP1Request(t *testing.T) {
 		t.Fatalf("status %d, close %v, handler reached %v; want 400, close, not reached", res.StatusCode, res.Close, reached.Load())
 	}
 }
+
+func BenchmarkScanner(b *testing.B) {
+	head := []byte("POST /api/v1/orders?page=2 HTTP/1.1\r\nHost: api.example.com\r\nUser-Agent: bench/1.0\r\n" +
+		"Accept: application/json\r\nX-API-Key: 0123456789abcdef\r\nContent-Type: application/json\r\nContent-Length: 16\r\n\r\n{\"order\":123456}")
+	var s scanner
+	emit, lose := func(verdict) {}, func() {}
+	b.SetBytes(int64(len(head)))
+	b.ReportAllocs()
+	for b.Loop() {
+		s.feed(head, emit, lose)
+	}
+}

@@ -164,13 +164,18 @@ func (s *scanner) feed(p []byte, emit func(verdict), lose func()) {
 			}
 			return
 		}
-		s.line = append(s.line, p[:i+1]...)
+		// A line whole in p is read in place; only pieces are copied.
+		raw := p[:i+1]
+		if len(s.line) > 0 {
+			s.line = append(s.line, raw...)
+			raw = s.line
+		}
 		p = p[i+1:]
-		if len(s.line) > s.lineLimit() {
+		if len(raw) > s.lineLimit() {
 			s.lose(lose)
 			return
 		}
-		s.onLine(emit, lose)
+		s.onLine(raw, emit, lose)
 		if cap(s.line) > 64<<10 {
 			s.line = nil // a long line is no reason to keep its memory
 		} else {
@@ -192,9 +197,8 @@ func (s *scanner) lose(lose func()) {
 	lose()
 }
 
-// onLine takes s.line, a whole line with its LF.
-func (s *scanner) onLine(emit func(verdict), lose func()) {
-	raw := s.line
+// onLine takes raw, a whole line with its LF.
+func (s *scanner) onLine(raw []byte, emit func(verdict), lose func()) {
 	switch s.state {
 	case inChunkSize:
 		// Go's chunked reader: CRLF only, no other CR, trailing spaces and
