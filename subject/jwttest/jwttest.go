@@ -130,34 +130,42 @@ func Invalid(t testing.TB, good, stranger *Key, now time.Time) map[string]string
 	b64 := base64.RawURLEncoding.EncodeToString
 	forgedHeader := b64([]byte(`{"alg":"ES256","kid":"` + good.ID + `"}`))
 	return map[string]string{
-		"bad_signature":        parts[0] + "." + parts[1] + "." + b64(make([]byte, 64)),
-		"claims swapped":       forgedHeader + "." + b64([]byte(`{"iss":"https://idp.test/","aud":"orders-api","sub":"mallory","exp":9999999999}`)) + "." + parts[2],
-		"alg none":             b64([]byte(`{"alg":"none","typ":"JWT"}`)) + "." + parts[1] + ".",
-		"alg none with kid":    b64([]byte(`{"alg":"none","kid":"`+good.ID+`"}`)) + "." + parts[1] + ".",
-		"algorithm not listed": hmacToken(t, good.ID, Claims("alice", exp)),
-		"expired":              good.Sign(t, claims(func(c jwt.MapClaims) { c["exp"] = now.Add(-2 * time.Minute).Unix() })),
-		"not yet valid":        good.Sign(t, claims(func(c jwt.MapClaims) { c["nbf"] = now.Add(2 * time.Minute).Unix() })),
-		"no exp":               good.Sign(t, claims(func(c jwt.MapClaims) { delete(c, "exp") })),
-		"wrong issuer":         good.Sign(t, claims(func(c jwt.MapClaims) { c["iss"] = "https://evil.test/" })),
-		"wrong audience":       good.Sign(t, claims(func(c jwt.MapClaims) { c["aud"] = "billing-api" })),
-		"no audience":          good.Sign(t, claims(func(c jwt.MapClaims) { delete(c, "aud") })),
-		"unknown kid":          stranger.Sign(t, Claims("alice", exp)),
-		"a stranger's key":     (&Key{ID: good.ID, Alg: stranger.Alg, Private: stranger.Private}).Sign(t, Claims("alice", exp)),
-		"missing claim":        good.Sign(t, claims(func(c jwt.MapClaims) { delete(c, "sub") })),
-		"empty claim":          good.Sign(t, claims(func(c jwt.MapClaims) { c["sub"] = "" })),
-		"claim not a string":   good.Sign(t, claims(func(c jwt.MapClaims) { c["sub"] = map[string]any{"id": 1} })),
-		"crit header":          good.SignWithHeader(t, map[string]any{"crit": []string{"exp"}}, Claims("alice", exp)),
-		"malformed":            "not-a-token",
-		"two segments":         parts[0] + "." + parts[1],
-		"bad base64":           parts[0] + ".!!!." + parts[2],
-		"bearer with no token": "",
-		"exp not a number":     good.Sign(t, claims(func(c jwt.MapClaims) { c["exp"] = "tomorrow" })),
-		"JWE-shaped (5 parts)": valid + ".x.y",
-		"signature of another": parts[0] + "." + parts[1] + "." + strings.Split(good.Sign(t, Claims("bob", exp)), ".")[2],
-		"header not JSON":      b64([]byte("nope")) + "." + parts[1] + "." + parts[2],
-		"issuer as a list":     good.Sign(t, claims(func(c jwt.MapClaims) { c["iss"] = []string{"https://idp.test/"} })),
-		"first character cut":  " " + valid[1:],
+		"bad_signature":             parts[0] + "." + parts[1] + "." + b64(make([]byte, 64)),
+		"claims swapped":            forgedHeader + "." + b64([]byte(`{"iss":"https://idp.test/","aud":"orders-api","sub":"mallory","exp":9999999999}`)) + "." + parts[2],
+		"alg none":                  b64([]byte(`{"alg":"none","typ":"JWT"}`)) + "." + parts[1] + ".",
+		"alg none with kid":         b64([]byte(`{"alg":"none","kid":"`+good.ID+`"}`)) + "." + parts[1] + ".",
+		"algorithm not listed":      hmacToken(t, good.ID, Claims("alice", exp)),
+		"expired":                   good.Sign(t, claims(func(c jwt.MapClaims) { c["exp"] = now.Add(-2 * time.Minute).Unix() })),
+		"not yet valid":             good.Sign(t, claims(func(c jwt.MapClaims) { c["nbf"] = now.Add(2 * time.Minute).Unix() })),
+		"no exp":                    good.Sign(t, claims(func(c jwt.MapClaims) { delete(c, "exp") })),
+		"wrong issuer":              good.Sign(t, claims(func(c jwt.MapClaims) { c["iss"] = "https://evil.test/" })),
+		"wrong audience":            good.Sign(t, claims(func(c jwt.MapClaims) { c["aud"] = "billing-api" })),
+		"no audience":               good.Sign(t, claims(func(c jwt.MapClaims) { delete(c, "aud") })),
+		"its own key in the header": stranger.SignWithHeader(t, map[string]any{"jwk": embedded(stranger), "jku": "https://evil.test/jwks.json"}, Claims("alice", exp)),
+		"unknown kid":               stranger.Sign(t, Claims("alice", exp)),
+		"a stranger's key":          (&Key{ID: good.ID, Alg: stranger.Alg, Private: stranger.Private}).Sign(t, Claims("alice", exp)),
+		"missing claim":             good.Sign(t, claims(func(c jwt.MapClaims) { delete(c, "sub") })),
+		"empty claim":               good.Sign(t, claims(func(c jwt.MapClaims) { c["sub"] = "" })),
+		"claim not a string":        good.Sign(t, claims(func(c jwt.MapClaims) { c["sub"] = map[string]any{"id": 1} })),
+		"crit header":               good.SignWithHeader(t, map[string]any{"crit": []string{"exp"}}, Claims("alice", exp)),
+		"malformed":                 "not-a-token",
+		"two segments":              parts[0] + "." + parts[1],
+		"bad base64":                parts[0] + ".!!!." + parts[2],
+		"bearer with no token":      "",
+		"exp not a number":          good.Sign(t, claims(func(c jwt.MapClaims) { c["exp"] = "tomorrow" })),
+		"JWE-shaped (5 parts)":      valid + ".x.y",
+		"signature of another":      parts[0] + "." + parts[1] + "." + strings.Split(good.Sign(t, Claims("bob", exp)), ".")[2],
+		"header not JSON":           b64([]byte("nope")) + "." + parts[1] + "." + parts[2],
+		"issuer as a list":          good.Sign(t, claims(func(c jwt.MapClaims) { c["iss"] = []string{"https://idp.test/"} })),
+		"first character cut":       " " + valid[1:],
 	}
+}
+
+// embedded is k's public JWK, as an attacker puts it in a token's header.
+func embedded(k *Key) map[string]any {
+	var set struct{ Keys []map[string]any }
+	json.Unmarshal(JWKS(k), &set)
+	return set.Keys[0]
 }
 
 // hmacToken is an HS256 token whose secret is the kid: what an attacker
