@@ -14,27 +14,19 @@ import (
 // batcher sends the script calls that wait for one Redis node at the same
 // moment as one pipeline: one write and one read for all of them, each call
 // still its own EVALSHA with its own reply or error, so every decision stays
-// independent.
-//
-// No goroutine stands between a caller and Redis: a caller that finds fewer
-// than maxInFlight pipelines in flight sends its own call at once, with any
-// that were waiting, on its own goroutine. A caller that finds them all in
-// flight queues its call and waits; when a pipeline's replies are in, the
-// queue goes out as the next pipeline, from a goroutine started for it. So
-// a lone request pays no wait and no hand-off, and one slow reply holds up
-// only its own batch.
+// independent. A call that finds a worker idle is sent at once, alone; calls
+// that arrive while pipelines are in flight go out together in the next. A
+// few pipelines may be in flight at once, so one slow reply holds up only
+// its own batch.
 //
 // A batch is sent with the earliest deadline among its calls: none waits
 // past its own. A call whose deadline passed while it was queued is not sent.
 type batcher struct {
 	client *redis.Client
 	sizes  prometheus.Observer // calls per write
-
-	mu       sync.Mutex
-	queue    []*call // waiting for a pipeline, oldest first
-	inFlight int     // pipelines being sent or awaiting replies
-	closed   bool
-	active   sync.WaitGroup // one per pipeline in flight
+	queue  chan *call
+	stop   chan struct{}
+	wg     sync.WaitGroup
 }
 
 type call struct {
@@ -44,108 +36,76 @@ type call struct {
 	args  []any
 	reply any
 	err   error
-	done  chan struct{} // nil for the call its own caller sends
+	done  chan struct{}
 }
 
 const (
-	// Two pipelines in flight, not four: larger batches, so fewer writes,
-	// reads and wake-ups a decision on both sides (go run ./bench at 512
-	// connections), and still a second pipeline while one reply is slow.
-	maxInFlight = 2
-	maxBatch    = 128
+	batchWorkers = 4
+	maxBatch     = 128
 )
 
 // errNotSent: the call was never written to Redis.
 var errNotSent = errors.New("redis: not sent")
 
 func newBatcher(c *redis.Client, sizes prometheus.Observer) *batcher {
-	return &batcher{client: c, sizes: sizes}
+	b := &batcher{client: c, sizes: sizes, queue: make(chan *call, 4*maxBatch), stop: make(chan struct{})}
+	b.wg.Add(batchWorkers)
+	for range batchWorkers {
+		go b.work()
+	}
+	return b
 }
 
-// evalSha sends one EVALSHA, alone or with others, and waits for its reply.
+// evalSha sends one EVALSHA through the batcher and waits for its reply.
 func (b *batcher) evalSha(ctx context.Context, sha string, keys []string, args []any) (any, error) {
-	c := &call{ctx: ctx, sha: sha, keys: keys, args: args}
-	b.mu.Lock()
-	if b.closed {
-		b.mu.Unlock()
-		return nil, fmt.Errorf("%w: %w", errNotSent, redis.ErrClosed)
+	c := &call{ctx: ctx, sha: sha, keys: keys, args: args, done: make(chan struct{})}
+	select {
+	case b.queue <- c:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("%w: %w", errNotSent, ctx.Err())
+	case <-b.stop:
+		return nil, redis.ErrClosed
 	}
-	if b.inFlight < maxInFlight {
-		b.inFlight++
-		b.active.Add(1)
-		batch := b.take(c)
-		b.mu.Unlock()
-		b.send(batch)
-		b.next()
-		return c.reply, c.err
-	}
-	c.done = make(chan struct{})
-	b.queue = append(b.queue, c)
-	b.mu.Unlock()
 	select {
 	case <-c.done:
 		return c.reply, c.err
 	case <-ctx.Done():
-		// A pipeline may have carried it: its effect is unknown.
+		// A worker may have sent it: its effect is unknown.
 		return nil, ctx.Err()
 	}
 }
 
-// take is the next batch: first (nil for none) and the oldest queued
-// calls, at most maxBatch in all. Called with mu held.
-func (b *batcher) take(first *call) []*call {
-	if len(b.queue) == 0 {
-		if first == nil {
-			return nil
+func (b *batcher) work() {
+	defer b.wg.Done()
+	batch := make([]*call, 0, maxBatch)
+	cmds := make([]*redis.Cmd, 0, maxBatch)
+	for {
+		select {
+		case c := <-b.queue:
+			batch = append(batch[:0], c)
+		case <-b.stop:
+			return
 		}
-		return []*call{first}
+	more:
+		for len(batch) < maxBatch {
+			select {
+			case c := <-b.queue:
+				batch = append(batch, c)
+			default:
+				break more
+			}
+		}
+		cmds = b.send(batch, cmds[:0])
 	}
-	n := min(len(b.queue), maxBatch-1)
-	if first == nil {
-		n = min(len(b.queue), maxBatch)
-	}
-	batch := make([]*call, 0, n+1)
-	if first != nil {
-		batch = append(batch, first)
-	}
-	batch = append(batch, b.queue[:n]...)
-	clear(b.queue[:n])
-	b.queue = b.queue[n:]
-	if len(b.queue) == 0 {
-		b.queue = b.queue[:0:0]
-	}
-	return batch
 }
 
-// next is called when a pipeline's replies are in: the calls queued
-// meanwhile go out from a goroutine of their own, so the caller that sent
-// the pipeline is not held up by them; otherwise the pipeline's slot is
-// free again.
-func (b *batcher) next() {
-	b.mu.Lock()
-	batch := b.take(nil)
-	if batch == nil {
-		b.inFlight--
-		b.mu.Unlock()
-		b.active.Done()
-		return
-	}
-	b.mu.Unlock()
-	go func() {
-		b.send(batch)
-		b.next()
-	}()
-}
-
-// send writes batch and hands each call its reply; a queued caller is
-// woken by done.
-func (b *batcher) send(batch []*call) {
+func (b *batcher) send(batch []*call, cmds []*redis.Cmd) []*redis.Cmd {
 	live := batch[:0]
 	var deadline time.Time
 	for _, c := range batch {
 		if err := c.ctx.Err(); err != nil {
 			c.err = fmt.Errorf("%w: %w", errNotSent, err)
-			c.finish()
+			close(c.done)
 			continue
 		}
 		if d, ok := c.ctx.Deadline(); ok && (deadline.IsZero() || d.Before(deadline)) {
@@ -158,12 +118,12 @@ func (b *batcher) send(batch []*call) {
 	}
 	switch len(live) {
 	case 0:
-		return
+		return cmds
 	case 1:
 		c := live[0]
 		c.reply, c.err = b.client.EvalSha(c.ctx, c.sha, c.keys, c.args...).Result()
-		c.finish()
-		return
+		close(c.done)
+		return cmds
 	}
 	// Not a caller's context: one caller going away must not cancel the
 	// others' calls.
@@ -174,34 +134,30 @@ func (b *batcher) send(batch []*call) {
 		defer cancel()
 	}
 	pipe := b.client.Pipeline()
-	cmds := make([]*redis.Cmd, len(live))
-	for i, c := range live {
-		cmds[i] = pipe.EvalSha(ctx, c.sha, c.keys, c.args...)
+	for _, c := range live {
+		cmds = append(cmds, pipe.EvalSha(ctx, c.sha, c.keys, c.args...))
 	}
 	pipe.Exec(ctx)
 	for i, c := range live {
 		c.reply, c.err = cmds[i].Result()
-		c.finish()
-	}
-}
-
-func (c *call) finish() {
-	if c.done != nil {
+		cmds[i] = nil
 		close(c.done)
 	}
+	return cmds
 }
 
-// close fails the calls still queued (they were never sent) and waits for
-// the pipelines in flight to be answered.
+// close stops the workers once their pipelines are answered; calls still
+// queued were never sent and fail as such.
 func (b *batcher) close() {
-	b.mu.Lock()
-	b.closed = true
-	queued := b.queue
-	b.queue = nil
-	b.mu.Unlock()
-	for _, c := range queued {
-		c.err = fmt.Errorf("%w: %w", errNotSent, redis.ErrClosed)
-		c.finish()
+	close(b.stop)
+	b.wg.Wait()
+	for {
+		select {
+		case c := <-b.queue:
+			c.err = fmt.Errorf("%w: %w", errNotSent, redis.ErrClosed)
+			close(c.done)
+		default:
+			return
+		}
 	}
-	b.active.Wait()
 }
