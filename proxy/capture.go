@@ -16,7 +16,8 @@ import (
 // wrapper; the hooks it calls are built once per pooled capture, so that a
 // request pays only for httpsnoop's own wrapper.
 type capture struct {
-	header  http.Header // the server's, for the 1xx the upstream sends
+	header  http.Header  // the server's, for the 1xx the upstream sends
+	kept    []keptHeader // the gateway's headers across a 1xx
 	code    int
 	written int64
 	final   bool // a final status or body bytes went out
@@ -72,16 +73,32 @@ func (c *capture) wrap(w http.ResponseWriter) http.ResponseWriter {
 func (c *capture) done() {
 	c.nextWriteHeader, c.nextWrite, c.nextWriteString, c.nextReadFrom = nil, nil, nil, nil
 	c.fw = forwardWriter{}
-	c.header = nil
+	c.header, c.kept = nil, nil
 	captures.Put(c)
 }
 
 func (c *capture) onWriteHeader(code int) {
-	if code >= 100 && code <= 199 && code != http.StatusSwitchingProtocols {
+	interim := code >= 100 && code <= 199 && code != http.StatusSwitchingProtocols
+	if interim {
 		// ReverseProxy relays an upstream's 103 (or other 1xx) with the
 		// headers as they came, hop-by-hop ones included; they are the
 		// upstream connection's, not the client's.
 		removeHopByHop(c.header)
+		// It then clears the whole header map, the gateway's own headers
+		// with it: keep those for the final response. Rare, so the copy
+		// is made only here.
+		if c.kept == nil {
+			for _, name := range gatewayHeaders {
+				if v, ok := c.header[name]; ok {
+					c.kept = append(c.kept, keptHeader{name, v})
+				}
+			}
+		}
+	} else if c.kept != nil {
+		for _, k := range c.kept {
+			c.header[k.name] = append(k.values, c.header[k.name]...)
+		}
+		c.kept = nil
 	}
 	c.nextWriteHeader(code)
 	// 1xx responses are interim; the status logged is the final one.
@@ -126,4 +143,13 @@ func removeHopByHop(h http.Header) {
 	for _, name := range connectionHeaders {
 		delete(h, name)
 	}
+}
+
+// gatewayHeaders are the response headers the gateway sets before it
+// forwards a request.
+var gatewayHeaders = []string{"Ratelimit-Policy", "Ratelimit", "Strict-Transport-Security"}
+
+type keptHeader struct {
+	name   string
+	values []string
 }

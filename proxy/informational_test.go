@@ -3,7 +3,9 @@ package proxy_test
 import (
 	"net/http"
 	"testing"
+	"time"
 
+	"github.com/edgegate/gateway/limiter/limitertest"
 	"github.com/edgegate/gateway/proxy"
 )
 
@@ -12,7 +14,9 @@ import (
 func TestInformationalResponsesLoseTheirHopByHopHeaders(t *testing.T) {
 	up := newRawUpstream(t, "HTTP/1.1 103 Early Hints\r\nLink: </style.css>; rel=preload\r\nConnection: x-foo\r\nX-Foo: upstream-only\r\nKeep-Alive: timeout=5\r\n\r\n"+
 		"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", nil)
-	g := newGateway(t, setup{routes: []proxy.Route{rawRoute(up)}})
+	r := rawRoute(up)
+	r.Policy = policy(limitertest.FixedWindow(10, time.Minute), "p")
+	g := newGateway(t, setup{routes: []proxy.Route{r}})
 	_, br, early := dialGateway(t, g, "GET / HTTP/1.1\r\nHost: gw.test\r\n\r\n")
 	if early.StatusCode != http.StatusEarlyHints {
 		t.Fatalf("status %d, want the 103 first", early.StatusCode)
@@ -28,5 +32,10 @@ func TestInformationalResponsesLoseTheirHopByHopHeaders(t *testing.T) {
 	final, err := http.ReadResponse(br, nil)
 	if err != nil || final.StatusCode != 200 {
 		t.Fatalf("final response %v %v", final, err)
+	}
+	// ReverseProxy clears the header map after a 1xx; the gateway's own
+	// headers still reach the final response.
+	if final.Header.Get("RateLimit-Policy") == "" || final.Header.Get("RateLimit") == "" {
+		t.Errorf("the final response lost the RateLimit headers: %v", final.Header)
 	}
 }
