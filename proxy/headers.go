@@ -49,6 +49,7 @@ func CheckRuleHeader(name string, managed []string) error {
 		return fmt.Errorf("%s is the gateway's rate-limit answer", c)
 	case slices.Contains(hopByHop, c):
 		if c == "Host" {
+			//lint:ignore ST1005 the message starts with the header's name, as the others do.
 			return errors.New("Host is set with host_header")
 		}
 		return fmt.Errorf("%s belongs to the connection or frames the message", c)

@@ -91,7 +91,7 @@ func (m *member) checked(passed bool, err error, res *http.Response) {
 	if !passed {
 		m.passes.Store(0)
 		if !m.down.Swap(true) {
-			reason := slog.Attr{}
+			var reason slog.Attr
 			if err != nil {
 				reason = slog.String("error", err.Error())
 			} else {
