@@ -3,6 +3,7 @@ package proxy_test
 import (
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -77,5 +78,30 @@ func TestABodyThatKeepsComingIsForwarded(t *testing.T) {
 	body, _ := io.ReadAll(res.Body)
 	if res.StatusCode != 200 || string(body) != strings.Repeat("chunk", 6) {
 		t.Fatalf("%d %q", res.StatusCode, body)
+	}
+}
+
+// Over HTTP/2 the stream, not the connection, waits for the body: the
+// client still gets 408.
+func TestASlowBodyTimesOutOverHTTP2(t *testing.T) {
+	up := newUpstream(t)
+	up.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.Copy(io.Discard, r.Body) })
+	g := newGateway(t, setup{routes: []proxy.Route{route("r", "/", up, t, nil)}, bodyRead: 300 * time.Millisecond})
+	s := httptest.NewUnstartedServer(g.Config.Handler)
+	s.EnableHTTP2 = true
+	s.StartTLS()
+	t.Cleanup(s.Close)
+	pr, pw := io.Pipe()
+	t.Cleanup(func() { pw.Close() })
+	go pw.Write([]byte("first bytes"))
+	req, _ := http.NewRequest("POST", s.URL+"/upload", pr)
+	res, err := s.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.ProtoMajor != 2 || res.StatusCode != http.StatusRequestTimeout || !strings.Contains(string(body), "body-timeout") {
+		t.Fatalf("%s %d %s, want HTTP/2 408 body-timeout", res.Proto, res.StatusCode, body)
 	}
 }

@@ -109,6 +109,10 @@ func newForwarder(rt *route, target *url.URL, resolver *subject.Resolver, transp
 			switch {
 			case errors.As(err, &maxBytes):
 				writeProblem(w, problemTooLarge)
+			case errors.As(err, &bodyErr) && errors.Is(err, os.ErrDeadlineExceeded):
+				// HTTP/2 keeps the request alive past a body timeout, so
+				// the answer is written here, not in serve.
+				writeBodyTimeout(w, r, logger, rt.OperationID)
 			case errors.As(err, &bodyErr):
 				// The client broke its own body (a malformed chunk): its
 				// fault, not the upstream's.
@@ -161,4 +165,12 @@ func (b *clientBody) Read(p []byte) (int, error) {
 		err = &clientBodyError{err}
 	}
 	return n, err
+}
+
+// writeBodyTimeout answers a client that sent no body byte for
+// body_read_timeout: 408, and the connection closes.
+func writeBodyTimeout(w http.ResponseWriter, r *http.Request, logger *slog.Logger, route string) {
+	logger.LogAttrs(r.Context(), slog.LevelInfo, "client body timed out", slog.String("route", route))
+	w.Header()["Connection"] = headerClose
+	writeProblem(w, problemBodyTimeout)
 }

@@ -449,9 +449,7 @@ func (h *Handler) serve(w http.ResponseWriter, cw *capture, r *http.Request, c *
 		// answer; the client is still there to read a 408. The transport
 		// has closed the upstream connection, whose request it could not
 		// finish.
-		h.opts.Logger.LogAttrs(r.Context(), slog.LevelInfo, "client body timed out", slog.String("route", rt.OperationID))
-		w.Header()["Connection"] = headerClose
-		writeProblem(w, problemBodyTimeout)
+		writeBodyTimeout(w, r, h.opts.Logger, rt.OperationID)
 		x.outcome = "rejected"
 		return
 	}
