@@ -78,9 +78,15 @@ type Redis struct {
 	mode    RedisMode
 	client  redis.UniversalClient
 	cluster *redis.ClusterClient // set in cluster mode
-	prefix  string
-	clock   Clock
-	scripts map[Algorithm]*script
+	// clusterNodes maps a node's address to its client, for redirects:
+	// MOVED and ASK name the node to go to. Filled as go-redis creates
+	// clients (OnNewNode).
+	clusterNodes sync.Map
+	// slotsAsked is when a slot map reload was last asked for (unix nanos).
+	slotsAsked atomic.Int64
+	prefix     string
+	clock      Clock
+	scripts    map[Algorithm]*script
 	// policies holds a *compiledPolicy per *Policy; compiledCount bounds it.
 	policies      sync.Map
 	compiledCount atomic.Int64
@@ -197,6 +203,7 @@ func NewRedis(ctx context.Context, opts RedisOptions) (*Redis, error) {
 		r.client = redis.NewFailoverClient(uo.Failover())
 	case RedisCluster:
 		r.cluster = redis.NewClusterClient(uo.Cluster())
+		r.cluster.OnNewNode(func(c *redis.Client) { r.clusterNodes.Store(c.Options().Addr, c) })
 		r.client = r.cluster
 	default:
 		return nil, fmt.Errorf("redis: unknown mode %q", opts.Mode)
@@ -368,8 +375,9 @@ func (r *Redis) nodeState(c *redis.Client) (*node, error) {
 }
 
 // send runs one EVALSHA on node c: refused at once while its breaker is
-// open, batched with others unless batching is off.
-func (r *Redis) send(ctx context.Context, c *redis.Client, sha string, keys []string, args []any) (any, error) {
+// open, batched with others unless batching is off. With asking it is sent
+// alone, after ASKING on the same connection, as an ASK redirect requires.
+func (r *Redis) send(ctx context.Context, c *redis.Client, sha string, keys []string, args []any, asking bool) (any, error) {
 	n, err := r.nodeState(c)
 	if err != nil {
 		return nil, err
@@ -378,9 +386,16 @@ func (r *Redis) send(ctx context.Context, c *redis.Client, sha string, keys []st
 		return nil, errCircuitOpen
 	}
 	var v any
-	if n.batcher != nil {
+	switch {
+	case asking:
+		pipe := c.Pipeline()
+		pipe.Do(ctx, "ASKING")
+		cmd := pipe.EvalSha(ctx, sha, keys, args...)
+		pipe.Exec(ctx)
+		v, err = cmd.Result()
+	case n.batcher != nil:
 		v, err = n.batcher.evalSha(ctx, sha, keys, args)
-	} else {
+	default:
 		v, err = c.EvalSha(ctx, sha, keys, args...).Result()
 	}
 	if n.breaker != nil {
@@ -395,9 +410,10 @@ func (r *Redis) send(ctx context.Context, c *redis.Client, sha string, keys []st
 
 // nodeFailed reports whether a call's error counts against its node: one
 // that ends Unavailable or Indeterminate. A script's own error reply (a
-// NOSCRIPT, a WRONGTYPE) shows the node answering.
+// NOSCRIPT, a WRONGTYPE) shows the node answering, and so does a Cluster's
+// redirect (MOVED, ASK) or TRYAGAIN while a slot moves.
 func nodeFailed(err error) bool {
-	if err == nil || redis.HasErrorPrefix(err, "NOSCRIPT") {
+	if err == nil || redis.HasErrorPrefix(err, "NOSCRIPT") || isRedirect(err) || redis.IsTryAgainError(err) {
 		return false
 	}
 	_, o := classifyRedisError(err)
@@ -734,22 +750,28 @@ func decodeReplyAll(ps []*Policy, reply []any) Outcome {
 }
 
 // evalsha sends one EVALSHA; on NOSCRIPT it loads the scripts and sends once
-// more; on MOVED (Cluster) it refreshes the slot map and sends once more.
-// Both mean the script did not run.
+// more. In a Cluster it follows MOVED (the slot has a new owner) and ASK
+// (the slot is being migrated and the key has left) to the node they name,
+// and waits a little and sends again on TRYAGAIN (the slot is being
+// migrated and the script's keys are split between the two nodes, or not
+// all there). Every one of those replies means the script did not run.
 func (r *Redis) evalsha(ctx context.Context, s *script, keys []string, args []any) ([]any, error) {
 	key := keys[0]
 	var err error
-	noscriptRetried, movedRetried := false, false
+	noscriptRetried, redirects, tryAgains := false, 0, 0
+	var redirected *redis.Client // the node a MOVED or ASK named
+	asking := false              // the next call is sent after ASKING
 	for {
 		gen := r.generation()
-		var c *redis.Client
-		c, err = r.nodeFor(ctx, key)
-		if err != nil {
-			return nil, err
+		c := redirected
+		if c == nil {
+			if c, err = r.nodeFor(ctx, key); err != nil {
+				return nil, err
+			}
 		}
 		start := time.Now()
 		var v any
-		v, err = r.send(ctx, c, s.sha, keys, args)
+		v, err = r.send(ctx, c, s.sha, keys, args, asking)
 		result := "ok"
 		if err != nil {
 			result = "error"
@@ -767,14 +789,51 @@ func (r *Redis) evalsha(ctx context.Context, s *script, keys []string, args []an
 			if lerr := r.load(ctx, gen); lerr != nil {
 				return nil, lerr
 			}
-		case r.cluster != nil && !movedRetried && isRedirect(err):
-			movedRetried = true
-			r.cluster.ReloadState(ctx)
+		case r.cluster != nil && redirects < maxRedirects && isRedirect(err):
+			redirects++
+			addr, ask := redirectTarget(err)
+			if !ask {
+				// The slot map is out of date; until it is reloaded, the
+				// reply says where to go.
+				r.cluster.ReloadState(ctx)
+			}
+			target, known := r.clusterNodes.Load(addr)
+			if !known {
+				r.cluster.ReloadState(ctx)
+				return nil, err
+			}
+			redirected, asking = target.(*redis.Client), ask
+		case r.cluster != nil && tryAgains < len(tryAgainPauses) && redis.IsTryAgainError(err):
+			pause := tryAgainPauses[tryAgains]
+			tryAgains++
+			if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) < 2*pause {
+				return nil, err
+			}
+			select {
+			case <-ctx.Done():
+				return nil, err
+			case <-time.After(pause):
+			}
+			// From the slot's owner again: the migration may have moved on.
+			redirected, asking, redirects = nil, false, 0
 		default:
+			if r.cluster != nil && nodeFailed(err) {
+				r.reloadSlots()
+			}
 			return nil, err
 		}
 	}
 }
+
+// maxRedirects bounds the MOVED and ASK replies one call follows: a slot
+// that moved and is moving again takes two.
+const maxRedirects = 3
+
+// tryAgainPauses are the waits before each new try after TRYAGAIN. A slot
+// holds few keys of a subject, which move in one MIGRATE, so the split
+// rarely lasts longer than a few milliseconds; a migration held halfway
+// for longer is a 503 rather than a wait for the whole deadline.
+var tryAgainPauses = []time.Duration{5 * time.Millisecond, 10 * time.Millisecond, 20 * time.Millisecond}
 
 func isRedirect(err error) bool {
 	if _, ok := redis.IsMovedError(err); ok {
@@ -782,6 +841,34 @@ func isRedirect(err error) bool {
 	}
 	_, ok := redis.IsAskError(err)
 	return ok
+}
+
+// redirectTarget is the address a MOVED or ASK names, and whether it was
+// ASK.
+func redirectTarget(err error) (addr string, ask bool) {
+	if addr, ok := redis.IsAskError(err); ok {
+		return addr, true
+	}
+	addr, _ = redis.IsMovedError(err)
+	return addr, false
+}
+
+// slotReloadGap is the least time between two slot map reloads asked for
+// because a node failed.
+const slotReloadGap = 100 * time.Millisecond
+
+// reloadSlots asks go-redis to reload the Cluster's slot map in the
+// background, at most once per slotReloadGap. A node that fails may have
+// lost its slots to a replica; go-redis would otherwise go on sending to
+// it until its own periodic reload, a minute later, since a dead node
+// sends no MOVED.
+func (r *Redis) reloadSlots() {
+	now := time.Now().UnixNano()
+	last := r.slotsAsked.Load()
+	if now-last < int64(slotReloadGap) || !r.slotsAsked.CompareAndSwap(last, now) {
+		return
+	}
+	r.cluster.ReloadState(context.Background())
 }
 
 // nodeFor is the client that owns key. In Cluster mode the call goes to

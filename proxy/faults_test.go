@@ -282,6 +282,8 @@ func TestFaultMatrixOverHTTP(t *testing.T) {
 	}
 	t.Run("a restart with an empty dataset gives a subject a fresh budget, and a remembered denial stays", faultEmptyRestart)
 	t.Run("a sentinel failover is a 503 in time, and decisions resume on the new master", faultSentinelFailover)
+	t.Run("a Cluster slot range holding the hot subject moves to another master under load, and no count is lost", faultClusterSlotMigration)
+	t.Run("a Cluster replica promoted by CLUSTER FAILOVER, then after its master is killed: 503s in time, and decisions resume on the new master", faultClusterPromotion)
 }
 
 func runFault(t *testing.T, c faultCase) {
@@ -453,6 +455,7 @@ type faultRig struct {
 
 type faultSample struct {
 	phase      string
+	principal  string
 	start      time.Time
 	status     int // 0: no response
 	err        error
@@ -500,7 +503,7 @@ func (r *faultRig) get(phase, principal string) faultSample {
 	watch := time.AfterFunc(faultDeadline+faultSlack+10*time.Millisecond, r.noteSlowRequest)
 	res, err := r.client.Do(req)
 	watch.Stop()
-	s := faultSample{phase: phase, start: start, took: time.Since(start), err: err}
+	s := faultSample{phase: phase, principal: principal, start: start, took: time.Since(start), err: err}
 	if err == nil {
 		io.Copy(io.Discard, res.Body)
 		res.Body.Close()

@@ -193,7 +193,9 @@ func StartTLS(t testing.TB) *Server {
 
 // Cluster is a 3-master Redis Cluster.
 type Cluster struct {
-	Nodes []*Server
+	Nodes []*Server // the masters, as started
+	// Replicas, one of each master, by StartClusterWithReplicas only.
+	Replicas []*Server
 }
 
 // Addrs are the masters' addresses.

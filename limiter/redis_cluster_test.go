@@ -1,0 +1,170 @@
+package limiter_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/edgegate/gateway/limiter"
+	"github.com/edgegate/gateway/limiter/limitertest"
+	"github.com/edgegate/gateway/limiter/redistest"
+)
+
+// A Cluster moves slots between masters (resharding) and promotes
+// replicas; the backend follows both without a restart, charges each
+// decision once, and a redirect never counts against a node's breaker.
+
+func TestRedisClusterFollowsASlotMigration(t *testing.T) {
+	c := redistest.StartCluster(t)
+	r := redistest.NewLimiter(t, limiter.RedisOptions{Mode: limiter.RedisCluster, Addrs: c.Addrs(), KeyPrefix: "mig:"})
+	for _, dedup := range []bool{false, true} {
+		name := "without de-duplication, ASK is followed while the slot is half-moved"
+		if dedup {
+			name = "with de-duplication, a half-moved slot is a fast 503 (TRYAGAIN) that opens no breaker"
+		}
+		t.Run(name, func(t *testing.T) {
+			p := limitertest.FixedWindow(100, time.Hour)
+			p.Clock = limiter.ClockBackend
+			p.Dedup.Enabled = dedup
+			subject := limitertest.Subject()
+			slot := c.Slot(t, r.Key(p, subject))
+			from := c.Owner(t, slot)
+			to := c.Nodes[0]
+			if to == from {
+				to = c.Nodes[1]
+			}
+			// A neighbour: another subject whose key stays on the source.
+			var neighbour string
+			for i := 0; neighbour == ""; i++ {
+				s := fmt.Sprint(subject, "-n", i)
+				if n := c.Slot(t, r.Key(p, s)); n != slot && c.Owner(t, n) == from {
+					neighbour = s
+				}
+			}
+			used := int64(0)
+			decide := func(when string) {
+				t.Helper()
+				used++
+				d := mustAllow(t, first(evaluate(r, p, subject, fmt.Sprint(when, used))))
+				if d.Remaining != 100-used {
+					t.Fatalf("%s: remaining %d, want %d: the count did not move with the slot", when, d.Remaining, 100-used)
+				}
+			}
+			for range 3 {
+				decide("before")
+			}
+			c.MigrateSlot(t, slot, from, to, func() {
+				for i := range 8 {
+					if !dedup {
+						decide("half-moved")
+						continue
+					}
+					o, took := evaluate(r, p, subject, fmt.Sprint("half-moved", i))
+					if u, ok := o.(limiter.Unavailable); !ok || u.Category != limiter.UnavailableBeforeSend {
+						t.Fatalf("half-moved with de-duplication: outcome %#v, want Unavailable before send (TRYAGAIN)", o)
+					}
+					if took > 250*time.Millisecond {
+						t.Errorf("half-moved with de-duplication: the 503 took %v", took)
+					}
+				}
+				// Eight redirects and TRYAGAINs in a row: the source's
+				// breaker (5 failures) must still be closed.
+				mustAllow(t, first(evaluate(r, p, neighbour, "neighbour")))
+			})
+			for range 3 {
+				decide("after")
+			}
+			if o := c.Owner(t, slot); o != to {
+				t.Fatalf("slot %d is served by %s, want %s", slot, o.Addr, to.Addr)
+			}
+		})
+	}
+}
+
+func TestRedisClusterFollowsAReplicaPromotion(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a failover takes seconds")
+	}
+	c := redistest.StartClusterWithReplicas(t)
+	r := redistest.NewLimiter(t, limiter.RedisOptions{Mode: limiter.RedisCluster, Addrs: c.Addrs(), KeyPrefix: "promo:"})
+	p := limitertest.FixedWindow(100, time.Hour)
+	p.Clock = limiter.ClockBackend
+	subject := limitertest.Subject()
+	slot := c.Slot(t, r.Key(p, subject))
+	master := c.Owner(t, slot)
+	replica := c.ReplicaOf(t, master)
+	used := int64(0)
+	for range 3 {
+		used++
+		mustAllow(t, first(evaluate(r, p, subject, fmt.Sprint("before", used))))
+	}
+	// untilAllowed evaluates until a decision comes back, and checks that
+	// no decision was lost or charged twice on the way.
+	untilAllowed := func(when string, within time.Duration, lossAllowed bool) time.Duration {
+		t.Helper()
+		start := time.Now()
+		for i := 0; ; i++ {
+			o, _ := evaluate(r, p, subject, fmt.Sprint(when, i))
+			if e, ok := o.(limiter.Evaluated); ok {
+				used++
+				if !e.Allowed || (!lossAllowed && e.Remaining != 100-used) {
+					t.Fatalf("%s: %#v, want allowed with %d remaining", when, e.Decision, 100-used)
+				}
+				return time.Since(start)
+			}
+			if time.Since(start) > within {
+				t.Fatalf("%s: no decision within %v; last outcome %#v", when, within, o)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+
+	t.Run("CLUSTER FAILOVER on the replica: decisions follow it at once, with the count kept", func(t *testing.T) {
+		admin := replica.Client(t)
+		if err := admin.ClusterFailover(context.Background()).Err(); err != nil {
+			t.Fatalf("CLUSTER FAILOVER: %v", err)
+		}
+		waitRole(t, replica, "master")
+		took := untilAllowed("after the failover", 2*time.Second, false)
+		t.Logf("first decision %v after the replica said it was master", took)
+	})
+	t.Run("a killed master: its replica takes over and decisions resume without a restart", func(t *testing.T) {
+		// The replica promoted above is the master now; the old master
+		// its replica.
+		waitRole(t, master, "slave")
+		replica.Kill()
+		killed := time.Now()
+		o, _ := evaluate(r, p, subject, "while down")
+		if _, ok := o.(limiter.Evaluated); ok {
+			t.Fatalf("with the master killed: %#v, want no decision", o)
+		}
+		waitRole(t, master, "master")
+		t.Logf("the replica took over %v after the kill", time.Since(killed).Round(time.Millisecond))
+		// An asynchronous replica may lack the last writes: the count may
+		// have gone back (the README's bound), never forward.
+		took := untilAllowed("after the promotion", 5*time.Second, true)
+		t.Logf("first decision %v after the promotion", took.Round(time.Millisecond))
+	})
+}
+
+// waitRole waits until s reports role (INFO replication) and, as a master,
+// that the cluster is ok.
+func waitRole(t *testing.T, s *redistest.Server, role string) {
+	t.Helper()
+	cl := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1})
+	defer cl.Close()
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		repl, err := cl.Info(context.Background(), "replication").Result()
+		info, _ := cl.ClusterInfo(context.Background()).Result()
+		if err == nil && strings.Contains(repl, "role:"+role+"\r\n") && strings.Contains(info, "cluster_state:ok") {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s never became %s: %v", s.Addr, role, err)
+		}
+	}
+}
