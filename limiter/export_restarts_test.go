@@ -9,3 +9,12 @@ func SetRestartWatchInterval(d time.Duration) time.Duration {
 	restartWatchInterval = d
 	return old
 }
+
+// NodeStates counts the nodes the backend holds a batcher or breaker for.
+func (r *Redis) NodeStates() int {
+	nodes := r.nodes.Load()
+	if nodes == nil {
+		return 0
+	}
+	return len(*nodes)
+}

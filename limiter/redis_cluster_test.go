@@ -93,8 +93,21 @@ func TestRedisClusterFollowsAReplicaPromotion(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a failover takes seconds")
 	}
+	// The masters are listed every 50ms: a demoted or dead master's
+	// batcher and breaker are let go of soon after.
+	defer limiter.SetRestartWatchInterval(limiter.SetRestartWatchInterval(50 * time.Millisecond))
 	c := redistest.StartClusterWithReplicas(t)
 	r := redistest.NewLimiter(t, limiter.RedisOptions{Mode: limiter.RedisCluster, Addrs: c.Addrs(), KeyPrefix: "promo:"})
+	// The start-up canaries went to every master.
+	threeNodes := func(when string) {
+		t.Helper()
+		for deadline := time.Now().Add(3 * time.Second); r.NodeStates() != 3; time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: the backend holds %d nodes' batchers and breakers, want the 3 masters'", when, r.NodeStates())
+			}
+		}
+	}
+	threeNodes("at the start")
 	p := limitertest.FixedWindow(100, time.Hour)
 	p.Clock = limiter.ClockBackend
 	subject := limitertest.Subject()
@@ -135,6 +148,7 @@ func TestRedisClusterFollowsAReplicaPromotion(t *testing.T) {
 		waitRole(t, replica, "master")
 		took := untilAllowed("after the failover", 2*time.Second, false)
 		t.Logf("first decision %v after the replica said it was master", took)
+		threeNodes("after the failover")
 	})
 	t.Run("a killed master: its replica takes over and decisions resume without a restart", func(t *testing.T) {
 		// The replica promoted above is the master now; the old master
@@ -152,6 +166,7 @@ func TestRedisClusterFollowsAReplicaPromotion(t *testing.T) {
 		// have gone back (the README's bound), never forward.
 		took := untilAllowed("after the promotion", 5*time.Second, true)
 		t.Logf("first decision %v after the promotion", took.Round(time.Millisecond))
+		threeNodes("after the promotion")
 	})
 }
 

@@ -1,6 +1,8 @@
 package limiter_test
 
 import (
+	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -21,6 +23,33 @@ func TestARedisRestartIsCounted(t *testing.T) {
 	time.Sleep(100 * time.Millisecond) // a few readings of the first run_id
 	if n := restarts(); n != 0 {
 		t.Fatalf("%v restarts before any", n)
+	}
+	s.Restart()
+	for deadline := time.Now().Add(5 * time.Second); restarts() < 1; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the restart was not seen")
+		}
+	}
+}
+
+// The first run_id is read when the backend starts, not one interval
+// later: a restart in between is counted too.
+func TestARedisRestartSoonAfterStartIsCounted(t *testing.T) {
+	defer limiter.SetRestartWatchInterval(limiter.SetRestartWatchInterval(time.Second))
+	s := redistest.Start(t)
+	admin := s.Client(t)
+	reg := prometheus.NewRegistry()
+	redistest.NewLimiter(t, limiter.RedisOptions{Addrs: []string{s.Addr}, Registerer: reg})
+	restarts := func() float64 { return metric(t, reg, "gateway_redis_restarts_seen_total").GetCounter().GetValue() }
+	// The backend's first INFO, well before its first interval ends.
+	for deadline := time.Now().Add(900 * time.Millisecond); ; time.Sleep(5 * time.Millisecond) {
+		clients, err := admin.ClientList(context.Background()).Result()
+		if err == nil && strings.Contains(clients, "cmd=info") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no INFO from the backend before its first interval ended")
+		}
 	}
 	s.Restart()
 	for deadline := time.Now().Add(5 * time.Second); restarts() < 1; time.Sleep(20 * time.Millisecond) {

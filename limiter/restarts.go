@@ -2,6 +2,8 @@ package limiter
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"time"
@@ -18,19 +20,26 @@ import (
 // restartWatchInterval is a variable for the tests.
 var restartWatchInterval = 5 * time.Second
 
+// The first reading is taken at once, so that a restart soon after the
+// gateway starts is seen too. In a Cluster each reading also lets go of
+// what the backend held for nodes that are no longer masters (pruneNodes).
 func (r *Redis) watchRestarts(every time.Duration) {
 	defer close(r.watchDone)
 	seen := map[string]string{} // node address -> run_id
 	t := time.NewTicker(every)
 	defer t.Stop()
-	for {
-		select {
-		case <-r.stopWatch:
-			return
-		case <-t.C:
+	for first := true; ; first = false {
+		if !first {
+			select {
+			case <-r.stopWatch:
+				return
+			case <-t.C:
+			}
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		masters := map[*redis.Client]bool{}
 		err := r.eachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+			masters[c] = true
 			info, err := c.Info(ctx, "server").Result()
 			if err != nil {
 				return err
@@ -46,12 +55,61 @@ func (r *Redis) watchRestarts(every time.Duration) {
 			return nil
 		})
 		cancel()
+		if r.cluster != nil && !errors.Is(err, errNoMasters) && len(masters) > 0 {
+			r.pruneNodes(masters)
+		}
 		if redis.IsPermissionError(err) {
 			r.logger.Info("not watching for Redis restarts: the ACL user may not run INFO")
 			return
 		}
 	}
 }
+
+// pruneNodes lets go of the batcher and breaker of every node that is not
+// among masters: a master demoted to replica, or a node gone from the
+// Cluster, whose client go-redis closes a minute later. A call still
+// queued in such a batcher fails as not sent (503); it would have been
+// redirected anyway. A node that becomes master again gets a fresh state,
+// and its breaker's gauge goes with it.
+func (r *Redis) pruneNodes(masters map[*redis.Client]bool) {
+	r.nodesMu.Lock()
+	nodes := r.nodes.Load()
+	if nodes == nil {
+		r.nodesMu.Unlock()
+		return
+	}
+	var gone []*node
+	next := make(map[*redis.Client]*node, len(*nodes))
+	for c, n := range *nodes {
+		if masters[c] {
+			next[c] = n
+		} else {
+			gone = append(gone, n)
+		}
+	}
+	if len(gone) > 0 {
+		r.nodes.Store(&next)
+	}
+	r.nodesMu.Unlock()
+	kept := map[string]bool{}
+	for _, n := range next {
+		if n.breaker != nil {
+			kept[n.breaker.node] = true
+		}
+	}
+	for _, n := range gone {
+		if n.batcher != nil {
+			n.batcher.close()
+		}
+		// A breaker left open would say so for ever.
+		if n.breaker != nil && !kept[n.breaker.node] {
+			r.m.breakerOpen.DeleteLabelValues(n.breaker.node)
+		}
+	}
+}
+
+// errNoMasters: the Cluster's masters could not be listed.
+var errNoMasters = errors.New("redis: no slot map")
 
 // eachMaster runs fn on every master: the one of standalone and Sentinel,
 // each of a Cluster.
@@ -67,10 +125,11 @@ func (r *Redis) eachMaster(ctx context.Context, fn func(context.Context, *redis.
 			}
 			return nil
 		})
-		if first != nil {
-			return first
+		if err != nil {
+			// No slot map: no list of masters either.
+			return fmt.Errorf("%w: %w", errNoMasters, err)
 		}
-		return err
+		return first
 	}
 	return fn(ctx, r.client.(*redis.Client))
 }
