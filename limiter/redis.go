@@ -227,8 +227,12 @@ func NewRedis(ctx context.Context, opts RedisOptions) (*Redis, error) {
 		r.connectDone = make(chan struct{})
 		go r.connect()
 	}
+	seen := map[string]string{}
+	if r.connected.Load() {
+		r.readRunIDs(seen) // an ACL without +info is said once, by the watcher
+	}
 	r.stopWatch, r.watchDone = make(chan struct{}), make(chan struct{})
-	go r.watchRestarts(restartWatchInterval)
+	go r.watchRestarts(restartWatchInterval, seen)
 	return r, nil
 }
 

@@ -20,49 +20,54 @@ import (
 // restartWatchInterval is a variable for the tests.
 var restartWatchInterval = 5 * time.Second
 
-// The first reading is taken at once, so that a restart soon after the
-// gateway starts is seen too. In a Cluster each reading also lets go of
-// what the backend held for nodes that are no longer masters (pruneNodes).
-func (r *Redis) watchRestarts(every time.Duration) {
+// watchRestarts reads the masters' run_id every interval until Close. A
+// backend that connected at start-up took its first reading then
+// (NewRedis), so that a restart soon after start is seen too; seen holds
+// it. In a Cluster each reading also lets go of what the backend held for
+// nodes that are no longer masters (pruneNodes).
+func (r *Redis) watchRestarts(every time.Duration, seen map[string]string) {
 	defer close(r.watchDone)
-	seen := map[string]string{} // node address -> run_id
 	t := time.NewTicker(every)
 	defer t.Stop()
-	for first := true; ; first = false {
-		if !first {
-			select {
-			case <-r.stopWatch:
-				return
-			case <-t.C:
-			}
+	for {
+		select {
+		case <-r.stopWatch:
+			return
+		case <-t.C:
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		masters := map[*redis.Client]bool{}
-		err := r.eachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
-			masters[c] = true
-			info, err := c.Info(ctx, "server").Result()
-			if err != nil {
-				return err
-			}
-			id := infoField(info, "run_id")
-			addr := c.Options().Addr
-			if old, ok := seen[addr]; ok && old != id && id != "" {
-				r.m.restarts.Inc()
-				r.logger.Warn("redis restarted: its run_id changed; without persistence every subject it held has a fresh budget",
-					"node", addr)
-			}
-			seen[addr] = id
-			return nil
-		})
-		cancel()
-		if r.cluster != nil && !errors.Is(err, errNoMasters) && len(masters) > 0 {
-			r.pruneNodes(masters)
-		}
-		if redis.IsPermissionError(err) {
+		if err := r.readRunIDs(seen); redis.IsPermissionError(err) {
 			r.logger.Info("not watching for Redis restarts: the ACL user may not run INFO")
 			return
 		}
 	}
+}
+
+// readRunIDs takes one reading of every master's run_id into seen (node
+// address -> run_id) and counts each change.
+func (r *Redis) readRunIDs(seen map[string]string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	masters := map[*redis.Client]bool{}
+	err := r.eachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+		masters[c] = true
+		info, err := c.Info(ctx, "server").Result()
+		if err != nil {
+			return err
+		}
+		id := infoField(info, "run_id")
+		addr := c.Options().Addr
+		if old, ok := seen[addr]; ok && old != id && id != "" {
+			r.m.restarts.Inc()
+			r.logger.Warn("redis restarted: its run_id changed; without persistence every subject it held has a fresh budget",
+				"node", addr)
+		}
+		seen[addr] = id
+		return nil
+	})
+	if r.cluster != nil && !errors.Is(err, errNoMasters) && len(masters) > 0 {
+		r.pruneNodes(masters)
+	}
+	return err
 }
 
 // pruneNodes lets go of the batcher and breaker of every node that is not
