@@ -105,21 +105,22 @@ func (c *Cluster) Slot(t testing.TB, key string) int {
 	return int(slot)
 }
 
-// Owner is the master that serves slot, as the live node at from sees the
-// slot map.
+// Owner is the master that serves slot, as the first master that answers
+// sees the Cluster.
 func (c *Cluster) Owner(t testing.TB, slot int) *Server {
 	t.Helper()
-	for _, from := range c.Nodes {
-		cl := redis.NewClient(&redis.Options{Addr: from.Addr, MaxRetries: -1})
-		ranges, err := cl.ClusterSlots(context.Background()).Result()
-		cl.Close()
-		if err != nil {
-			continue
-		}
-		for _, r := range ranges {
-			if int(r.Start) <= slot && slot <= int(r.End) && len(r.Nodes) > 0 {
-				if s := c.server(r.Nodes[0].Addr); s != nil {
-					return s
+	for _, from := range append(append([]*Server{}, c.Nodes...), c.Replicas...) {
+		for _, sh := range c.shards(from) {
+			for _, r := range sh.Slots {
+				if int(r.Start) > slot || slot > int(r.End) {
+					continue
+				}
+				for _, n := range sh.Nodes {
+					if n.Role == "master" && n.Health == "online" {
+						if s := c.server(fmt.Sprintf("%s:%d", n.IP, n.Port)); s != nil {
+							return s
+						}
+					}
 				}
 			}
 		}
@@ -132,19 +133,26 @@ func (c *Cluster) Owner(t testing.TB, slot int) *Server {
 // around it.
 func (c *Cluster) Range(t testing.TB, slot int) (first, last int) {
 	t.Helper()
-	cl := redis.NewClient(&redis.Options{Addr: c.Nodes[0].Addr, MaxRetries: -1})
-	defer cl.Close()
-	ranges, err := cl.ClusterSlots(context.Background()).Result()
-	if err != nil {
-		t.Fatalf("CLUSTER SLOTS: %v", err)
-	}
-	for _, r := range ranges {
-		if int(r.Start) <= slot && slot <= int(r.End) {
-			return int(r.Start), int(r.End)
+	for _, sh := range c.shards(c.Nodes[0]) {
+		for _, r := range sh.Slots {
+			if int(r.Start) <= slot && slot <= int(r.End) {
+				return int(r.Start), int(r.End)
+			}
 		}
 	}
 	t.Fatalf("no master serves slot %d", slot)
 	return 0, 0
+}
+
+// shards is CLUSTER SHARDS as from sees it; nil when it does not answer.
+func (c *Cluster) shards(from *Server) []redis.ClusterShard {
+	cl := redis.NewClient(&redis.Options{Addr: from.Addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond, ReadTimeout: time.Second})
+	defer cl.Close()
+	shards, err := cl.ClusterShards(context.Background()).Result()
+	if err != nil {
+		return nil
+	}
+	return shards
 }
 
 // ReplicaOf is the replica of master.
