@@ -41,22 +41,28 @@ func CheckRuleHeader(name string, managed []string) error {
 	if !ValidHeaderName(name) {
 		return fmt.Errorf("%q is not a header name (letters, digits and !#$%%&'*+-.^_`|~)", name)
 	}
-	c := http.CanonicalHeaderKey(name)
+	// CGI, WSGI and Rack backends fold "_" into "-": X_Forwarded_For
+	// reaches them as X-Forwarded-For, so a name is checked as they read
+	// it (a client's such headers are dropped, but a rule's are sent).
+	c := http.CanonicalHeaderKey(strings.ReplaceAll(name, "_", "-"))
+	as := c
+	if strings.IndexByte(name, '_') >= 0 {
+		as = fmt.Sprintf("%s (read as %s by backends that fold _ into -)", name, c)
+	}
 	switch {
 	case c == "Forwarded" || strings.HasPrefix(c, "X-Forwarded-"):
-		return fmt.Errorf("%s is a forwarding header the gateway writes itself", c)
+		return fmt.Errorf("%s is a forwarding header the gateway writes itself", as)
 	case strings.HasPrefix(c, "Ratelimit") || c == "Retry-After":
-		return fmt.Errorf("%s is the gateway's rate-limit answer", c)
+		return fmt.Errorf("%s is the gateway's rate-limit answer", as)
 	case slices.Contains(hopByHop, c):
 		if c == "Host" {
-			//lint:ignore ST1005 the message starts with the header's name, as the others do.
-			return errors.New("Host is set with host_header")
+			return fmt.Errorf("%s is set with host_header", as)
 		}
-		return fmt.Errorf("%s belongs to the connection or frames the message", c)
+		return fmt.Errorf("%s belongs to the connection or frames the message", as)
 	}
 	for _, m := range managed {
 		if http.CanonicalHeaderKey(m) == c {
-			return fmt.Errorf("%s is read by the gateway to identify the client", c)
+			return fmt.Errorf("%s is read by the gateway to identify the client", as)
 		}
 	}
 	return nil

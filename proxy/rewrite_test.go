@@ -189,6 +189,11 @@ func TestHeaderRulesTheGatewayManagesAreRefused(t *testing.T) {
 		{"removing Forwarded", proxy.HeaderRules{Remove: []string{"forwarded"}}},
 		{"setting the principal header", proxy.HeaderRules{Set: []proxy.Header{{Name: "X-Auth-Principal", Value: "admin"}}}},
 		{"removing the API key header", proxy.HeaderRules{Remove: []string{"X-API-Key"}}},
+		// A CGI backend reads X_Real_IP as X-Real-IP: the rule's header
+		// is sent, unlike a client's.
+		{"setting X_Real_IP", proxy.HeaderRules{Set: []proxy.Header{{Name: "X_Real_IP", Value: "10.0.0.1"}}}},
+		{"setting X_Forwarded_For", proxy.HeaderRules{Set: []proxy.Header{{Name: "x_forwarded_for", Value: "10.0.0.1"}}}},
+		{"removing X_API_Key", proxy.HeaderRules{Remove: []string{"X_API_Key"}}},
 		{"setting Content-Length", proxy.HeaderRules{Set: []proxy.Header{{Name: "Content-Length", Value: "0"}}}},
 		{"a value with CR LF", proxy.HeaderRules{Set: []proxy.Header{{Name: "X-A", Value: "a\r\nX-B: b"}}}},
 		{"a name twice", proxy.HeaderRules{Set: []proxy.Header{{Name: "X-A", Value: "a"}}, Remove: []string{"x-a"}}},
