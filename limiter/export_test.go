@@ -176,3 +176,11 @@ func (s *memoryShard) checkStructure() error {
 	}
 	return nil
 }
+
+// SameShard reports whether the memory backend keeps the keys of p and q
+// for subject in one shard.
+func (m *Memory) SameShard(p, q *Policy, subject string) bool {
+	a := m.sum(appendMemoryKey(nil, p, subject))
+	b := m.sum(appendMemoryKey(nil, q, subject))
+	return a[0]%memoryShards == b[0]%memoryShards
+}

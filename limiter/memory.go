@@ -426,6 +426,14 @@ func (m *Memory) evaluateAll(req Request) Outcome {
 		i, e := idx[k], slots[k]
 		if e == nil {
 			i, e = s.insert(keys[k], &m.evictions, nowMillis)
+			// A full shard may have evicted the key of a later policy,
+			// and handed its slot to this one: that policy's key is
+			// inserted again rather than written into another's slot.
+			for l := k + 1; l < n; l++ {
+				if slots[l] != nil && slots[l].key != keys[l] {
+					idx[l], slots[l] = 0, nil
+				}
+			}
 		}
 		if write {
 			e.setState(res.next)

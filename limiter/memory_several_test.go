@@ -1,0 +1,43 @@
+package limiter_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/edgegate/gateway/limiter"
+	"github.com/edgegate/gateway/limiter/limitertest"
+)
+
+// A request with several policies whose new key evicts the key of another
+// of its policies from a full shard must not write that policy's state
+// into the slot the new key took: one policy is never charged with another's
+// count.
+func TestSeveralPoliciesOnAFullShardKeepTheirKeysApart(t *testing.T) {
+	m := limiter.NewMemory(limiter.MemoryOptions{MaxEntries: 64}) // one key a shard
+	t.Cleanup(func() { m.Close() })
+	a, b := limitertest.FixedWindow(10, time.Minute), limitertest.FixedWindow(10, time.Minute)
+	a.Dedup, b.Dedup = limiter.Dedup{}, limiter.Dedup{}
+	subject := ""
+	for range 10000 {
+		if s := limitertest.Subject(); m.SameShard(a, b, s) {
+			subject = s
+			break
+		}
+	}
+	if subject == "" {
+		t.Fatal("no subject whose keys share a shard")
+	}
+	for range 5 {
+		evaluateMemory(t, m, b, subject, 1, "")
+	}
+	o := m.Evaluate(context.Background(), limiter.Request{Policies: []*limiter.Policy{a, b}, Subject: subject, Cost: 1})
+	if e, ok := o.(limiter.Evaluated); !ok || !e.Allowed {
+		t.Fatalf("outcome %#v, want allowed", o)
+	}
+	// a was charged once; whatever the shard could keep, a never holds b's
+	// six.
+	if d := evaluateMemory(t, m, a, subject, 1, ""); d.Remaining < 8 {
+		t.Fatalf("a has %d left after two requests of 10; it holds b's count", d.Remaining)
+	}
+}
