@@ -151,6 +151,8 @@ listen {
   http             = %q
   admin            = %q
   shutdown_timeout = "1s"
+  # Every connection of the load comes from 127.0.0.1: one client.
+  max_connections_per_client = 0
 }
 
 %s
