@@ -272,9 +272,7 @@ func (rt *route) forward(w http.ResponseWriter, r *http.Request, x *exchange) {
 	for {
 		m := p.members[i]
 		x.target = m.name
-		m.inflight.Add(1)
-		rt.forwards[i].ServeHTTP(fw, r)
-		m.inflight.Add(-1)
+		m.serve(rt.forwards[i], fw, r)
 		err := fw.unreached
 		if err == nil {
 			return
@@ -290,6 +288,15 @@ func (rt *route) forward(w http.ResponseWriter, r *http.Request, x *exchange) {
 		}
 		i = j
 	}
+}
+
+// serve forwards r through rp, counted in flight on m until it returns
+// or panics: ReverseProxy aborts a response cut off mid-body with
+// http.ErrAbortHandler, which the server recovers.
+func (m *member) serve(rp *httputil.ReverseProxy, w http.ResponseWriter, r *http.Request) {
+	m.inflight.Add(1)
+	defer m.inflight.Add(-1)
+	rp.ServeHTTP(w, r)
 }
 
 // newForwarders builds the route's forwarder to each target of its pool.

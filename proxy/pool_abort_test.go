@@ -1,0 +1,66 @@
+package proxy_test
+
+import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"sync/atomic"
+	"testing"
+
+	"github.com/edgegate/gateway/proxy"
+)
+
+// A response cut off mid-body makes ReverseProxy abort the handler with a
+// panic (http.ErrAbortHandler). The target's count of requests in flight
+// must still come down, or least_requests shuns it for good.
+func TestATargetThatCutsAResponseShortIsNotCountedBusyForever(t *testing.T) {
+	var aborted atomic.Bool
+	target := func(name string) *httptest.Server {
+		s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("X-Target", name)
+			if name == "a" && r.URL.Query().Get("cut") != "" {
+				// Promise 100 bytes, send 5, and close.
+				w.Header().Set("Content-Length", "100")
+				w.WriteHeader(http.StatusOK)
+				w.Write([]byte("short"))
+				w.(http.Flusher).Flush()
+				c, _, err := http.NewResponseController(w).Hijack()
+				if err == nil {
+					c.Close()
+				}
+				aborted.Store(true)
+			}
+		}))
+		t.Cleanup(s.Close)
+		return s
+	}
+	a, b := target("a"), target("b")
+	ua, _ := url.Parse(a.URL)
+	ub, _ := url.Parse(b.URL)
+	g := newPoolGateway(t, proxy.Pool{Name: "legacy", Targets: []*url.URL{ua, ub}, Balance: proxy.LeastRequests})
+	for i := 0; !aborted.Load(); i++ {
+		if i == 200 {
+			t.Fatal("200 requests and none reached a")
+		}
+		res, err := http.Get(g.URL + "/orders?cut=1")
+		if err != nil {
+			continue // a's cut response
+		}
+		io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+	}
+	seen := map[string]int{}
+	for range 40 {
+		res, err := http.Get(g.URL + "/orders")
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		seen[res.Header.Get("X-Target")]++
+	}
+	if seen["a"] == 0 {
+		t.Fatalf("after one cut response, 40 requests went to %v: a still counts a request in flight", seen)
+	}
+}
