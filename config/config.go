@@ -135,6 +135,8 @@ func (c *checker) file(fb *fileBlock) *File {
 	// One client under max_connections_per_client is what one client-IP
 	// subject is.
 	f.Listen.ClientIPv6Prefix = f.Subject.IPv6Prefix
+	// A trusted proxy carries many clients' connections.
+	f.Listen.TrustedProxies = f.Subject.TrustedProxies
 	if fb.Pseudonym != nil {
 		f.Subject.PseudonymKeys, f.Subject.PseudonymVersion = c.pseudonym(fb.Pseudonym)
 	}

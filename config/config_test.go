@@ -302,3 +302,27 @@ route "orders.read" {
 		t.Fatalf("route sources %v", got)
 	}
 }
+
+// The per-client connection cap leaves the subject block's trusted proxies
+// alone: each carries many clients.
+func TestTrustedProxiesAreExemptFromTheClientConnectionCap(t *testing.T) {
+	src := `
+listen {
+  http = ":8080"
+}
+subject {
+  trusted_proxies = ["10.0.0.0/8"]
+}
+route "plain" {
+  path     = "/"
+  upstream = "http://127.0.0.1:9000"
+}
+`
+	f, diags := config.Parse("gateway.hcl", []byte(src), env(nil))
+	if diags.HasErrors() {
+		t.Fatal(diags.Error())
+	}
+	if got := f.Listen.TrustedProxies; len(got) != 1 || got[0].String() != "10.0.0.0/8" {
+		t.Errorf("listen trusted proxies %v, want [10.0.0.0/8]", got)
+	}
+}

@@ -15,7 +15,10 @@ type connectionCaps struct {
 	// ipv6Bits is the prefix that makes one IPv6 client, as for the
 	// client-IP subject: a host is handed a /64, not an address.
 	ipv6Bits int
-	logger   *slog.Logger
+	// exempt are the trusted proxies, whose connections carry many
+	// clients: perClient does not apply to them.
+	exempt []netip.Prefix
+	logger *slog.Logger
 }
 
 // limitConnections accepts at most caps.total connections at once; the
@@ -75,7 +78,7 @@ func (l *limitListener) Accept() (net.Conn, error) {
 		}
 		lc := &limitConn{Conn: c, l: l}
 		if l.clients != nil {
-			key, ok := clientKey(c.RemoteAddr(), l.caps.ipv6Bits)
+			key, ok := clientKey(c.RemoteAddr(), l.caps.ipv6Bits, l.caps.exempt)
 			if ok && !l.admit(key) {
 				c.Close()
 				l.releaseSlot()
@@ -115,13 +118,18 @@ func (l *limitListener) Close() error {
 }
 
 // clientKey is the client a peer address counts as: an IPv4 address, or
-// the IPv6 prefix of ipv6Bits bits.
-func clientKey(a net.Addr, ipv6Bits int) (netip.Prefix, bool) {
+// the IPv6 prefix of ipv6Bits bits; none for a peer in exempt.
+func clientKey(a net.Addr, ipv6Bits int, exempt []netip.Prefix) (netip.Prefix, bool) {
 	tcp, ok := a.(*net.TCPAddr)
 	if !ok {
 		return netip.Prefix{}, false
 	}
 	ip := tcp.AddrPort().Addr().Unmap()
+	for _, p := range exempt {
+		if p.Contains(ip) {
+			return netip.Prefix{}, false
+		}
+	}
 	if ip.Is4() {
 		return netip.PrefixFrom(ip, 32), true
 	}

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"strings"
 	"testing"
@@ -121,5 +122,26 @@ func TestAHijackedConnectionStillCounts(t *testing.T) {
 	second.SetReadDeadline(time.Now().Add(10 * time.Second))
 	if res, err := http.ReadResponse(br, nil); err != nil || res.StatusCode != http.StatusOK {
 		t.Fatalf("after the tunnel closed: %v %v", res, err)
+	}
+}
+
+// A trusted proxy carries every client's connections from its own address:
+// the per-client cap would cap them all together, so it does not apply.
+func TestATrustedProxyIsNotHeldToTheClientCap(t *testing.T) {
+	trusted := []netip.Prefix{netip.MustParsePrefix("127.0.0.7/32")}
+	s, _ := serve(t, edge.Options{HTTP: "127.0.0.1:0", MaxConnectionsPerClient: 2, TrustedProxies: trusted}, okHandler, nil)
+	for i := range 4 {
+		if res, err := get(t, dialFrom(t, "127.0.0.7", s.HTTPAddr())); err != nil || res.StatusCode != http.StatusOK {
+			t.Fatalf("the proxy's connection %d: %v %v", i+1, res, err)
+		}
+	}
+	// Anyone else still is.
+	for i := 0; i < 2; i++ {
+		io.WriteString(dialFrom(t, "127.0.0.8", s.HTTPAddr()), "GET / HTTP/1.1\r\n")
+	}
+	extra := dialFrom(t, "127.0.0.8", s.HTTPAddr())
+	extra.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := extra.Read(make([]byte, 1)); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("a connection past the client's cap: %v, want it closed", err)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -38,6 +39,10 @@ type Options struct {
 	// before any header is read). Its next connection is closed at once.
 	// Default 256; negative: no cap.
 	MaxConnectionsPerClient int
+	// TrustedProxies are peers MaxConnectionsPerClient does not apply to:
+	// a load balancer or proxy in front carries every client's
+	// connections from its own address. They stay under MaxConnections.
+	TrustedProxies []netip.Prefix
 	// ClientIPv6Prefix is the prefix length of one IPv6 client, as the
 	// client-IP subject's; default 64.
 	ClientIPv6Prefix int

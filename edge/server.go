@@ -171,7 +171,7 @@ func newPublicServer(h http.Handler, listener string, opts Options, refusals *fr
 }
 
 func (s *Servers) caps() connectionCaps {
-	return connectionCaps{total: s.opts.MaxConnections, perClient: s.opts.MaxConnectionsPerClient, ipv6Bits: s.opts.ClientIPv6Prefix, logger: s.logger}
+	return connectionCaps{total: s.opts.MaxConnections, perClient: s.opts.MaxConnectionsPerClient, exempt: s.opts.TrustedProxies, ipv6Bits: s.opts.ClientIPv6Prefix, logger: s.logger}
 }
 
 func port(ln net.Listener) int { return ln.Addr().(*net.TCPAddr).Port }
