@@ -305,6 +305,8 @@ type load struct {
 	// lastDecided is when the latest request that got a 200 or 429 was
 	// sent, in Unix nanoseconds.
 	lastDecided atomic.Int64
+	// denials is, for each subject, when each of its 429s was sent.
+	denials map[string][]time.Time
 }
 
 // principalHeader is the header newResolver trusts from a trusted proxy.
@@ -315,7 +317,7 @@ func startLoad(t *testing.T, gateways []*gateway, clients int, principals []stri
 	transport := &http.Transport{MaxIdleConnsPerHost: clients}
 	t.Cleanup(transport.CloseIdleConnections)
 	client := &http.Client{Transport: transport, Timeout: 10 * time.Second}
-	l := &load{stop: make(chan struct{})}
+	l := &load{stop: make(chan struct{}), denials: map[string][]time.Time{}}
 	for i := range clients {
 		instance := i % len(gateways)
 		subject := "127.0.0.1"
@@ -334,6 +336,11 @@ func startLoad(t *testing.T, gateways []*gateway, clients int, principals []stri
 				}
 				d.instance = instance
 				mine = append(mine, d)
+				if d.status == http.StatusTooManyRequests {
+					l.mu.Lock()
+					l.denials[subject] = append(l.denials[subject], d.start)
+					l.mu.Unlock()
+				}
 				if d.status == http.StatusOK || d.status == http.StatusTooManyRequests {
 					for sent := d.start.UnixNano(); ; {
 						last := l.lastDecided.Load()
@@ -373,6 +380,20 @@ func (l *load) finish(t *testing.T) []decision {
 		t.Error(err)
 	}
 	return l.history
+}
+
+// firstDeniedAfter is when the first request of subject sent after t that
+// got a 429 was sent; false if none yet.
+func (l *load) firstDeniedAfter(subject string, t time.Time) (time.Time, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var first time.Time
+	for _, at := range l.denials[subject] {
+		if at.After(t) && (first.IsZero() || at.Before(first)) {
+			first = at
+		}
+	}
+	return first, !first.IsZero()
 }
 
 // decidedSince reports whether a request sent after t got a 200 or 429.

@@ -195,15 +195,17 @@ const rememberedDenialSlack = 0
 // TestExactnessAcrossFourGatewaysSharingOneRedis: four gateways, each with
 // its own limiter, share one Redis; 64 clients send as fast as they can for
 // three seconds of 1s fixed windows. Every window admits no more than the
-// limit, every window the clients covered from end to end admits exactly
-// the limit, and only the admitted reached the upstream.
+// limit, every window the clients covered from end to end with more
+// decided requests than the limit denied (so admitted exactly the limit),
+// and only the admitted reached the upstream.
 func TestExactnessAcrossFourGatewaysSharingOneRedis(t *testing.T) {
 	const (
 		instances = 4
 		clients   = 64
-		limit     = 25
-		window    = time.Second
-		run       = 3 * time.Second
+		// Ten a window: a busy machine's clients still meet it.
+		limit  = 10
+		window = time.Second
+		run    = 3 * time.Second
 	)
 	cluster := redistest.StartCluster(t)
 	clusterServers := func(t *testing.T) []*redis.Client {
@@ -265,6 +267,24 @@ func TestExactnessAcrossFourGatewaysSharingOneRedis(t *testing.T) {
 			started := time.Now()
 			l := startLoad(t, gateways, clients, c.principals)
 			time.Sleep(run)
+			// On a machine too busy for the clients to meet the limit in
+			// the first windows, the run goes on (up to 15s more) until
+			// each subject was denied in a window that began after the
+			// start, and the window after that one has (about) ended.
+			subjects := c.principals
+			if len(subjects) == 0 {
+				subjects = []string{"127.0.0.1"}
+			}
+			for until := time.Now().Add(15 * time.Second); time.Now().Before(until); time.Sleep(50 * time.Millisecond) {
+				met := true
+				for _, s := range subjects {
+					at, ok := l.firstDeniedAfter(s, started.Add(window+offset.max-offset.min))
+					met = met && ok && time.Since(at) > 2*window
+				}
+				if met {
+					break
+				}
+			}
 			stopped := time.Now()
 			history := l.finish(t)
 			offset = offset.hull(measureOffset(t, servers...))
@@ -274,22 +294,54 @@ func TestExactnessAcrossFourGatewaysSharingOneRedis(t *testing.T) {
 			for _, v := range violations {
 				t.Error(v)
 			}
-			// The windows the clients covered from end to end: demand far
-			// beyond the limit met each, so each must have denied.
+			// The windows the clients covered from end to end. How many
+			// requests reach a window is the machine's business: on a busy
+			// one (-race, two shared cores) a subject got fewer than 25 a
+			// second, or the breaker opened on late replies. So the demand
+			// each window met is counted, not assumed: a covered window
+			// whose requests were all decided (no 503) and more than the
+			// limit must have denied, and every subject must have met its
+			// limit in some covered window, or the run proved nothing.
 			first, last := e.windowOf(started.Add(offset.max))+1, e.windowOf(stopped.Add(offset.min))-1
-			subjects := c.principals
-			if len(subjects) == 0 {
-				subjects = []string{"127.0.0.1"}
+			type demand struct{ inside, unknown int }
+			demands := map[string]map[int64]*demand{}
+			for _, d := range history {
+				lo, hi := e.span(d.start, d.end)
+				if demands[d.subject] == nil {
+					demands[d.subject] = map[int64]*demand{}
+				}
+				for w := lo; w <= hi; w++ {
+					if demands[d.subject][w] == nil {
+						demands[d.subject][w] = &demand{}
+					}
+					if d.status == http.StatusServiceUnavailable {
+						demands[d.subject][w].unknown++
+					} else if lo == hi {
+						demands[d.subject][w].inside++
+					}
+				}
 			}
 			for _, s := range subjects {
+				saturatedSome := false
 				for w := first; w <= last; w++ {
-					saturated := false
+					denied := false
 					for _, tl := range tallies {
-						saturated = saturated || (tl.subject == s && tl.index == w && tl.denied > 0)
+						denied = denied || (tl.subject == s && tl.index == w && tl.denied > 0)
 					}
-					if !saturated {
-						t.Errorf("%s: window %d, covered by the clients from end to end, denied nothing", s, w)
+					saturatedSome = saturatedSome || denied
+					dm := demands[s][w]
+					switch {
+					case denied:
+					case dm == nil:
+						t.Errorf("%s: window %d, covered by the clients from end to end, saw no request", s, w)
+					case dm.unknown == 0 && dm.inside > limit:
+						t.Errorf("%s: window %d, covered by the clients from end to end, decided %d requests and denied nothing", s, w, dm.inside)
+					default:
+						t.Logf("%s: window %d met a demand of %d decided and %d 503s, and denied nothing", s, w, dm.inside, dm.unknown)
 					}
+				}
+				if !saturatedSome && first <= last {
+					t.Errorf("%s: no covered window denied: the clients never met the limit", s)
 				}
 			}
 			n := statusCounts(history)
