@@ -463,6 +463,9 @@ func (c *checker) apiKeys(rng hcl.Range, path string) (map[subject.KeyHash]struc
 	var plans map[subject.KeyHash]string
 	names := map[string]string{} // one copy of each plan name
 	sc := bufio.NewScanner(bytes.NewReader(src))
+	// No line is too long to be read: a long line is refused for what it
+	// holds, and the keys after it are still read.
+	sc.Buffer(nil, len(src)+1)
 	for n := 1; sc.Scan(); n++ {
 		line := strings.TrimSpace(sc.Text())
 		if line == "" || line[0] == '#' {
@@ -495,6 +498,9 @@ func (c *checker) apiKeys(rng hcl.Range, path string) (map[subject.KeyHash]struc
 			plans[h] = names[plan]
 		}
 		keys[h] = struct{}{}
+	}
+	if err := sc.Err(); err != nil {
+		c.errorf(rng, "Cannot read api_keys_file", "%s: %s.", path, err)
 	}
 	return keys, plans
 }

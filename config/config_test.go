@@ -2,6 +2,8 @@ package config_test
 
 import (
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -324,5 +326,38 @@ route "plain" {
 	}
 	if got := f.Listen.TrustedProxies; len(got) != 1 || got[0].String() != "10.0.0.0/8" {
 		t.Errorf("listen trusted proxies %v, want [10.0.0.0/8]", got)
+	}
+}
+
+// A line longer than bufio.Scanner's default token is refused for what it
+// holds, and the keys after it are still read: none is dropped in silence.
+func TestALongLineInTheKeysFileDropsNoKey(t *testing.T) {
+	dir := t.TempDir()
+	first, last := strings.Repeat("a", 64), strings.Repeat("b", 64)
+	keys := first + "\n" + strings.Repeat("c", 70<<10) + "\n" + last + " gold\n"
+	if err := os.WriteFile(filepath.Join(dir, "keys.txt"), []byte(keys), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	src := "subject {\n  api_keys_file = \"keys.txt\"\n}\n"
+	if err := os.WriteFile(filepath.Join(dir, "gateway.hcl"), []byte(src), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err := config.Load(filepath.Join(dir, "gateway.hcl"), env(nil))
+	var p *config.Problems
+	if !errors.As(err, &p) || len(p.Diagnostics) != 1 || !strings.Contains(err.Error(), "line 2 is not a SHA-256") {
+		t.Fatalf("want one diagnostic for line 2, got %v", err)
+	}
+
+	// Without the long line, both keys are read, the plan with the last.
+	keys = first + "\n" + last + " gold\n"
+	if err := os.WriteFile(filepath.Join(dir, "keys.txt"), []byte(keys), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := config.Load(filepath.Join(dir, "gateway.hcl"), env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(f.Subject.KnownKeys) != 2 || len(f.Subject.KeyPlans) != 1 {
+		t.Fatalf("keys %d and plans %d, want 2 and 1", len(f.Subject.KnownKeys), len(f.Subject.KeyPlans))
 	}
 }
