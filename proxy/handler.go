@@ -337,9 +337,25 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	cw := captures.Get().(*capture)
 	x.fw = &cw.fw
+	served := false
+	defer func() {
+		if !served {
+			// ReverseProxy aborts a response cut off mid-body with a
+			// panic (http.ErrAbortHandler) that the server recovers: the
+			// request reached the upstream, and is counted and logged.
+			h.record(r, &x, cw.code, cw.written, start, true)
+		}
+	}()
 	h.serve(cw.wrap(w), cw, r, c, &x)
+	served = true
 	code, written := cw.code, cw.written
 	cw.done()
+	h.record(r, &x, code, written, start, false)
+}
+
+// record counts a request in the metrics and writes its access log line;
+// aborted says that its response was cut off.
+func (h *Handler) record(r *http.Request, x *exchange, code int, written int64, start time.Time, aborted bool) {
 	if h.opts.Metrics != nil {
 		h.opts.Metrics.observeRequest(x.route, x.outcome, x.plan, code)
 	}
@@ -376,6 +392,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			slog.String("target", x.target),
 			notLogged,
 			policy,
+			abortedAttr(aborted),
 		)
 	}
 }
@@ -619,6 +636,13 @@ func outcomeName(o limiter.Outcome) string {
 		return "incompatible"
 	}
 	return "unknown"
+}
+
+func abortedAttr(aborted bool) slog.Attr {
+	if !aborted {
+		return slog.Attr{}
+	}
+	return slog.Bool("aborted", true)
 }
 
 func reasonAttr(reason string) slog.Attr {

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -13,7 +14,8 @@ import (
 
 // A response cut off mid-body makes ReverseProxy abort the handler with a
 // panic (http.ErrAbortHandler). The target's count of requests in flight
-// must still come down, or least_requests shuns it for good.
+// must still come down, or least_requests shuns it for good, and the
+// request is still in the access log, marked aborted.
 func TestATargetThatCutsAResponseShortIsNotCountedBusyForever(t *testing.T) {
 	var aborted atomic.Bool
 	target := func(name string) *httptest.Server {
@@ -49,6 +51,17 @@ func TestATargetThatCutsAResponseShortIsNotCountedBusyForever(t *testing.T) {
 		}
 		io.Copy(io.Discard, res.Body)
 		res.Body.Close()
+	}
+	sent := 0
+	for _, line := range strings.Split(g.logs.String(), "\n") {
+		if strings.Contains(line, `"aborted":true`) && strings.Contains(line, ua.String()) {
+			sent++
+		}
+	}
+	// The client may have sent it again on a fresh connection (nothing of
+	// the response had reached it), and a cut it again.
+	if sent == 0 {
+		t.Errorf("the access log has no line for the cut response:\n%s", g.logs.String())
 	}
 	seen := map[string]int{}
 	for range 40 {
