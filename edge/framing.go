@@ -182,6 +182,17 @@ type framingConn struct {
 	// lost: the scanner stopped following the stream, so no verdict comes
 	// after those queued.
 	lost bool
+	// tunnels holds the connection once a handler hijacked it; nil before.
+	// Set by the hijacking goroutine, which is the one that closes it.
+	tunnels *tunnels
+}
+
+func (c *framingConn) Close() error {
+	err := c.Conn.Close()
+	if c.tunnels != nil {
+		c.tunnels.remove(c)
+	}
+	return err
 }
 
 func (c *framingConn) Read(p []byte) (int, error) {

@@ -247,7 +247,7 @@ func FuzzBoundaries(f *testing.F) {
 
 // testPublicServer is newPublicServer with the defaults and nothing logged.
 func testPublicServer(h http.Handler) *http.Server {
-	return newPublicServer(h, "http", Options{}.withDefaults(), newFramingRefusals(nil, slog.New(slog.DiscardHandler)), log.New(io.Discard, "", 0))
+	return newPublicServer(h, "http", Options{}.withDefaults(), newFramingRefusals(nil, slog.New(slog.DiscardHandler)), newTunnels(), log.New(io.Discard, "", 0))
 }
 
 func TestAPublicServerOnAnUnscannedListenerServesNoHTTP1Request(t *testing.T) {

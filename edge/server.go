@@ -31,6 +31,7 @@ type Servers struct {
 	logger   *slog.Logger // never nil
 	errorLog *log.Logger  // the servers' own complaints, into logger
 	tls      *terminator  // nil without TLS
+	tunnels  *tunnels     // the public listeners' hijacked connections
 	errs     chan error
 	stopTLS  sync.Once
 
@@ -122,9 +123,10 @@ func (s *Servers) bind() error {
 // request path only runs them.
 func (s *Servers) build(public, admin http.Handler) {
 	refusals := newFramingRefusals(s.opts.Registerer, s.logger)
+	s.tunnels = newTunnels()
 	if s.httpsLn != nil {
 		t := s.opts.TLS
-		s.secure = newPublicServer(hsts(public, t.HSTSMaxAge, t.HSTSIncludeSubdomains), "https", s.opts, refusals, s.errorLog)
+		s.secure = newPublicServer(hsts(public, t.HSTSMaxAge, t.HSTSIncludeSubdomains), "https", s.opts, refusals, s.tunnels, s.errorLog)
 		// The framing listener terminates TLS itself and hands HTTP/2
 		// connections over as *tls.Conn; with h2 in TLSConfig.NextProtos,
 		// Serve speaks HTTP/2 on them. Serve gets the listener a config of
@@ -140,7 +142,7 @@ func (s *Servers) build(public, admin http.Handler) {
 			}
 			plain = s.tls.httpChallenge(plain)
 		}
-		s.plain = newPublicServer(plain, "http", s.opts, refusals, s.errorLog)
+		s.plain = newPublicServer(plain, "http", s.opts, refusals, s.tunnels, s.errorLog)
 	}
 	if s.adminLn != nil {
 		s.admin = &http.Server{
@@ -158,10 +160,11 @@ func (s *Servers) build(public, admin http.Handler) {
 // by http.Server behind its back. It must serve a framing listener
 // (newFramingListener); on any other it refuses every HTTP/1 request
 // rather than serve one unchecked.
-func newPublicServer(h http.Handler, listener string, opts Options, refusals *framingRefusals, errorLog *log.Logger) *http.Server {
+func newPublicServer(h http.Handler, listener string, opts Options, refusals *framingRefusals, tunnels *tunnels, errorLog *log.Logger) *http.Server {
 	return &http.Server{
 		Handler:                      &framingCheck{next: h, listener: listener, refusals: refusals},
 		ConnContext:                  connContext,
+		ConnState:                    tunnels.connState,
 		DisableGeneralOptionsHandler: true,
 		ReadHeaderTimeout:            opts.ReadHeaderTimeout,
 		IdleTimeout:                  opts.IdleTimeout,
@@ -255,7 +258,10 @@ func (s *Servers) SwapCertificates(files []CertificateFiles) error {
 
 // Shutdown stops accepting, lets requests in flight finish within
 // ShutdownTimeout and closes the connections left past it, returning an
-// error then. It then closes the admin server, cancels ACME work (an
+// error then. Upgraded tunnels (hijacked connections, which http.Server no
+// longer tracks) get the same time: one still open when ShutdownTimeout
+// passes is closed, client side, which ends its copy and closes its
+// upstream side too, and counts as a drain that timed out. It then closes the admin server, cancels ACME work (an
 // issuance under way is abandoned, not waited for), waits for its goroutine
 // and stops certmagic's renewals. Every goroutine Servers started has ended
 // when it returns, and every port is free.
@@ -282,6 +288,11 @@ func (s *Servers) Shutdown() error {
 		})
 	}
 	wg.Wait()
+	if s.tunnels != nil && !s.tunnels.wait(ctx) {
+		if n := s.tunnels.closeAll(); n > 0 {
+			errs = append(errs, fmt.Errorf("edge: drain: %d upgraded connections still open at the shutdown timeout were closed", n))
+		}
+	}
 	if s.admin != nil {
 		s.admin.Close()
 	}
@@ -298,6 +309,9 @@ func (s *Servers) Close() {
 		if srv != nil {
 			srv.Close()
 		}
+	}
+	if s.tunnels != nil {
+		s.tunnels.closeAll()
 	}
 	s.release()
 }

@@ -123,6 +123,9 @@ type Handler struct {
 
 	swap   sync.Mutex // one Swap at a time, and Close
 	checks *healthChecks
+	// tunnels are the upstream sides of the upgraded connections open now,
+	// across reloads.
+	tunnels *openTunnels
 }
 
 type compiled struct {
@@ -150,7 +153,7 @@ func NewHandler(opts Options, cfg Config) (*Handler, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	h := &Handler{opts: opts, evalIDs: newEvaluationIDs()}
+	h := &Handler{opts: opts, evalIDs: newEvaluationIDs(), tunnels: newOpenTunnels()}
 	if opts.Metrics != nil {
 		opts.Metrics.upstreams.handler.Store(h)
 	}
@@ -186,12 +189,16 @@ func (h *Handler) Swap(cfg Config) error {
 	return nil
 }
 
-// Close stops the active health checks and closes idle upstream
-// connections. Requests in flight finish; the Handler serves on, without
-// active checks.
+// Close stops the active health checks, closes idle upstream connections
+// and closes the upstream side of every upgraded tunnel still open (which
+// ends its copy and closes the client side too). Requests in flight
+// finish; the Handler serves on, without active checks. It is meant for
+// after the listeners' drain, which closes the tunnels client side; this
+// catches what is left.
 func (h *Handler) Close() {
 	h.swap.Lock()
 	defer h.swap.Unlock()
+	h.tunnels.closeAll()
 	if h.checks != nil {
 		h.checks.stop()
 		h.checks = nil
@@ -300,7 +307,7 @@ func (h *Handler) compile(cfg Config, prev *compiled) (*compiled, []*http.Transp
 		if r.limited() && r.Cost < 1 {
 			r.Cost = 1
 		}
-		r.forwards = newForwarders(r, cfg.Resolver, h.opts.Logger, cfg.AllowUnderscoreHeaders, cfg.TunnelIdleTimeout)
+		r.forwards = newForwarders(r, cfg.Resolver, h.opts.Logger, cfg.AllowUnderscoreHeaders, tunnelSettings{idle: cfg.TunnelIdleTimeout, open: h.tunnels})
 		routes = append(routes, r)
 	}
 	return &compiled{

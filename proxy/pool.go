@@ -302,10 +302,10 @@ func (m *member) serve(rp *httputil.ReverseProxy, w http.ResponseWriter, r *http
 // newForwarders builds the route's forwarder to each target of its pool.
 // Each answers errors as newForwarder does, except one that reached no
 // target when the request may go to another: that one is left to forward.
-func newForwarders(rt *route, resolver *subject.Resolver, logger *slog.Logger, underscores bool, tunnelIdle time.Duration) []*httputil.ReverseProxy {
+func newForwarders(rt *route, resolver *subject.Resolver, logger *slog.Logger, underscores bool, tunnels tunnelSettings) []*httputil.ReverseProxy {
 	out := make([]*httputil.ReverseProxy, len(rt.pool.members))
 	for i, m := range rt.pool.members {
-		rp := newForwarder(rt, m.url, resolver, m, logger, underscores, tunnelIdle).(*httputil.ReverseProxy)
+		rp := newForwarder(rt, m.url, resolver, m, logger, underscores, tunnels).(*httputil.ReverseProxy)
 		answer := rp.ErrorHandler
 		rp.ErrorHandler = func(w http.ResponseWriter, r *http.Request, err error) {
 			var dialErr *dialError

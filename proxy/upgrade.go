@@ -55,10 +55,55 @@ func restrictUpgrade(out http.Header, allowed []string) {
 	}
 }
 
+// tunnelSettings are what a forwarder needs to open tunnels: the idle
+// timeout of the configuration, and the Handler's set of open tunnels.
+type tunnelSettings struct {
+	idle time.Duration
+	open *openTunnels
+}
+
+// openTunnels are the upstream sides of the tunnels open now, so that
+// Handler.Close can end them: the server forgot their client sides when
+// ReverseProxy hijacked them.
+type openTunnels struct {
+	mu     sync.Mutex
+	set    map[*tunnel]struct{}
+	closed bool // after closeAll: a tunnel opened now is closed at once
+}
+
+func newOpenTunnels() *openTunnels { return &openTunnels{set: map[*tunnel]struct{}{}} }
+
+func (o *openTunnels) add(t *tunnel) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.closed {
+		return false
+	}
+	o.set[t] = struct{}{}
+	return true
+}
+
+func (o *openTunnels) remove(t *tunnel) {
+	o.mu.Lock()
+	delete(o.set, t)
+	o.mu.Unlock()
+}
+
+func (o *openTunnels) closeAll() {
+	o.mu.Lock()
+	o.closed = true
+	set := o.set
+	o.set = map[*tunnel]struct{}{}
+	o.mu.Unlock()
+	for t := range set {
+		t.Close()
+	}
+}
+
 // checkSwitch is ModifyResponse for a 101: only a request forwarded as an
 // allowed upgrade may switch protocols, and the tunnel it opens closes
-// after idle of quiet.
-func checkSwitch(res *http.Response, allowed []string, idle time.Duration) error {
+// after the idle timeout of quiet, or when the Handler closes.
+func checkSwitch(res *http.Response, allowed []string, tunnels tunnelSettings) error {
 	up := res.Request.Header.Get("Upgrade")
 	if up == "" || !upgradeAllowed(allowed, up) {
 		return errUnrequestedUpgrade
@@ -67,7 +112,11 @@ func checkSwitch(res *http.Response, allowed []string, idle time.Duration) error
 	if !ok {
 		return errUnrequestedUpgrade
 	}
-	res.Body = newTunnel(backend, idle)
+	t := newTunnel(backend, tunnels.idle, tunnels.open)
+	if !tunnels.open.add(t) {
+		t.Close()
+	}
+	res.Body = t
 	return nil
 }
 
@@ -79,6 +128,7 @@ func checkSwitch(res *http.Response, allowed []string, idle time.Duration) error
 type tunnel struct {
 	io.ReadWriteCloser
 	idle  time.Duration
+	open  *openTunnels
 	start time.Time
 	last  atomic.Int64 // nanoseconds after start of the last byte either way
 
@@ -87,8 +137,8 @@ type tunnel struct {
 	closed bool
 }
 
-func newTunnel(backend io.ReadWriteCloser, idle time.Duration) *tunnel {
-	t := &tunnel{ReadWriteCloser: backend, idle: idle, start: time.Now()}
+func newTunnel(backend io.ReadWriteCloser, idle time.Duration, open *openTunnels) *tunnel {
+	t := &tunnel{ReadWriteCloser: backend, idle: idle, open: open, start: time.Now()}
 	t.mu.Lock()
 	t.timer = time.AfterFunc(idle, t.check)
 	t.mu.Unlock()
@@ -131,5 +181,6 @@ func (t *tunnel) Close() error {
 	t.closed = true
 	t.timer.Stop()
 	t.mu.Unlock()
+	t.open.remove(t)
 	return t.ReadWriteCloser.Close()
 }
