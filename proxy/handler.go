@@ -457,10 +457,11 @@ func (h *Handler) serve(w http.ResponseWriter, cw *capture, r *http.Request, c *
 	// route says so.
 	if fwd := rt.forwardPath(path); fwd != r.URL.EscapedPath() {
 		r.URL.Path, _ = url.PathUnescape(fwd)
-		// A RawPath only where escapes need one: ReverseProxy joins plain
-		// paths at half the cost.
+		// A RawPath only where the default escaping would not give fwd
+		// back (an escape, or a character such as '!' that url.URL
+		// escapes): ReverseProxy joins plain paths at half the cost.
 		r.URL.RawPath = ""
-		if strings.IndexByte(fwd, '%') >= 0 {
+		if strings.IndexByte(fwd, '%') >= 0 || r.URL.EscapedPath() != fwd {
 			r.URL.RawPath = fwd
 		}
 	}
