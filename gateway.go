@@ -37,9 +37,10 @@ type gateway struct {
 	ephemeral []byte
 	// jwks is the jwks_url key set; it outlives a reload that keeps the
 	// URL, so the last good keys stay while the identity provider is down.
-	jwks     *subject.RemoteKeys
-	file     *config.File
-	draining atomic.Bool
+	jwks        *subject.RemoteKeys
+	jwksMetrics *subject.JWKSMetrics
+	file        *config.File
+	draining    atomic.Bool
 }
 
 // start builds every part from f, binds the listeners and serves.
@@ -122,7 +123,7 @@ func (g *gateway) remoteKeys(url string) (*subject.RemoteKeys, error) {
 	keys := g.jwks
 	if keys == nil || keys.URL() != url {
 		var err error
-		if keys, err = subject.NewRemoteKeys(subject.RemoteKeysOptions{URL: url, Logger: g.logger}); err != nil {
+		if keys, err = subject.NewRemoteKeys(subject.RemoteKeysOptions{URL: url, Logger: g.logger, Metrics: g.jwksMetrics}); err != nil {
 			return nil, err
 		}
 	}

@@ -121,10 +121,16 @@ func TestAGatewayStartsWhileItsIdentityProviderIsDown(t *testing.T) {
 	if !strings.Contains(r.logs.String(), "jwks_url could not be fetched") {
 		t.Fatalf("the failed fetch was not logged:\n%s", r.logs.String())
 	}
+	if f, last := r.metricValue(t, `gateway_jwks_fetches_total{result="failed"}`), r.metricValue(t, "gateway_jwks_last_success_timestamp_seconds"); f < 1 || last != 0 {
+		t.Fatalf("before any key set: %v failed fetches, last success %v", f, last)
+	}
 	down.Store(false)
 	r.reload(t, "ok") // SIGHUP fetches the set again
 	if s := r.getWithToken(t, token); s != 200 {
 		t.Fatalf("after the provider came back: %d, want 200", s)
+	}
+	if ok, last := r.metricValue(t, `gateway_jwks_fetches_total{result="ok"}`), r.metricValue(t, "gateway_jwks_last_success_timestamp_seconds"); ok != 1 || last < float64(time.Now().Add(-time.Minute).Unix()) {
+		t.Fatalf("after the provider came back: %v good fetches, last success %v", ok, last)
 	}
 	down.Store(true)
 	r.reload(t, "ok")

@@ -25,6 +25,7 @@ import (
 
 	"github.com/edgegate/gateway/config"
 	"github.com/edgegate/gateway/proxy"
+	"github.com/edgegate/gateway/subject"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -117,6 +118,7 @@ func serve(path string, stderr io.Writer, started chan<- *gateway) int {
 	g := &gateway{path: path, logger: logger, level: level, registry: prometheus.NewRegistry()}
 	g.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	g.metrics = proxy.NewMetrics(g.registry)
+	g.jwksMetrics = subject.NewJWKSMetrics(g.registry)
 	g.reloads = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "gateway_config_reloads_total",
 		Help: "Configuration reloads by result (ok, error).",

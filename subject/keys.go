@@ -77,6 +77,9 @@ type RemoteKeysOptions struct {
 	MaxAge time.Duration
 	Now    func() time.Time // default time.Now
 	Logger *slog.Logger     // fetch failures; nil discards
+	// Metrics count the fetches; nil counts none. A new RemoteKeys sets
+	// the last success time back to 0: it has fetched nothing yet.
+	Metrics *JWKSMetrics
 }
 
 // maxJWKSBytes bounds a key set: a provider's set is a few kilobytes.
@@ -128,6 +131,9 @@ func NewRemoteKeys(opts RemoteKeysOptions) (*RemoteKeys, error) {
 	}
 	if opts.Client == nil {
 		opts.Client = &http.Client{}
+	}
+	if opts.Metrics != nil {
+		opts.Metrics.lastSuccess.Set(0)
 	}
 	return &RemoteKeys{opts: opts, fetching: make(chan struct{}, 1)}, nil
 }
@@ -228,6 +234,14 @@ func (r *RemoteKeys) fetch(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.opts.Timeout)
 	defer cancel()
 	err := r.get(ctx)
+	if m := r.opts.Metrics; m != nil {
+		if err != nil {
+			m.failed.Inc()
+		} else {
+			m.ok.Inc()
+			m.lastSuccess.Set(float64(r.current.Load().fetched.UnixNano()) / 1e9)
+		}
+	}
 	if err != nil {
 		r.opts.Logger.LogAttrs(ctx, slog.LevelWarn, "JWT key set fetch failed; the last good set stays",
 			slog.String("jwks_url", r.opts.URL), slog.String("error", err.Error()))
