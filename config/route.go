@@ -167,6 +167,9 @@ func (c *checker) routes(blocks []*routeBlock, policies map[string]*limiter.Poli
 			c.errorf(b.CostName, "Cost without a policy", "cost means nothing on a route without a policy.")
 		}
 		if b.PlansAt != (hcl.Range{}) {
+			if b.Policy == nil && !hasPolicies {
+				c.errorf(b.PlansAt, "Plans without a default policy", "Subjects without a plan, or on a plan not listed, would go unlimited; give the route a policy or policies for them.")
+			}
 			r.Plans = c.plans(b.Plans, usePolicy)
 			for name := range r.Plans {
 				if !slices.Contains(so.Plans, name) {

@@ -14,5 +14,6 @@ route "orders.read" {
 route "orders.write" {
   path     = "/api/v1/orders/new"
   upstream = "http://127.0.0.1:9000"
+  policy   = "free-orders"
   plans    = "free-orders"
 }
