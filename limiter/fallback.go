@@ -24,10 +24,16 @@ type fallback struct {
 	local     *Memory
 	instances int64
 
+	// The scaled policies, made once per policy value. Each reload brings
+	// new values, so both maps are emptied when they reach maxScaled:
+	// the memory backend keys its state by name and revision, never by
+	// pointer, so a policy scaled again finds its budget where it was.
 	mu     sync.Mutex
 	scaled map[*Policy]*Policy
 	sets   map[**Policy][]*Policy // scaled Request.Policies, by first element
 }
+
+const maxScaled = 4096
 
 func newFallback(shared Backend, opts FallbackOptions) *fallback {
 	return &fallback{shared: shared, local: NewMemory(MemoryOptions{}), instances: int64(opts.Instances), scaled: map[*Policy]*Policy{}, sets: map[**Policy][]*Policy{}}
@@ -72,6 +78,9 @@ func (f *fallback) scaleAll(ps []*Policy) []*Policy {
 		s[i] = f.scale(p)
 	}
 	f.mu.Lock()
+	if len(f.sets) >= maxScaled {
+		clear(f.sets)
+	}
 	f.sets[&ps[0]] = s
 	f.mu.Unlock()
 	return s
@@ -91,6 +100,9 @@ func (f *fallback) scale(p *Policy) *Policy {
 	s.RefillTokens = ceilDiv(p.RefillTokens, f.instances)
 	s.MaxCost = min(p.MaxCost, s.Quota())
 	s.Clock = ClockBackend // the process is this backend's store
+	if len(f.scaled) >= maxScaled {
+		clear(f.scaled)
+	}
 	f.scaled[p] = &s
 	return &s
 }
