@@ -29,7 +29,10 @@ type MemoryOptions struct {
 	// than its share of keys evicts before the total is reached.
 	MaxEntries int
 	// SweepInterval is how often expired keys, and expired remembered
-	// evaluations of live keys, are removed. Default 10s.
+	// evaluations of live keys, are removed. Default 10s. It is measured
+	// on Clock: a sweep is due SweepInterval of Clock's time after the
+	// last one was due, so a test that moves an injected clock gets its
+	// sweeps without waiting real time.
 	SweepInterval time.Duration
 	Clock         Clock
 }
@@ -51,9 +54,14 @@ type Memory struct {
 	seeds     [2]maphash.Seed
 	shards    [memoryShards]paddedShard
 	evictions atomic.Uint64
-	stop      chan struct{}
-	done      chan struct{}
-	closeOnce sync.Once
+	// sweepAt is when, in Unix milliseconds of clock, the next sweep is
+	// due; an evaluation that sees it passed wakes the sweeper.
+	sweepAt    atomic.Int64
+	sweepEvery time.Duration
+	wake       chan struct{}
+	stop       chan struct{}
+	done       chan struct{}
+	closeOnce  sync.Once
 }
 
 // memoryKey names one policy revision and subject by 128 bits: two maphash
@@ -203,11 +211,14 @@ func NewMemory(opts MemoryOptions) *Memory {
 		opts.Clock = systemClock{}
 	}
 	m := &Memory{
-		clock: opts.Clock,
-		seeds: [2]maphash.Seed{maphash.MakeSeed(), maphash.MakeSeed()},
-		stop:  make(chan struct{}),
-		done:  make(chan struct{}),
+		clock:      opts.Clock,
+		seeds:      [2]maphash.Seed{maphash.MakeSeed(), maphash.MakeSeed()},
+		sweepEvery: opts.SweepInterval,
+		wake:       make(chan struct{}, 1),
+		stop:       make(chan struct{}),
+		done:       make(chan struct{}),
 	}
+	m.sweepAt.Store(opts.Clock.Now().Add(opts.SweepInterval).UnixMilli())
 	// A shard never holds more slots than its cap, plus the unused slot 0,
 	// so the cap keeps slot numbers within uint32.
 	perShard := min(max(opts.MaxEntries/memoryShards, 1), math.MaxInt32)
@@ -220,7 +231,7 @@ func NewMemory(opts MemoryOptions) *Memory {
 		s.queues = make([]recordQueue, 1)
 		s.recordIndex = make(map[recordKey]uint32)
 	}
-	go m.sweepEvery(opts.SweepInterval)
+	go m.sweeper()
 	return m
 }
 
@@ -276,6 +287,7 @@ func (m *Memory) Evaluate(ctx context.Context, req Request) Outcome {
 func (m *Memory) evaluate(req Request, key memoryKey, id evaluationKey) Outcome {
 	p := req.Policy
 	nowMillis := m.clock.Now().UnixMilli()
+	m.wakeSweeperIfDue(nowMillis)
 	dedup := p.Dedup.Enabled && req.EvaluationID != ""
 	s := &m.shards[key[0]%memoryShards]
 
@@ -368,6 +380,7 @@ func (m *Memory) evaluateAll(req Request) Outcome {
 		id = m.sumString(req.EvaluationID)
 	}
 	nowMillis := m.clock.Now().UnixMilli()
+	m.wakeSweeperIfDue(nowMillis)
 	for k := range ps {
 		s := &m.shards[keys[k][0]%memoryShards]
 		i, e := s.find(keys[k])
@@ -771,17 +784,45 @@ func (s *memoryShard) unlink(i uint32, e *memorySlot) {
 	e.moreRecent, e.lessRecent = 0, 0
 }
 
-func (m *Memory) sweepEvery(every time.Duration) {
+// wakeSweeperIfDue is the request path's part in sweeping: an atomic load,
+// and a send that never blocks once a sweep is due.
+func (m *Memory) wakeSweeperIfDue(nowMillis int64) {
+	if nowMillis >= m.sweepAt.Load() {
+		select {
+		case m.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// sweeper sweeps whenever a sweep is due on the backend's clock. It looks
+// on a wall-clock ticker, which is enough for the system clock and keeps
+// an idle backend swept, and whenever an evaluation saw a sweep due, which
+// is what an injected clock's time reaches it by.
+func (m *Memory) sweeper() {
 	defer close(m.done)
-	t := time.NewTicker(every)
+	t := time.NewTicker(m.sweepEvery)
 	defer t.Stop()
 	for {
 		select {
 		case <-m.stop:
 			return
 		case <-t.C:
-			m.sweep()
+		case <-m.wake:
 		}
+		now := m.clock.Now()
+		due := m.sweepAt.Load()
+		if now.UnixMilli() < due {
+			continue
+		}
+		m.sweep()
+		// The next is due an interval after this one was, as a ticker
+		// keeps its beat; a clock that jumped further is followed.
+		next := time.UnixMilli(due).Add(m.sweepEvery)
+		if !next.After(now) {
+			next = now.Add(m.sweepEvery)
+		}
+		m.sweepAt.Store(next.UnixMilli())
 	}
 }
 

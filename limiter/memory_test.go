@@ -41,6 +41,42 @@ func TestMemoryEvictsLeastRecentlyUsedWhenFull(t *testing.T) {
 	}
 }
 
+// The sweeper keeps time by the backend's clock: moving an injected clock
+// past SweepInterval makes a sweep due, and the next evaluation starts it,
+// however little real time went by. The wall-clock ticker (an hour here)
+// plays no part.
+func TestMemorySweepsOnTheInjectedClock(t *testing.T) {
+	clock := limitertest.NewClock()
+	m := limiter.NewMemory(limiter.MemoryOptions{Clock: clock, SweepInterval: time.Hour})
+	t.Cleanup(func() { m.Close() })
+	short := limitertest.FixedWindow(1, time.Second)
+	short.Dedup = limiter.Dedup{}
+	long := limitertest.FixedWindow(1, 24*time.Hour)
+	long.Dedup = limiter.Dedup{}
+	for i := range 10 {
+		m.Evaluate(context.Background(), limiter.Request{Policy: short, Subject: fmt.Sprint("s", i), Cost: 1})
+	}
+	if n := m.Len(); n != 10 {
+		t.Fatalf("%d keys, want 10", n)
+	}
+	clock.Advance(time.Hour)
+	m.Evaluate(context.Background(), limiter.Request{Policy: long, Subject: "kept", Cost: 1})
+	for deadline := time.Now().Add(10 * time.Second); m.Len() != 1; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d keys an hour of the backend's clock after they expired, want 1 (the live one)", m.Len())
+		}
+	}
+	// The next sweep is due an hour later on that clock, and not before:
+	// the other key, whose day-long window has ended by then, is swept.
+	clock.Advance(24 * time.Hour)
+	m.Evaluate(context.Background(), limiter.Request{Policy: short, Subject: "fresh", Cost: 1})
+	for deadline := time.Now().Add(10 * time.Second); m.Len() != 1; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d keys after the second sweep was due, want 1 (the fresh one)", m.Len())
+		}
+	}
+}
+
 func TestMemorySweepDropsExpiredKeys(t *testing.T) {
 	clock := limitertest.NewClock()
 	m := limiter.NewMemory(limiter.MemoryOptions{Clock: clock})
