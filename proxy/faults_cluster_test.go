@@ -123,7 +123,7 @@ func faultClusterPromotion(t *testing.T) {
 	// a failover can hand out: its subject "bounded" is put on the hot
 	// master's slots by trying principals until one lands there.
 	const boundLimit = 20
-	bounded := newFaultRig(t, opts, redisPolicy(limitertest.FixedWindow(boundLimit, time.Hour), "bounded"))
+	bounded := newFaultRig(t, opts, redisPolicy(limitertest.FixedWindow(boundLimit, clusterWindow), "bounded"))
 	boundedOnHot := func(name string) string {
 		for i := 0; ; i++ {
 			p := bounded.principal(fmt.Sprint(name, "-", i))
@@ -203,6 +203,18 @@ func faultClusterPromotion(t *testing.T) {
 	}
 	t.Logf("the replica took over %v after its master was killed", time.Since(killed).Round(time.Millisecond))
 	took := rig.recovers(hot, 6*time.Second)
+	// Each node marks the cluster down until it learns of the new master,
+	// and answers CLUSTERDOWN meanwhile: Redis's refusal, a right 503. The
+	// phase that must be all 200s starts once every live node says ok.
+	for _, n := range append(append([]*redistest.Server{}, c.Nodes...), c.Replicas...) {
+		if n == replica {
+			continue
+		}
+		waitClusterStateOK(t, n)
+	}
+	for i := range faultWorkers {
+		rig.recovers(rig.principal(fmt.Sprint("worker-", i)), 6*time.Second)
+	}
 	rig.allDecided("after the promotion", rig.drive("after", 300*time.Millisecond))
 	rig.holdsInvariants()
 	bounded.holdsInvariants()
@@ -367,6 +379,21 @@ func waitClusterRole(t *testing.T, s *redistest.Server, role string) {
 	for deadline := time.Now().Add(20 * time.Second); !clusterRoleIs(s, role); time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("%s never became %s", s.Addr, role)
+		}
+	}
+}
+
+// waitClusterStateOK waits until s reports cluster_state:ok.
+func waitClusterStateOK(t *testing.T, s *redistest.Server) {
+	t.Helper()
+	cl := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond, ReadTimeout: 200 * time.Millisecond})
+	defer cl.Close()
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if info, err := cl.ClusterInfo(context.Background()).Result(); err == nil && strings.Contains(info, "cluster_state:ok") {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: cluster_state not ok within 20s", s.Addr)
 		}
 	}
 }
