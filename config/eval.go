@@ -181,9 +181,10 @@ func (c *checker) nulls(body hcl.Body) {
 	}
 }
 
-// integer is *p, at least min; def when absent.
+// integer is *p, at least min; def when absent (a nil p, or no range: a
+// required attribute that is missing, which decoding has reported).
 func (c *checker) integer(p *int64, rng hcl.Range, name string, def, min int64) int64 {
-	if p == nil || c.decodeFailed(rng) {
+	if p == nil || rng == (hcl.Range{}) || c.decodeFailed(rng) {
 		return def
 	}
 	if *p < min {
