@@ -159,6 +159,22 @@ func faultClusterPromotion(t *testing.T) {
 		t.Fatalf("bounded subject %s: never denied within 6s (%d admitted)", principal, admitted)
 		return admitted
 	}
+	// settled waits until the cluster has settled after a failover: each
+	// node marks the cluster down until it learns of the new master, and
+	// answers CLUSTERDOWN meanwhile (Redis's refusal, a right 503), and a
+	// breaker opened by the failover closes on its next probe. A phase
+	// that must be all 200s starts once every live node says ok and every
+	// worker has had a 200.
+	settled := func(dead *redistest.Server) {
+		for _, n := range append(append([]*redistest.Server{}, c.Nodes...), c.Replicas...) {
+			if n != dead {
+				waitClusterStateOK(t, n)
+			}
+		}
+		for i := range faultWorkers {
+			rig.recovers(rig.principal(fmt.Sprint("worker-", i)), 6*time.Second)
+		}
+	}
 	graceful := boundedOnHot("graceful")
 	admittedGraceful := 1 + spend(graceful, boundLimit/2-1) // one by keyOf
 	rig.drive("before", 200*time.Millisecond)
@@ -174,6 +190,7 @@ func faultClusterPromotion(t *testing.T) {
 		time.Sleep(200 * time.Millisecond)
 	})
 	rig.recovers(hot, 6*time.Second)
+	settled(nil)
 	rig.allDecided("after CLUSTER FAILOVER", rig.drive("after failover", 300*time.Millisecond))
 	if got := admittedGraceful + spendAll(graceful); got != boundLimit {
 		t.Errorf("bounded subject across CLUSTER FAILOVER: %d admitted, want exactly %d: a coordinated failover loses no count", got, boundLimit)
@@ -203,18 +220,7 @@ func faultClusterPromotion(t *testing.T) {
 	}
 	t.Logf("the replica took over %v after its master was killed", time.Since(killed).Round(time.Millisecond))
 	took := rig.recovers(hot, 6*time.Second)
-	// Each node marks the cluster down until it learns of the new master,
-	// and answers CLUSTERDOWN meanwhile: Redis's refusal, a right 503. The
-	// phase that must be all 200s starts once every live node says ok.
-	for _, n := range append(append([]*redistest.Server{}, c.Nodes...), c.Replicas...) {
-		if n == replica {
-			continue
-		}
-		waitClusterStateOK(t, n)
-	}
-	for i := range faultWorkers {
-		rig.recovers(rig.principal(fmt.Sprint("worker-", i)), 6*time.Second)
-	}
+	settled(replica)
 	rig.allDecided("after the promotion", rig.drive("after", 300*time.Millisecond))
 	rig.holdsInvariants()
 	bounded.holdsInvariants()
