@@ -73,8 +73,9 @@ func (d *denials) shard(k denialKey) *denialShard {
 	return &d.shards[maphash.String(d.seed, k.subject)%denialShards]
 }
 
-// get returns the decision a remembered denial still stands for at now.
-func (d *denials) get(k denialKey, now time.Time) (Decision, bool) {
+// standing returns the denial remembered under k while it stands at now,
+// and forgets one that no longer does.
+func (d *denials) standing(k denialKey, now time.Time) (denial, bool) {
 	s := d.shard(k)
 	s.mu.Lock()
 	e, ok := s.m[k]
@@ -83,6 +84,26 @@ func (d *denials) get(k denialKey, now time.Time) (Decision, bool) {
 		ok = false
 	}
 	s.mu.Unlock()
+	return e, ok
+}
+
+// store remembers e under k; a full shard forgets some other entry first.
+func (d *denials) store(k denialKey, e denial) {
+	s := d.shard(k)
+	s.mu.Lock()
+	if _, ok := s.m[k]; !ok && len(s.m) >= d.perShard {
+		for old := range s.m {
+			delete(s.m, old)
+			break
+		}
+	}
+	s.m[k] = e
+	s.mu.Unlock()
+}
+
+// get returns the decision a remembered denial still stands for at now.
+func (d *denials) get(k denialKey, now time.Time) (Decision, bool) {
+	e, ok := d.standing(k, now)
 	if !ok {
 		return Decision{}, false
 	}
@@ -106,29 +127,13 @@ func (d *denials) put(k denialKey, dec Decision, sent time.Time) {
 	}
 	e := denial{retryAt: sent.Add(dec.RetryAfter), resetAt: sent.Add(dec.ResetAfter),
 		until: sent.Add(dec.RetryAfter - time.Millisecond), remaining: dec.Remaining}
-	s := d.shard(k)
-	s.mu.Lock()
-	if _, ok := s.m[k]; !ok && len(s.m) >= d.perShard {
-		for old := range s.m {
-			delete(s.m, old)
-			break
-		}
-	}
-	s.m[k] = e
-	s.mu.Unlock()
+	d.store(k, e)
 }
 
 // getAll is get for a request with several policies: the whole decision
 // as it was, each policy's times counted down to now.
 func (d *denials) getAll(k denialKey, ps []*Policy, now time.Time) (Evaluated, bool) {
-	s := d.shard(k)
-	s.mu.Lock()
-	e, ok := s.m[k]
-	if ok && !now.Before(e.until) {
-		delete(s.m, k)
-		ok = false
-	}
-	s.mu.Unlock()
+	e, ok := d.standing(k, now)
 	if !ok || len(e.each) != len(ps) {
 		return Evaluated{}, false
 	}
@@ -166,14 +171,5 @@ func (d *denials) putAll(k denialKey, ps []*Policy, o Evaluated, sent time.Time)
 		e.each[i] = denialPart{allowed: dec.Allowed, remaining: dec.Remaining,
 			retryAt: sent.Add(dec.RetryAfter), resetAt: sent.Add(dec.ResetAfter)}
 	}
-	s := d.shard(k)
-	s.mu.Lock()
-	if _, ok := s.m[k]; !ok && len(s.m) >= d.perShard {
-		for old := range s.m {
-			delete(s.m, old)
-			break
-		}
-	}
-	s.m[k] = e
-	s.mu.Unlock()
+	d.store(k, e)
 }
