@@ -63,20 +63,25 @@ func need(t testing.TB) string {
 //
 // The port is drawn below the kernel's ephemeral range (32768 and up on
 // Linux), where nothing that binds port 0 or dials out can take it between
-// this check and its use by the process it is for; a Cluster node's bus
-// port (port + 10000) stays under 40000.
+// this check and its use by the process it is for. A Cluster node's bus
+// port (port + 10000) is below that range too, and free as well.
 func FreePort(t testing.TB) int {
 	t.Helper()
-	for range 200 {
-		port := 20000 + mrand.IntN(10000)
+	free := func(port int) bool {
 		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
 		if err != nil {
-			continue
+			return false
 		}
 		l.Close()
-		return port
+		return true
 	}
-	t.Fatal("no free port between 20000 and 29999 in 200 tries")
+	for range 200 {
+		port := 10000 + mrand.IntN(12768)
+		if free(port) && free(port+10000) {
+			return port
+		}
+	}
+	t.Fatal("no free port pair (port, port+10000) between 10000 and 32767 in 200 tries")
 	return 0
 }
 
