@@ -146,6 +146,7 @@ type route struct {
 	forwards      []*httputil.ReverseProxy // to each member of pool, in order
 	requestRules  headerRules
 	responseRules headerRules
+	query         subject.Query // what the route asks the resolver
 }
 
 // NewHandler compiles cfg and returns a ready Handler.
@@ -304,6 +305,7 @@ func (h *Handler) compile(cfg Config, prev *compiled) (*compiled, []*http.Transp
 			}
 			r.planLimits[plan] = l
 		}
+		r.query = subject.Query{Sources: r.Subject, OperationID: r.OperationID, MapsPlan: r.mapsPlan}
 		if r.limited() && r.Cost < 1 {
 			r.Cost = 1
 		}
@@ -486,7 +488,7 @@ func (h *Handler) serve(w http.ResponseWriter, cw *capture, r *http.Request, c *
 // limit asks the limiter and answers for every outcome but an allowed one.
 // It reports whether the request may go on.
 func (h *Handler) limit(w http.ResponseWriter, r *http.Request, c *compiled, rt *route, x *exchange) bool {
-	s, err := c.resolver.Resolve(r, rt.Subject, rt.OperationID)
+	s, err := c.resolver.Resolve(r, rt.query)
 	switch {
 	case errors.Is(err, subject.ErrAmbiguousCredential):
 		x.outcome = "rejected"
@@ -593,6 +595,13 @@ func (h *Handler) limit(w http.ResponseWriter, r *http.Request, c *compiled, rt 
 	}
 	writeUnavailable(w, c.failureRetryAfter)
 	return false
+}
+
+// mapsPlan reports whether the route gives plan budgets of its own: a
+// plan it does not map is no part of a pseudonym on it.
+func (r *route) mapsPlan(plan string) bool {
+	_, ok := r.planLimits[plan]
+	return ok
 }
 
 // limited reports whether any subject of the route is limited.

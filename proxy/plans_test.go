@@ -177,3 +177,22 @@ func TestAJWTPlanClaimPicksThePolicy(t *testing.T) {
 		t.Fatalf("plans logged %v", plans)
 	}
 }
+
+// A plan earns budgets of its own only on a route that maps it: on
+// another route the subject has the default budget whether it states a
+// plan or not, so no plan some other route maps buys a second one.
+func TestAPlanOnlyAnotherRouteMapsEarnsNoBudgetOfItsOwn(t *testing.T) {
+	up := newUpstream(t)
+	plain := route("orders.list", "/list", up, t, policy(limitertest.FixedWindow(2, time.Minute), "two"))
+	plain.Subject = []subject.Kind{subject.Principal, subject.APIKey, subject.ClientIP}
+	g := newGateway(t, setup{
+		routes:  []proxy.Route{planRoute(t, up, subject.Principal, subject.APIKey, subject.ClientIP), plain},
+		trusted: []string{"127.0.0.0/8"},
+	})
+	wantStatuses(t, statuses(t, g, "/list", 2, "X-Auth-Principal", "alice", "X-Auth-Plan", "gold"), 200, 200)
+	wantStatuses(t, statuses(t, g, "/list", 1, "X-Auth-Principal", "alice"), 429)
+	wantStatuses(t, statuses(t, g, "/list", 1, "X-Auth-Principal", "alice", "X-Auth-Plan", "partner"), 429)
+	// Where the plan is mapped it still picks its own budget.
+	wantStatuses(t, statuses(t, g, "/orders", 6, "X-Auth-Principal", "alice", "X-Auth-Plan", "gold"), 200, 200, 200, 200, 200, 429)
+	wantStatuses(t, statuses(t, g, "/orders", 3, "X-Auth-Principal", "alice"), 200, 200, 429)
+}

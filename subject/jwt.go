@@ -1,8 +1,10 @@
 package subject
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -40,12 +42,15 @@ type JWTOptions struct {
 	// PlanClaim, when set, names the claim that holds the principal's plan
 	// (a string). A token without it has no plan; it is not refused.
 	PlanClaim string
-	// Leeway forgives clock skew on exp and nbf.
+	// Leeway forgives clock skew on exp, nbf and iat.
 	Leeway time.Duration
 	// Algorithms are the JWS algorithms accepted, from Algorithms.
 	Algorithms []string
 	// CacheEntries bounds the cache of verified tokens. Default 8192.
 	CacheEntries int
+	// MaxTokenBytes: a longer token is refused (too_large) before any of
+	// it is decoded. Default DefaultMaxTokenBytes.
+	MaxTokenBytes int
 	// Now is the clock tokens are checked against. Default time.Now.
 	Now func() time.Time
 }
@@ -75,10 +80,20 @@ var (
 	tokenAudience     = &TokenError{"wrong_audience"}
 	tokenMissingClaim = &TokenError{"missing_claim"}
 	tokenInvalid      = &TokenError{"invalid_claims"}
+	tokenTooLarge     = &TokenError{"too_large"}
+	tokenIssuedLater  = &TokenError{"issued_in_future"}
 )
 
-// maxTokenBytes: a longer header value is no token the gateway reads.
-const maxTokenBytes = 16 << 10
+// DefaultMaxTokenBytes is JWTOptions.MaxTokenBytes's default: tokens of
+// the common providers are well under 2 KiB.
+const DefaultMaxTokenBytes = 8192
+
+// maxHeaderBytes bounds the decoded JOSE header, which is read before the
+// signature is checked: a real one is a hundred bytes (alg, kid, typ).
+const maxHeaderBytes = 1024
+
+// maxSignatureBytes bounds a signature: an 8192-bit RSA key's is 1024.
+const maxSignatureBytes = 1024
 
 // tokenClaims is what a verified token says, as far as the gateway reads
 // it. A claim the gateway comes to need (a plan, say) is one more field,
@@ -95,10 +110,11 @@ type verifier struct {
 	keys       KeySet
 	claim      string
 	planClaim  string
-	algorithms []string
+	methods    map[string]jwt.SigningMethod // by alg, the allowed ones only
 	leeway     time.Duration
+	maxBytes   int
 	now        func() time.Time
-	parser     *jwt.Parser
+	validator  *jwt.Validator
 	cache      tokenCache
 }
 
@@ -135,6 +151,13 @@ func newVerifier(o JWTOptions) (*verifier, error) {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
+	if o.MaxTokenBytes <= 0 {
+		o.MaxTokenBytes = DefaultMaxTokenBytes
+	}
+	methods := map[string]jwt.SigningMethod{}
+	for _, a := range o.Algorithms {
+		methods[a] = jwt.GetSigningMethod(a)
+	}
 	header := http.CanonicalHeaderKey(o.Header)
 	return &verifier{
 		header:     header,
@@ -142,17 +165,17 @@ func newVerifier(o JWTOptions) (*verifier, error) {
 		keys:       o.Keys,
 		claim:      o.Claim,
 		planClaim:  o.PlanClaim,
-		algorithms: slices.Clone(o.Algorithms),
+		methods:    methods,
 		leeway:     o.Leeway,
+		maxBytes:   o.MaxTokenBytes,
 		now:        o.Now,
-		parser: jwt.NewParser(
-			jwt.WithValidMethods(o.Algorithms),
+		validator: jwt.NewValidator(
 			jwt.WithIssuer(o.Issuer),
 			jwt.WithAudience(o.Audience...),
 			jwt.WithLeeway(o.Leeway),
 			jwt.WithExpirationRequired(),
+			jwt.WithIssuedAt(),
 			jwt.WithTimeFunc(o.Now),
-			jwt.WithJSONNumber(),
 		),
 		cache: newTokenCache(o.CacheEntries),
 	}, nil
@@ -181,75 +204,145 @@ func (v *verifier) token(req *http.Request) (string, bool) {
 
 // verify checks raw and returns its claims. A token verified before, under
 // the same generation of the key set and still within its lifetime, is
-// taken from the cache without a signature check.
-func (v *verifier) verify(ctx context.Context, raw string) (tokenClaims, error) {
-	if raw == "" || len(raw) > maxTokenBytes {
+// taken from the cache without a signature check. Otherwise gate, when not
+// nil, is asked first (see TokenGate).
+//
+// The order keeps a forged token cheap: its length is checked before
+// anything is decoded; then only its small header is decoded, to find the
+// key by kid and alg; the signature over header.payload is checked before
+// the payload is decoded, so what a key holder did not sign is never
+// parsed. Only then are the claims read.
+func (v *verifier) verify(ctx context.Context, raw string, gate func() error) (tokenClaims, error) {
+	if raw == "" {
 		return tokenClaims{}, tokenMalformed
+	}
+	if len(raw) > v.maxBytes {
+		return tokenClaims{}, tokenTooLarge
 	}
 	sum := tokenSum(raw)
 	now := v.now()
 	if c, ok := v.cache.get(&sum, now); ok && c.generation == v.keys.generation() {
 		return c.claims, nil
 	}
+	if gate != nil {
+		if err := gate(); err != nil {
+			return tokenClaims{}, err
+		}
+	}
 
-	var generation uint64
-	claims := jwt.MapClaims{}
-	token, err := v.parser.ParseWithClaims(raw, claims, func(t *jwt.Token) (any, error) {
-		if _, ok := t.Header["crit"]; ok {
-			// RFC 7515 4.1.11: extensions the gateway does not know must
-			// not be ignored.
-			return nil, tokenMalformed
-		}
-		kid, _ := t.Header["kid"].(string)
-		k, gen, err := v.keys.lookup(ctx, kid, t.Method.Alg())
-		if err != nil {
-			return nil, err
-		}
-		generation = gen
-		return k.key, nil
-	})
+	headerEnd := strings.IndexByte(raw, '.')
+	signedEnd := strings.LastIndexByte(raw, '.')
+	if headerEnd < 0 || signedEnd == headerEnd || strings.IndexByte(raw[headerEnd+1:signedEnd], '.') >= 0 {
+		return tokenClaims{}, tokenMalformed // not three segments (a JWE has five)
+	}
+	alg, kid, err := v.readHeader(raw[:headerEnd])
 	if err != nil {
-		if token != nil && token.Method != nil && !slices.Contains(v.algorithms, token.Method.Alg()) {
-			// The parser refuses an algorithm outside WithValidMethods
-			// with its signature error; the token says which it was.
-			return tokenClaims{}, tokenAlgorithm
-		}
-		return tokenClaims{}, v.classify(err)
+		return tokenClaims{}, err
+	}
+	k, generation, err := v.keys.lookup(ctx, kid, alg)
+	switch {
+	case errors.Is(err, errUnknownKey):
+		return tokenClaims{}, tokenUnknownKey
+	case err != nil:
+		return tokenClaims{}, err // ErrKeysUnavailable: the gateway cannot decide
+	}
+	sigSegment := raw[signedEnd+1:]
+	if base64.RawURLEncoding.DecodedLen(len(sigSegment)) > maxSignatureBytes {
+		return tokenClaims{}, tokenBadSignature
+	}
+	sig, err := base64.RawURLEncoding.DecodeString(sigSegment)
+	if err != nil {
+		return tokenClaims{}, tokenMalformed
+	}
+	if v.methods[alg].Verify(raw[:signedEnd], sig, k.key) != nil {
+		return tokenClaims{}, tokenBadSignature
+	}
+
+	claims, err := decodeClaims(raw[headerEnd+1 : signedEnd])
+	if err != nil {
+		return tokenClaims{}, tokenMalformed
+	}
+	if err := v.validator.Validate(claims); err != nil {
+		return tokenClaims{}, classifyClaims(err)
 	}
 	out, ok := claimsOf(claims, v.claim, v.planClaim)
 	if !ok {
 		return tokenClaims{}, tokenMissingClaim
 	}
-	exp, err := claims.GetExpirationTime()
-	if err == nil && exp != nil {
+	if exp, err := claims.GetExpirationTime(); err == nil && exp != nil {
 		v.cache.put(&cachedToken{sum: sum, claims: out, generation: generation, until: exp.Add(v.leeway)})
 	}
 	return out, nil
 }
 
-// classify maps the parser's error to the reason a client's token is
-// refused; ErrKeysUnavailable passes through, for the gateway cannot
-// decide.
-func (v *verifier) classify(err error) error {
-	var te *TokenError
+// joseHeader is what the gateway reads of a token's header. Kid stays raw
+// so that a kid of another type than string is told from a missing one.
+type joseHeader struct {
+	Alg  string          `json:"alg"`
+	Kid  json.RawMessage `json:"kid"`
+	Crit json.RawMessage `json:"crit"`
+}
+
+// readHeader decodes a token's header segment, at most maxHeaderBytes, and
+// returns its algorithm, one the verifier allows, and its key ID.
+func (v *verifier) readHeader(segment string) (alg, kid string, err error) {
+	if base64.RawURLEncoding.DecodedLen(len(segment)) > maxHeaderBytes {
+		return "", "", tokenMalformed
+	}
+	var buf [maxHeaderBytes]byte
+	n, err := base64.RawURLEncoding.Decode(buf[:], unsafe.Slice(unsafe.StringData(segment), len(segment)))
+	if err != nil {
+		return "", "", tokenMalformed
+	}
+	var h joseHeader
+	if json.Unmarshal(buf[:n], &h) != nil {
+		return "", "", tokenMalformed
+	}
+	if h.Crit != nil {
+		// RFC 7515 4.1.11: extensions the gateway does not know must
+		// not be ignored.
+		return "", "", tokenMalformed
+	}
+	if h.Kid != nil {
+		if string(h.Kid) == "null" || json.Unmarshal(h.Kid, &kid) != nil {
+			return "", "", tokenMalformed // a kid that is not a string
+		}
+	}
+	if _, ok := v.methods[h.Alg]; !ok {
+		return "", "", tokenAlgorithm
+	}
+	return h.Alg, kid, nil
+}
+
+// decodeClaims decodes a payload whose signature was verified; numbers
+// stay json.Number, so a numeric principal keeps its digits.
+func decodeClaims(segment string) (jwt.MapClaims, error) {
+	b, err := base64.RawURLEncoding.DecodeString(segment)
+	if err != nil {
+		return nil, err
+	}
+	d := json.NewDecoder(bytes.NewReader(b))
+	d.UseNumber()
+	var claims jwt.MapClaims
+	if err := d.Decode(&claims); err != nil {
+		return nil, err
+	}
+	if claims == nil {
+		return nil, errors.New("payload is null")
+	}
+	return claims, nil
+}
+
+// classifyClaims maps the validator's error to the reason a client's
+// token is refused.
+func classifyClaims(err error) error {
 	switch {
-	case errors.Is(err, ErrKeysUnavailable):
-		return ErrKeysUnavailable
-	case errors.As(err, &te):
-		return te
-	case errors.Is(err, errUnknownKey):
-		return tokenUnknownKey
-	case errors.Is(err, jwt.ErrTokenMalformed):
-		return tokenMalformed
-	case errors.Is(err, jwt.ErrTokenUnverifiable):
-		// An alg the library does not know, or none at all.
-		return tokenAlgorithm
-	case errors.Is(err, jwt.ErrTokenSignatureInvalid):
-		return tokenBadSignature
 	case errors.Is(err, jwt.ErrTokenExpired):
 		return tokenExpired
 	case errors.Is(err, jwt.ErrTokenNotValidYet):
 		return tokenNotYetValid
+	case errors.Is(err, jwt.ErrTokenUsedBeforeIssued):
+		return tokenIssuedLater
 	case errors.Is(err, jwt.ErrTokenInvalidIssuer):
 		return tokenIssuer
 	case errors.Is(err, jwt.ErrTokenInvalidAudience):

@@ -35,7 +35,7 @@ func BenchmarkJWT(b *testing.B) {
 				b.ReportAllocs()
 				b.ResetTimer()
 				for i := 0; b.Loop(); i++ {
-					if _, err := r.Resolve(reqs[i%tokens], sources, "orders.read"); err != nil {
+					if _, err := r.Resolve(reqs[i%tokens], subject.Query{Sources: sources, OperationID: "orders.read"}); err != nil {
 						b.Fatal(err)
 					}
 				}

@@ -20,11 +20,11 @@ func FuzzJWT(f *testing.F) {
 	k := jwttest.EC(f, "e1")
 	r := jwtResolver(f, jwtOptions(staticKeys(f, k), c.Now))
 	alice := k.Sign(f, jwttest.Claims("alice", c.Now().Add(time.Hour)))
-	want, err := r.Resolve(bearer(alice), jwtFirst, "op")
+	want, err := r.Resolve(bearer(alice), subject.Query{Sources: jwtFirst, OperationID: "op"})
 	if err != nil {
 		f.Fatal(err)
 	}
-	address, err := r.Resolve(request("203.0.113.7:5000"), jwtFirst, "op")
+	address, err := r.Resolve(request("203.0.113.7:5000"), subject.Query{Sources: jwtFirst, OperationID: "op"})
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -35,7 +35,7 @@ func FuzzJWT(f *testing.F) {
 	f.Add("Basic YWxhZGRpbjpvcGVuc2VzYW1l")
 	f.Add("bearer\t" + strings.ToUpper(alice))
 	f.Fuzz(func(t *testing.T, authorization string) {
-		s, err := r.Resolve(request("203.0.113.7:5000", "Authorization", authorization), jwtFirst, "op")
+		s, err := r.Resolve(request("203.0.113.7:5000", "Authorization", authorization), subject.Query{Sources: jwtFirst, OperationID: "op"})
 		switch {
 		case errors.Is(err, subject.ErrInvalidToken):
 		case err != nil:

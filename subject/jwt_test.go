@@ -85,7 +85,7 @@ func TestAVerifiedTokenIsItsPrincipalFromAnyPeer(t *testing.T) {
 	for _, k := range []*jwttest.Key{rsaKey, ecKey, edKey} {
 		for _, peer := range []string{"203.0.113.7:5000", "198.51.100.9:4000", "[2001:db8::1]:80"} {
 			req := request(peer, "Authorization", "Bearer "+k.Sign(t, jwttest.Claims("alice", exp)))
-			s, err := r.Resolve(req, jwtFirst, "op")
+			s, err := r.Resolve(req, subject.Query{Sources: jwtFirst, OperationID: "op"})
 			if err != nil {
 				t.Fatalf("%s from %s: %v", k.Alg, peer, err)
 			}
@@ -100,7 +100,7 @@ func TestAVerifiedTokenIsItsPrincipalFromAnyPeer(t *testing.T) {
 			t.Fatalf("one principal got two pseudonyms: %v", pseudonyms)
 		}
 	}
-	bob, err := r.Resolve(bearer(rsaKey.Sign(t, jwttest.Claims("bob", exp))), jwtFirst, "op")
+	bob, err := r.Resolve(bearer(rsaKey.Sign(t, jwttest.Claims("bob", exp))), subject.Query{Sources: jwtFirst, OperationID: "op"})
 	if err != nil || bob.Pseudonym == pseudonyms[0] {
 		t.Fatalf("bob: %v %v", bob, err)
 	}
@@ -119,13 +119,13 @@ func TestNoTokenFallsThroughToTheNextSource(t *testing.T) {
 		request("203.0.113.7:5000", "Authorization", "Basic YWxhZGRpbjpvcGVuc2VzYW1l"),
 		request("203.0.113.7:5000", "Authorization", ""),
 	} {
-		s, err := r.Resolve(req, jwtFirst, "op")
+		s, err := r.Resolve(req, subject.Query{Sources: jwtFirst, OperationID: "op"})
 		if err != nil || s.Kind != subject.ClientIP {
 			t.Fatalf("%v: %v %v", req.Header, s, err)
 		}
 	}
 	// A route that does not list jwt never looks at the token.
-	s, err := r.Resolve(bearer("garbage"), []subject.Kind{subject.ClientIP}, "op")
+	s, err := r.Resolve(bearer("garbage"), subject.Query{Sources: []subject.Kind{subject.ClientIP}, OperationID: "op"})
 	if err != nil || s.Kind != subject.ClientIP {
 		t.Fatalf("%v %v", s, err)
 	}
@@ -137,7 +137,7 @@ func TestTwoAuthorizationHeadersAreAmbiguous(t *testing.T) {
 	r := jwtResolver(t, jwtOptions(staticKeys(t, k), c.Now))
 	tok := k.Sign(t, jwttest.Claims("alice", c.Now().Add(time.Hour)))
 	req := request("203.0.113.7:5000", "Authorization", "Bearer "+tok, "Authorization", "Bearer "+tok)
-	if _, err := r.Resolve(req, jwtFirst, "op"); !errors.Is(err, subject.ErrAmbiguousCredential) {
+	if _, err := r.Resolve(req, subject.Query{Sources: jwtFirst, OperationID: "op"}); !errors.Is(err, subject.ErrAmbiguousCredential) {
 		t.Fatalf("err %v", err)
 	}
 }
@@ -149,7 +149,7 @@ func TestEveryInvalidTokenIsRefused(t *testing.T) {
 	for name, tok := range jwttest.Invalid(t, good, stranger, c.Now()) {
 		t.Run(name, func(t *testing.T) {
 			req := request("203.0.113.7:5000", "Authorization", "Bearer "+tok)
-			s, err := r.Resolve(req, jwtFirst, "op")
+			s, err := r.Resolve(req, subject.Query{Sources: jwtFirst, OperationID: "op"})
 			var te *subject.TokenError
 			if !errors.Is(err, subject.ErrInvalidToken) || !errors.As(err, &te) {
 				t.Fatalf("got %v %v, want an invalid token", s, err)
@@ -167,16 +167,16 @@ func TestACachedTokenStillExpires(t *testing.T) {
 	r := jwtResolver(t, jwtOptions(staticKeys(t, k), c.Now))
 	req := bearer(k.Sign(t, jwttest.Claims("alice", c.Now().Add(time.Minute))))
 	for range 3 {
-		if _, err := r.Resolve(req, jwtFirst, "op"); err != nil {
+		if _, err := r.Resolve(req, subject.Query{Sources: jwtFirst, OperationID: "op"}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	c.Advance(time.Minute + 29*time.Second)
-	if _, err := r.Resolve(req, jwtFirst, "op"); err != nil {
+	if _, err := r.Resolve(req, subject.Query{Sources: jwtFirst, OperationID: "op"}); err != nil {
 		t.Fatalf("within the leeway: %v", err)
 	}
 	c.Advance(2 * time.Second)
-	if _, err := r.Resolve(req, jwtFirst, "op"); !errors.Is(err, subject.ErrInvalidToken) {
+	if _, err := r.Resolve(req, subject.Query{Sources: jwtFirst, OperationID: "op"}); !errors.Is(err, subject.ErrInvalidToken) {
 		t.Fatalf("past exp and leeway: %v", err)
 	}
 }
@@ -264,7 +264,7 @@ func TestARemoteKeySetRotatesAndSurvivesItsProvider(t *testing.T) {
 	}
 	r := jwtResolver(t, jwtOptions(rk, c.Now))
 	resolve := func(k *jwttest.Key) error {
-		_, err := r.Resolve(bearer(k.Sign(t, jwttest.Claims("alice", c.Now().Add(time.Hour)))), jwtFirst, "op")
+		_, err := r.Resolve(bearer(k.Sign(t, jwttest.Claims("alice", c.Now().Add(time.Hour)))), subject.Query{Sources: jwtFirst, OperationID: "op"})
 		return err
 	}
 
@@ -362,16 +362,146 @@ func TestAKeySetNeverFetchedCannotDecide(t *testing.T) {
 	}
 	r := jwtResolver(t, jwtOptions(rk, c.Now))
 	tok := bearer(k.Sign(t, jwttest.Claims("alice", c.Now().Add(time.Hour))))
-	if _, err := r.Resolve(tok, jwtFirst, "op"); !errors.Is(err, subject.ErrKeysUnavailable) {
+	if _, err := r.Resolve(tok, subject.Query{Sources: jwtFirst, OperationID: "op"}); !errors.Is(err, subject.ErrKeysUnavailable) {
 		t.Fatalf("err %v, want ErrKeysUnavailable", err)
 	}
 	// No token: the next source still decides.
-	if s, err := r.Resolve(request("203.0.113.7:5000"), jwtFirst, "op"); err != nil || s.Kind != subject.ClientIP {
+	if s, err := r.Resolve(request("203.0.113.7:5000"), subject.Query{Sources: jwtFirst, OperationID: "op"}); err != nil || s.Kind != subject.ClientIP {
 		t.Fatalf("%v %v", s, err)
 	}
 	p.setDown(false)
 	c.Advance(10 * time.Second)
-	if _, err := r.Resolve(tok, jwtFirst, "op"); err != nil {
+	if _, err := r.Resolve(tok, subject.Query{Sources: jwtFirst, OperationID: "op"}); err != nil {
 		t.Fatalf("after the provider came back: %v", err)
+	}
+}
+
+// A forged token costs little: its length is checked before anything is
+// decoded, its header alone is read to find the key, and its signature is
+// checked before its payload is decoded. The reasons say which step
+// refused it.
+func TestATokenIsRefusedAtTheFirstStepItFails(t *testing.T) {
+	c := newClock()
+	good, stranger := jwttest.EC(t, "e1"), jwttest.EC(t, "e2")
+	r := jwtResolver(t, jwtOptions(staticKeys(t, good, jwttest.RSA(t, "r1")), c.Now))
+	invalid := jwttest.Invalid(t, good, stranger, c.Now())
+	for name, reason := range map[string]string{
+		"longer than 8192 bytes":    "too_large",
+		"junk, 16 KiB, unknown kid": "too_large",
+		"junk, 6 KiB, known kid":    "bad_signature", // the payload is never decoded
+		"kid not a string":          "malformed",
+		"kid null":                  "malformed",
+		"issued in the future":      "issued_in_future",
+		"payload not JSON":          "malformed",
+		"alg none":                  "algorithm_not_allowed",
+		"algorithm not listed":      "algorithm_not_allowed",
+		"unknown kid":               "unknown_key",
+		"claims swapped":            "bad_signature",
+		"expired":                   "expired",
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := r.Resolve(bearer(invalid[name]), subject.Query{Sources: jwtFirst, OperationID: "op"})
+			var te *subject.TokenError
+			if !errors.As(err, &te) || te.Reason != reason {
+				t.Fatalf("err %v, want reason %s", err, reason)
+			}
+		})
+	}
+	t.Run("max_token_bytes is the bound", func(t *testing.T) {
+		o := jwtOptions(staticKeys(t, good), c.Now)
+		o.MaxTokenBytes = 16 << 10
+		long := bearer(invalid["longer than 8192 bytes"])
+		if _, err := jwtResolver(t, o).Resolve(long, subject.Query{Sources: jwtFirst, OperationID: "op"}); err != nil {
+			t.Fatalf("a token within max_token_bytes: %v", err)
+		}
+	})
+	t.Run("iat within the leeway passes", func(t *testing.T) {
+		claims := jwttest.Claims("alice", c.Now().Add(time.Hour))
+		claims["iat"] = c.Now().Add(20 * time.Second).Unix()
+		if _, err := r.Resolve(bearer(good.Sign(t, claims)), subject.Query{Sources: jwtFirst, OperationID: "op"}); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// gate refuses every client and counts who it was asked about.
+type gate struct {
+	asked []subject.Subject
+}
+
+var errGated = errors.New("gated")
+
+func (g *gate) AdmitToken(_ context.Context, client subject.Subject) error {
+	g.asked = append(g.asked, client)
+	return errGated
+}
+
+func TestAGateIsAskedBeforeATokenIsVerified(t *testing.T) {
+	c := newClock()
+	k := jwttest.EC(t, "e1")
+	r := jwtResolver(t, jwtOptions(staticKeys(t, k), c.Now))
+	alice := request("203.0.113.7:5000", "Authorization", "Bearer "+k.Sign(t, jwttest.Claims("alice", c.Now().Add(time.Hour))))
+	g := &gate{}
+	q := subject.Query{Sources: jwtFirst, OperationID: "op", Gate: g}
+
+	if _, err := r.Resolve(alice, q); !errors.Is(err, errGated) {
+		t.Fatalf("a token not verified before: %v, want the gate's error", err)
+	}
+	if _, err := r.Resolve(bearer("junk"), q); !errors.Is(err, errGated) {
+		t.Fatalf("junk: %v, want the gate's error", err)
+	}
+	want := r.ClientSubject(alice)
+	if len(g.asked) != 2 || g.asked[0] != want || want.Kind != subject.ClientIP || want.Pseudonym == "" {
+		t.Fatalf("the gate was asked about %+v, want the client %+v twice", g.asked, want)
+	}
+	// The client subject is every route's: an address has one budget for
+	// its invalid tokens.
+	if other, _ := r.Resolve(request("203.0.113.7:5000"), subject.Query{Sources: jwtFirst, OperationID: "op"}); other.Pseudonym == want.Pseudonym {
+		t.Fatal("the client subject is the route's client_ip subject")
+	}
+
+	// A token verified before passes without asking.
+	if _, err := r.Resolve(alice, subject.Query{Sources: jwtFirst, OperationID: "op"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Resolve(alice, q); err != nil || len(g.asked) != 2 {
+		t.Fatalf("a cached token: %v, gate asked %d times", err, len(g.asked))
+	}
+	// No token, no question.
+	if _, err := r.Resolve(request("203.0.113.7:5000"), q); err != nil || len(g.asked) != 2 {
+		t.Fatalf("no token: %v, gate asked %d times", err, len(g.asked))
+	}
+}
+
+// jwks_url was checked where it was configured (https, or http to a
+// loopback address); an address it redirects to was not, so a redirect is
+// refused and the keys behind it are never trusted.
+func TestAJWKSURLThatRedirectsIsNotFollowed(t *testing.T) {
+	c := newClock()
+	k := jwttest.EC(t, "e1")
+	elsewhere := newIDP(t, k)
+	for _, status := range []int{http.StatusFound, http.StatusMovedPermanently, http.StatusTemporaryRedirect, http.StatusPermanentRedirect} {
+		t.Run(http.StatusText(status), func(t *testing.T) {
+			redirecting := httptest.NewServer(http.RedirectHandler(elsewhere.URL+"/jwks.json", status))
+			t.Cleanup(redirecting.Close)
+			before := elsewhere.fetches.Load()
+			for _, client := range []*http.Client{nil, {}} {
+				rk, err := subject.NewRemoteKeys(subject.RemoteKeysOptions{URL: redirecting.URL, Client: client, Now: c.Now})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := rk.Refresh(context.Background()); err == nil || !strings.Contains(err.Error(), "redirect") {
+					t.Fatalf("refresh: %v, want a refused redirect", err)
+				}
+				r := jwtResolver(t, jwtOptions(rk, c.Now))
+				tok := bearer(k.Sign(t, jwttest.Claims("alice", c.Now().Add(time.Hour))))
+				if _, err := r.Resolve(tok, subject.Query{Sources: jwtFirst, OperationID: "op"}); !errors.Is(err, subject.ErrKeysUnavailable) {
+					t.Fatalf("a token signed by the keys behind the redirect: %v", err)
+				}
+			}
+			if n := elsewhere.fetches.Load() - before; n != 0 {
+				t.Fatalf("the redirect was followed %d times", n)
+			}
+		})
 	}
 }

@@ -64,7 +64,9 @@ func (s *StaticKeys) lookup(_ context.Context, kid, alg string) (*publicKey, uin
 type RemoteKeysOptions struct {
 	URL string
 	// Client fetches the set; nil uses a client of its own. Timeout bounds
-	// each fetch either way.
+	// each fetch either way, and a redirect is refused either way: the
+	// URL was checked where it was configured, an address it redirects to
+	// was not.
 	Client *http.Client
 	// Timeout bounds one fetch. Default 5s.
 	Timeout time.Duration
@@ -81,6 +83,11 @@ type RemoteKeysOptions struct {
 	// the last success time back to 0: it has fetched nothing yet.
 	Metrics *JWKSMetrics
 }
+
+// errRedirect: the key set's URL answered with a redirect.
+var errRedirect = errors.New("jwks_url answered with a redirect, which is refused: set jwks_url to the address that serves the key set")
+
+func refuseRedirect(*http.Request, []*http.Request) error { return errRedirect }
 
 // maxJWKSBytes bounds a key set: a provider's set is a few kilobytes.
 const maxJWKSBytes = 1 << 20
@@ -129,9 +136,12 @@ func NewRemoteKeys(opts RemoteKeysOptions) (*RemoteKeys, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	if opts.Client == nil {
-		opts.Client = &http.Client{}
+	client := &http.Client{}
+	if opts.Client != nil {
+		*client = *opts.Client
 	}
+	client.CheckRedirect = refuseRedirect
+	opts.Client = client
 	if opts.Metrics != nil {
 		opts.Metrics.lastSuccess.Set(0)
 	}

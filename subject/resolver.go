@@ -1,6 +1,7 @@
 package subject
 
 import (
+	"context"
 	"crypto/sha256"
 	"errors"
 	"fmt"
@@ -174,13 +175,39 @@ func NewResolver(opts Options) (*Resolver, error) {
 	}, nil
 }
 
-// Resolve tries sources in order and pseudonymizes the first that identifies
-// the request, together with the operation ID. A bearer token that is
-// present but fails verification ends the search: the error wraps
+// Query is what a route asks Resolve.
+type Query struct {
+	// Sources are tried in order.
+	Sources []Kind
+	// OperationID is the route's; it is part of every pseudonym.
+	OperationID string
+	// MapsPlan reports whether the route gives a plan budgets of its own;
+	// nil maps none. A subject's plan the route does not map is reported
+	// (Subject.Plan) but is not part of its pseudonym there: it earns no
+	// budget of its own on this route.
+	MapsPlan func(plan string) bool
+	// Gate, when not nil, is asked before a bearer token that was not
+	// verified before has its signature checked.
+	Gate TokenGate
+}
+
+// TokenGate lets the caller refuse to spend a verification on a client:
+// one that has sent too many invalid tokens, say. AdmitToken is given the
+// client's own subject (its address as ClientSubject resolves it); an
+// error it returns ends Resolve with that error, before any of the token
+// is decoded.
+type TokenGate interface {
+	AdmitToken(ctx context.Context, client Subject) error
+}
+
+// Resolve tries q's sources in order and pseudonymizes the first that
+// identifies the request, together with the operation ID. A bearer token
+// that is present but fails verification ends the search: the error wraps
 // ErrInvalidToken (a *TokenError), or is ErrKeysUnavailable when the key
-// set was never fetched. The token is believed from any peer: its
-// signature is the trust.
-func (r *Resolver) Resolve(req *http.Request, sources []Kind, operationID string) (Subject, error) {
+// set was never fetched, or is what q.Gate returned. The token is believed
+// from any peer: its signature is the trust.
+func (r *Resolver) Resolve(req *http.Request, q Query) (Subject, error) {
+	sources := q.Sources
 	peer := peerAddr(req)
 	peerTrusted := r.trusts(peer)
 	for _, k := range sources {
@@ -228,7 +255,13 @@ func (r *Resolver) Resolve(req *http.Request, sources []Kind, operationID string
 			if !present {
 				continue
 			}
-			claims, err := r.jwt.verify(req.Context(), token)
+			var gate func() error
+			if q.Gate != nil {
+				gate = func() error {
+					return q.Gate.AdmitToken(req.Context(), r.clientSubject(req, peer, peerTrusted))
+				}
+			}
+			claims, err := r.jwt.verify(req.Context(), token, gate)
 			if err != nil {
 				return Subject{}, err
 			}
@@ -239,10 +272,32 @@ func (r *Resolver) Resolve(req *http.Request, sources []Kind, operationID string
 			continue
 		}
 		s.Kind = k
-		s.Pseudonym = r.pseudonymizer.PseudonymWithPlan(k, identity, operationID, s.Plan)
+		framed := s.Plan
+		if framed != "" && (q.MapsPlan == nil || !q.MapsPlan(framed)) {
+			framed = ""
+		}
+		s.Pseudonym = r.pseudonymizer.PseudonymWithPlan(k, identity, q.OperationID, framed)
 		return s, nil
 	}
 	return Subject{}, errUnidentified
+}
+
+// ClientSubject is the subject of req's client address, resolved as the
+// client_ip source resolves it (trusted proxies respected), and the same
+// for every route: the subject that answers for the invalid tokens a
+// client sends. Its Pseudonym is empty when the address is unknown.
+func (r *Resolver) ClientSubject(req *http.Request) Subject {
+	peer := peerAddr(req)
+	return r.clientSubject(req, peer, r.trusts(peer))
+}
+
+func (r *Resolver) clientSubject(req *http.Request, peer netip.Addr, peerTrusted bool) Subject {
+	identity := r.clientIdentity(r.clientAddr(req, peer, peerTrusted))
+	if identity == "" {
+		return Subject{Kind: ClientIP}
+	}
+	// The operation ID is empty: framed, it is no route's.
+	return Subject{Kind: ClientIP, Pseudonym: r.pseudonymizer.Pseudonym(ClientIP, identity, "")}
 }
 
 // knownPlan maps a plan a proxy asserted to the configuration's name for

@@ -55,7 +55,7 @@ func FuzzForwardedFor(f *testing.F) {
 	}
 	pseudonymOf := func(t *testing.T, a netip.Addr) subject.Subject {
 		t.Helper()
-		s, err := direct.Resolve(request(netip.AddrPortFrom(a, 1).String()), []subject.Kind{subject.ClientIP}, "op")
+		s, err := direct.Resolve(request(netip.AddrPortFrom(a, 1).String()), subject.Query{Sources: []subject.Kind{subject.ClientIP}, OperationID: "op"})
 		if err != nil {
 			t.Fatalf("address %s: %v", a, err)
 		}
@@ -69,7 +69,7 @@ func FuzzForwardedFor(f *testing.F) {
 		for line := range strings.SplitSeq(forwarded, "\n") {
 			req.Header.Add("X-Forwarded-For", line)
 		}
-		got, err := resolver.Resolve(req, sources, "op")
+		got, err := resolver.Resolve(req, subject.Query{Sources: sources, OperationID: "op"})
 
 		peerAddr, perr := netip.ParseAddrPort(peer)
 		want := peerAddr.Addr().Unmap()

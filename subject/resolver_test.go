@@ -45,7 +45,7 @@ func TestResolve(t *testing.T) {
 	r := newResolver(t)
 	resolve := func(req *http.Request) subject.Subject {
 		t.Helper()
-		s, err := r.Resolve(req, all, "op")
+		s, err := r.Resolve(req, subject.Query{Sources: all, OperationID: "op"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -97,7 +97,7 @@ func TestResolve(t *testing.T) {
 		}
 	})
 	t.Run("operations do not share pseudonyms", func(t *testing.T) {
-		other, _ := r.Resolve(request("203.0.113.7:5000"), all, "other-op")
+		other, _ := r.Resolve(request("203.0.113.7:5000"), subject.Query{Sources: all, OperationID: "other-op"})
 		if other == direct {
 			t.Fatal("two operations share a pseudonym")
 		}
@@ -107,13 +107,13 @@ func TestResolve(t *testing.T) {
 			request("203.0.113.7:5000", "X-API-Key", "known-key-1", "X-API-Key", "known-key-2"),
 			request("10.1.1.1:5000", "X-Auth-Principal", "alice", "X-Auth-Principal", "bob"),
 		} {
-			if _, err := r.Resolve(req, all, "op"); !errors.Is(err, subject.ErrAmbiguousCredential) {
+			if _, err := r.Resolve(req, subject.Query{Sources: all, OperationID: "op"}); !errors.Is(err, subject.ErrAmbiguousCredential) {
 				t.Fatalf("err %v, want ErrAmbiguousCredential", err)
 			}
 		}
 	})
 	t.Run("no source means unidentified", func(t *testing.T) {
-		_, err := r.Resolve(request("203.0.113.7:5000", "X-API-Key", "guess"), []subject.Kind{subject.APIKey}, "op")
+		_, err := r.Resolve(request("203.0.113.7:5000", "X-API-Key", "guess"), subject.Query{Sources: []subject.Kind{subject.APIKey}, OperationID: "op"})
 		if !errors.Is(err, subject.ErrUnidentified) {
 			t.Fatalf("err %v, want ErrUnidentified", err)
 		}
@@ -169,7 +169,7 @@ func BenchmarkResolveClientIP(b *testing.B) {
 	req := request("10.1.1.1:5000", "X-Forwarded-For", "198.51.100.99, 203.0.113.7")
 	b.ReportAllocs()
 	for b.Loop() {
-		r.Resolve(req, all, "orders.read")
+		r.Resolve(req, subject.Query{Sources: all, OperationID: "orders.read"})
 	}
 }
 
@@ -182,7 +182,7 @@ func TestAnAPIKeyIsReadFromXAPIKeyUnlessConfiguredOtherwise(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := r.Resolve(request("192.0.2.1:5000", "X-API-Key", "known-key-1"), []subject.Kind{subject.APIKey}, "op")
+	s, err := r.Resolve(request("192.0.2.1:5000", "X-API-Key", "known-key-1"), subject.Query{Sources: []subject.Kind{subject.APIKey}, OperationID: "op"})
 	if err != nil || s.Kind != subject.APIKey {
 		t.Fatalf("subject %+v, %v", s, err)
 	}
@@ -203,7 +203,7 @@ func TestForwardedIsReadAsRFC7239(t *testing.T) {
 	}
 	pseudonym := func(peer string, headers ...string) string {
 		t.Helper()
-		s, err := r.Resolve(request(peer, headers...), []subject.Kind{subject.ClientIP}, "op")
+		s, err := r.Resolve(request(peer, headers...), subject.Query{Sources: []subject.Kind{subject.ClientIP}, OperationID: "op"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -226,5 +226,39 @@ func TestForwardedIsReadAsRFC7239(t *testing.T) {
 	// From an untrusted peer the header is ignored.
 	if pseudonym("192.0.2.99:5000", "Forwarded", "for=198.51.100.1") != direct("192.0.2.99") {
 		t.Error("an untrusted peer's Forwarded was believed")
+	}
+}
+
+func TestAPlanIsPartOfThePseudonymOnlyWhereTheRouteMapsIt(t *testing.T) {
+	gold := subject.KeyHash(sha256.Sum256([]byte("gold-key")))
+	r, err := subject.NewResolver(subject.Options{
+		KnownKeys:        map[subject.KeyHash]struct{}{gold: {}},
+		KeyPlans:         map[subject.KeyHash]string{gold: "gold"},
+		PseudonymKeys:    map[int][]byte{1: []byte(fakeSecret)},
+		PseudonymVersion: 1,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, _ := subject.NewPseudonymizer(map[int][]byte{1: []byte(fakeSecret)}, 1)
+	req := request("192.0.2.1:5000", "X-API-Key", "gold-key")
+	keys := []subject.Kind{subject.APIKey}
+	for name, c := range map[string]struct {
+		maps   func(string) bool
+		framed string
+	}{
+		"a route that maps gold":        {func(p string) bool { return p == "gold" }, "gold"},
+		"a route that maps other plans": {func(p string) bool { return p == "silver" }, ""},
+		"a route without plans":         {nil, ""},
+	} {
+		t.Run(name, func(t *testing.T) {
+			s, err := r.Resolve(req, subject.Query{Sources: keys, OperationID: "op", MapsPlan: c.maps})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := p.PseudonymWithPlan(subject.APIKey, string(gold[:]), "op", c.framed); s.Pseudonym != want || s.Plan != "gold" {
+				t.Fatalf("pseudonym %s plan %q, want %s with plan gold", s.Pseudonym, s.Plan, want)
+			}
+		})
 	}
 }

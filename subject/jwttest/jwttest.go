@@ -114,6 +114,32 @@ func (k *Key) SignWithHeader(t testing.TB, header map[string]any, claims jwt.Map
 	return s
 }
 
+// SignRaw signs a header and payload given as they are, JSON or not: the
+// tokens a forger or a broken provider makes.
+func (k *Key) SignRaw(t testing.TB, header, payload []byte) string {
+	t.Helper()
+	b64 := base64.RawURLEncoding.EncodeToString
+	signing := b64(header) + "." + b64(payload)
+	sig, err := jwt.GetSigningMethod(k.Alg).Sign(signing, k.Private)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return signing + "." + b64(sig)
+}
+
+// Junk is a token of n bytes or a little more whose payload is the JSON
+// array [1,1,1,...], under a header naming kid and alg, with a signature
+// of the right length that verifies nothing: what a client sends to make
+// a verifier parse as much as it can.
+func Junk(n int, alg, kid string) string {
+	b64 := base64.RawURLEncoding.EncodeToString
+	header := b64([]byte(`{"alg":"` + alg + `","kid":"` + kid + `"}`))
+	sig := b64(make([]byte, 256))
+	items := (n - len(header) - len(sig)) * 3 / 4 / 2
+	payload := "[" + strings.Repeat("1,", max(items, 1)-1) + "1]"
+	return header + "." + b64([]byte(payload)) + "." + sig
+}
+
 // Invalid returns one token for each way a token fails, by name, against a
 // verifier that holds good (and not stranger) and accepts the claims of
 // Claims at now with a leeway under a minute. They are signed by good unless
@@ -158,6 +184,14 @@ func Invalid(t testing.TB, good, stranger *Key, now time.Time) map[string]string
 		"header not JSON":           b64([]byte("nope")) + "." + parts[1] + "." + parts[2],
 		"issuer as a list":          good.Sign(t, claims(func(c jwt.MapClaims) { c["iss"] = []string{"https://idp.test/"} })),
 		"first character cut":       " " + valid[1:],
+		"kid not a string":          good.SignRaw(t, []byte(`{"alg":"`+good.Alg+`","kid":5}`), []byte(parts[1])),
+		"kid null":                  good.SignRaw(t, []byte(`{"alg":"`+good.Alg+`","kid":null}`), []byte(parts[1])),
+		"issued in the future":      good.Sign(t, claims(func(c jwt.MapClaims) { c["iat"] = now.Add(2 * time.Minute).Unix() })),
+		"payload not JSON":          good.SignRaw(t, []byte(`{"alg":"`+good.Alg+`","kid":"`+good.ID+`"}`), []byte("[1,1,1]")),
+		"payload null":              good.SignRaw(t, []byte(`{"alg":"`+good.Alg+`","kid":"`+good.ID+`"}`), []byte("null")),
+		"longer than 8192 bytes":    good.Sign(t, claims(func(c jwt.MapClaims) { c["pad"] = strings.Repeat("x", 8192) })),
+		"junk, 16 KiB, unknown kid": Junk(16<<10, good.Alg, "nobody"),
+		"junk, 6 KiB, known kid":    Junk(6<<10, good.Alg, good.ID),
 	}
 }
 
