@@ -261,20 +261,34 @@ func (r *Redis) connect() {
 		case <-time.After(wait):
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		err := r.load(ctx, 0)
-		if err == nil {
-			err = r.checkTopology(ctx)
-		}
+		err := r.tryConnect(ctx)
 		cancel()
 		if err == nil {
-			r.connected.Store(true)
-			r.notReady.Store(nil)
-			r.logger.Info("redis reachable; scripts loaded")
 			return
 		}
-		r.notReady.Store(&err)
 		wait = min(2*wait, time.Second)
 	}
+}
+
+// tryConnect loads the scripts and checks the topology once; when both
+// succeed the backend is connected for good. Both connect and Ready call
+// it, so readiness never waits for connect's next try.
+func (r *Redis) tryConnect(ctx context.Context) error {
+	err := r.load(ctx, 0)
+	if err == nil {
+		err = r.checkTopology(ctx)
+	}
+	if err != nil {
+		if !r.connected.Load() {
+			r.notReady.Store(&err)
+		}
+		return err
+	}
+	if !r.connected.Swap(true) {
+		r.notReady.Store(nil)
+		r.logger.Info("redis reachable; scripts loaded")
+	}
+	return nil
 }
 
 func (r *Redis) registerMetrics(reg prometheus.Registerer) {
@@ -491,13 +505,15 @@ func (r *Redis) canary(ctx context.Context, tag string) error {
 // Ready runs the script path on canary keys, with NOSCRIPT recovery, for
 // /readyz: it fails while Redis is unreachable, the ACL denies EVALSHA or
 // SCRIPT LOAD, or the topology is not the configured one. Until the backend
-// has connected once it answers at once with the last reason it could not.
+// has connected once it tries to connect itself rather than wait for the
+// background loop's next try (up to a second away), so it is ready no
+// later than the first decision Redis answers.
 func (r *Redis) Ready(ctx context.Context) error {
 	if !r.connected.Load() {
-		if err := r.notReady.Load(); err != nil {
-			return fmt.Errorf("connecting to redis: %w", *err)
+		if err := r.tryConnect(ctx); err != nil {
+			return fmt.Errorf("connecting to redis: %w", err)
 		}
-		return errors.New("connecting to redis")
+		return nil
 	}
 	return r.checkTopology(ctx)
 }
