@@ -20,6 +20,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/edgegate/gateway/limiter"
 	"github.com/edgegate/gateway/limiter/limitertest"
 	"github.com/edgegate/gateway/proxy"
@@ -670,16 +672,21 @@ func BenchmarkRequestPath(b *testing.B) {
 		policy *limiter.Policy
 		status int
 		route  func(*proxy.Route)
+		// metrics: the handler counts in a registry of its own, as the
+		// gateway's always does.
+		metrics bool
 	}{
-		{"allowed", limitertest.FixedWindow(1<<40, time.Hour), 200, nil},
-		{"denied", limitertest.FixedWindow(1, time.Hour), 429, nil},
-		{"unlimited", nil, 200, nil},
-		{"allowed_rewritten_with_header_rules", limitertest.FixedWindow(1<<40, time.Hour), 200, legacy},
+		{"allowed", limitertest.FixedWindow(1<<40, time.Hour), 200, nil, false},
+		{"allowed_with_metrics", limitertest.FixedWindow(1<<40, time.Hour), 200, nil, true},
+		{"denied", limitertest.FixedWindow(1, time.Hour), 429, nil, false},
+		{"denied_with_metrics", limitertest.FixedWindow(1, time.Hour), 429, nil, true},
+		{"unlimited", nil, 200, nil, false},
+		{"allowed_rewritten_with_header_rules", limitertest.FixedWindow(1<<40, time.Hour), 200, legacy, false},
 		{"allowed_by_two_policies", limitertest.FixedWindow(1<<40, time.Hour), 200, func(r *proxy.Route) {
 			day := limitertest.TokenBucket(1<<40, 1<<40, 24*time.Hour)
 			day.Dedup = limiter.Dedup{}
 			r.Policies, r.Policy = []*limiter.Policy{r.Policy, day}, nil
-		}},
+		}, false},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			m := limiter.NewMemory(limiter.MemoryOptions{})
@@ -692,7 +699,11 @@ func BenchmarkRequestPath(b *testing.B) {
 			if bc.route != nil {
 				bc.route(&rt)
 			}
-			h, err := proxy.NewHandler(proxy.Options{Transport: &countingTransport{}}, proxy.Config{
+			opts := proxy.Options{Transport: &countingTransport{}}
+			if bc.metrics {
+				opts.Metrics = proxy.NewMetrics(prometheus.NewRegistry())
+			}
+			h, err := proxy.NewHandler(opts, proxy.Config{
 				Routes: []proxy.Route{rt}, Resolver: newResolver(b, nil), Limiter: m,
 			})
 			if err != nil {
