@@ -136,6 +136,7 @@ type compiled struct {
 	failureRetryAfter string
 	bodyReadTimeout   time.Duration
 	pools             map[string]*pool
+	unrouted          *routeMetrics // the requests no route matched; nil without metrics
 }
 
 type route struct {
@@ -147,6 +148,7 @@ type route struct {
 	requestRules  headerRules
 	responseRules headerRules
 	query         subject.Query // what the route asks the resolver
+	metrics       *routeMetrics // nil without metrics
 }
 
 // NewHandler compiles cfg and returns a ready Handler.
@@ -309,10 +311,18 @@ func (h *Handler) compile(cfg Config, prev *compiled) (*compiled, []*http.Transp
 		if r.limited() && r.Cost < 1 {
 			r.Cost = 1
 		}
+		if h.opts.Metrics != nil {
+			r.metrics = h.opts.Metrics.forRoute(r.OperationID)
+		}
 		r.forwards = newForwarders(r, cfg.Resolver, h.opts.Logger, cfg.AllowUnderscoreHeaders, tunnelSettings{idle: cfg.TunnelIdleTimeout, open: h.tunnels})
 		routes = append(routes, r)
 	}
+	var unrouted *routeMetrics
+	if h.opts.Metrics != nil {
+		unrouted = h.opts.Metrics.forRoute("none")
+	}
 	return &compiled{
+		unrouted:          unrouted,
 		router:            newRouter(routes),
 		resolver:          cfg.Resolver,
 		limiter:           cfg.Limiter,
@@ -338,11 +348,14 @@ type exchange struct {
 	// plan is the subject's plan as logged and counted: a name from the
 	// configuration, "other" for a plan it does not know, "" for none.
 	plan string
+	// metrics are the matched route's series, or the unmatched requests'
+	// (nil without metrics).
+	metrics *routeMetrics
 }
 
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	c := h.current.Load()
-	var x exchange
+	x := exchange{metrics: c.unrouted}
 	start := time.Now()
 	cw := captures.Get().(*capture)
 	x.fw = &cw.fw
@@ -365,8 +378,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // record counts a request in the metrics and writes its access log line;
 // aborted says that its response was cut off.
 func (h *Handler) record(r *http.Request, x *exchange, code int, written int64, start time.Time, aborted bool) {
+	took := time.Since(start)
 	if h.opts.Metrics != nil {
 		h.opts.Metrics.observeRequest(x.route, x.outcome, x.plan, code)
+		x.metrics.observe(x.outcome, took)
 	}
 	if h.opts.AccessLog {
 		var notLogged slog.Attr // empty, and so left out, but after a flood
@@ -396,7 +411,7 @@ func (h *Handler) record(r *http.Request, x *exchange, code int, written int64, 
 			reasonAttr(x.reason),
 			slog.Int("status", code),
 			slog.Int64("bytes", written),
-			slog.Duration("duration", time.Since(start)),
+			slog.Duration("duration", took),
 			slog.Duration("upstream_duration", x.upstream),
 			slog.String("target", x.target),
 			notLogged,
@@ -433,6 +448,13 @@ func (h *Handler) serve(w http.ResponseWriter, cw *capture, r *http.Request, c *
 		return
 	}
 	x.route = rt.OperationID
+	if rt.metrics != nil {
+		x.metrics = rt.metrics
+		rt.metrics.inFlight.Inc()
+		// Deferred, so that a response ReverseProxy aborts with a panic
+		// leaves the gauge too.
+		defer rt.metrics.inFlight.Dec()
+	}
 	if rt.MaxBodyBytes > 0 {
 		if r.ContentLength > rt.MaxBodyBytes {
 			x.outcome = "rejected"
@@ -470,6 +492,9 @@ func (h *Handler) serve(w http.ResponseWriter, cw *capture, r *http.Request, c *
 	start := time.Now()
 	rt.forward(w, r, x)
 	x.upstream = time.Since(start)
+	if d := rt.pool.duration; d != nil {
+		d.Observe(x.upstream.Seconds())
+	}
 	if body != nil && body.timedOut.Load() && !cw.final {
 		// No body byte for body_read_timeout. The server cancelled the
 		// request when the read failed, so the forwarder had nobody to

@@ -1,9 +1,12 @@
 package proxy
 
 import (
+	"maps"
 	"slices"
 	"strconv"
+	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -23,7 +26,16 @@ type Metrics struct {
 	UpstreamFailures *prometheus.CounterVec
 	UpstreamRetries  *prometheus.CounterVec
 	upstreams        *ejectedCollector
+	// Latency: the whole request by route and outcome, the upstream
+	// exchange by pool, and the requests of each route being served now.
+	RequestDuration  *prometheus.HistogramVec
+	UpstreamDuration *prometheus.HistogramVec
+	InFlight         *prometheus.GaugeVec
 }
+
+// durationBuckets are OpenTelemetry's advised boundaries for HTTP
+// durations, in seconds: what dashboards built for other proxies expect.
+var durationBuckets = []float64{0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10}
 
 // NewMetrics registers the collectors on reg.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
@@ -61,8 +73,66 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m.upstreams = &ejectedCollector{desc: prometheus.NewDesc("gateway_upstream_ejected",
 		"1 while an upstream target is out of rotation (failures or a failed health check), else 0.",
 		[]string{"pool", "target"}, nil)}
-	reg.MustRegister(m.Requests, m.LimiterDuration, m.Fallbacks, m.ShadowDenials, m.UpstreamRequests, m.UpstreamFailures, m.UpstreamRetries, m.upstreams)
+	m.RequestDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "gateway_request_duration_seconds",
+		Help:    "Time from a request's arrival to the end of its response (an upgraded connection's: to its close), by route (none before one matched) and outcome.",
+		Buckets: durationBuckets,
+	}, []string{"route", "outcome"})
+	m.UpstreamDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "gateway_upstream_duration_seconds",
+		Help:    "Time a request spent with its pool's targets, retries included, until the end of the response, by pool.",
+		Buckets: durationBuckets,
+	}, []string{"pool"})
+	m.InFlight = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "gateway_requests_in_flight",
+		Help: "Requests a route matched that are being served now (an upgraded connection counts until it closes).",
+	}, []string{"route"})
+	reg.MustRegister(m.Requests, m.LimiterDuration, m.Fallbacks, m.ShadowDenials, m.UpstreamRequests, m.UpstreamFailures, m.UpstreamRetries, m.upstreams,
+		m.RequestDuration, m.UpstreamDuration, m.InFlight)
 	return m
+}
+
+// routeMetrics are one route's series, bound to their labels when the
+// route is compiled, so that the request path observes without a label
+// lookup. A duration series is bound with the first request of its
+// outcome: binding every outcome at once would export empty histograms
+// for outcomes a route never has.
+type routeMetrics struct {
+	route     string
+	durations *prometheus.HistogramVec
+	inFlight  prometheus.Gauge // nil for the requests no route matched
+	bound     atomic.Pointer[map[string]prometheus.Observer]
+	bind      sync.Mutex // one writer of bound at a time
+}
+
+// forRoute binds route's series; route "none" is the requests no route
+// matched, which have no in-flight gauge.
+func (m *Metrics) forRoute(route string) *routeMetrics {
+	rm := &routeMetrics{route: route, durations: m.RequestDuration}
+	if route != "none" {
+		rm.inFlight = m.InFlight.WithLabelValues(route)
+	}
+	rm.bound.Store(&map[string]prometheus.Observer{})
+	return rm
+}
+
+// observe records one request's duration under its outcome. Once the
+// outcome is bound it reads a map that is never written again (a new
+// outcome copies it), so concurrent requests share it without a lock.
+func (rm *routeMetrics) observe(outcome string, d time.Duration) {
+	o, ok := (*rm.bound.Load())[outcome]
+	if !ok {
+		rm.bind.Lock()
+		bound := *rm.bound.Load()
+		if o, ok = bound[outcome]; !ok {
+			o = rm.durations.WithLabelValues(rm.route, outcome)
+			next := maps.Clone(bound)
+			next[outcome] = o
+			rm.bound.Store(&next)
+		}
+		rm.bind.Unlock()
+	}
+	o.Observe(d.Seconds())
 }
 
 var statusLabels = func() (s [600]string) {
@@ -95,9 +165,13 @@ func (m *Metrics) fallback(route, policy string, allowed bool) {
 }
 
 // forgetTargets deletes the series of the targets that were in old and are
-// not in current, so that a target a reload removed stops being reported.
+// not in current, and of the pools, so that a target or a pool a reload
+// removed stops being reported.
 func (m *Metrics) forgetTargets(old, current map[string]*pool) {
 	for name, p := range old {
+		if current[name] == nil {
+			m.UpstreamDuration.DeleteLabelValues(name)
+		}
 		for _, om := range p.members {
 			if np := current[name]; np != nil && slices.ContainsFunc(np.members, func(m *member) bool { return m.name == om.name }) {
 				continue

@@ -30,6 +30,7 @@ type pool struct {
 	owned     *http.Transport // the transport, when the pool built it
 	next      atomic.Uint64
 	logger    *slog.Logger
+	duration  prometheus.Observer // gateway_upstream_duration_seconds; nil without metrics
 }
 
 // targetState is what the gateway knows of one target's health. A reload
@@ -368,6 +369,9 @@ func (h *Handler) buildPools(cfg Config, prev *compiled) (map[string]*pool, []*h
 		}
 		if p.owned != nil {
 			p.transport = p.owned
+		}
+		if mt := h.opts.Metrics; mt != nil {
+			p.duration = mt.UpstreamDuration.WithLabelValues(p.Name)
 		}
 		for _, u := range def.Targets {
 			m := &member{pool: p, url: u, name: u.String()}

@@ -104,7 +104,8 @@ func (g *poolGateway) metric(name string, labels ...string) float64 {
 					continue series
 				}
 			}
-			sum += m.GetGauge().GetValue() + m.GetCounter().GetValue()
+			// A histogram counts by its observations.
+			sum += m.GetGauge().GetValue() + m.GetCounter().GetValue() + float64(m.GetHistogram().GetSampleCount())
 		}
 	}
 	return sum
@@ -461,6 +462,27 @@ func TestAReloadThatKeepsAPoolKeepsItsEjections(t *testing.T) {
 	}
 	if g.metric("gateway_upstream_requests_total", "target", live.URL) == 0 {
 		t.Error("the kept target's series went too")
+	}
+}
+
+func TestAReloadThatRemovesAPoolDropsItsDurationSeries(t *testing.T) {
+	up := newUpstream(t)
+	p := proxy.Pool{Name: "legacy", Targets: []*url.URL{up.url(t)}}
+	g := newPoolGateway(t, p)
+	g.send("GET", "")
+	if n := g.metric("gateway_upstream_duration_seconds", "pool", "legacy"); n != 1 {
+		t.Fatalf("%v upstream durations observed for legacy, want 1", n)
+	}
+	p.Name = "modern"
+	if err := g.handler.Swap(poolConfig(t, p)); err != nil {
+		t.Fatal(err)
+	}
+	g.send("GET", "")
+	if n := g.metric("gateway_upstream_duration_seconds", "pool", "legacy"); n != 0 {
+		t.Errorf("the removed pool still reports %v durations", n)
+	}
+	if n := g.metric("gateway_upstream_duration_seconds", "pool", "modern"); n != 1 {
+		t.Errorf("%v upstream durations observed for modern, want 1", n)
 	}
 }
 
