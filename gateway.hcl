@@ -50,7 +50,7 @@ policy "burst" {
 }
 
 # Several instances of one backend behind one name: a route's upstream may
-# name an upstream block instead of a URL (README: upstream "name").
+# name an upstream block instead of a URL (docs/configuration.md, upstream).
 #
 # upstream "legacy-orders" {
 #   targets = ["http://10.0.0.11:9000", "http://10.0.0.12:9000"]

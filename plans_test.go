@@ -23,7 +23,7 @@ func keyLine(key, plan string) string {
 // a key whose plan changes in the keys file gets the new plan's budget
 // after SIGHUP.
 func TestPlansThroughTheCLI(t *testing.T) {
-	// The backend of the README's legacy example: it records what
+	// The backend of the legacy example in docs/guide.md: it records what
 	// arrives and names itself.
 	arrived := make(chan *http.Request, 64)
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -82,7 +82,7 @@ route "orders.read" {
 		t.Fatal(err)
 	}
 	r := startFile(t, path)
-	// get sends what the README's client sends and returns the answer
+	// get sends what the guide's client sends and returns the answer
 	// and, when it was forwarded, what the backend received.
 	get := func(key, path string) (*http.Response, *http.Request) {
 		t.Helper()

@@ -38,7 +38,7 @@ func get(t *testing.T, c net.Conn) (*http.Response, error) {
 	return http.ReadResponse(bufio.NewReader(c), nil)
 }
 
-// Issue 10, defect 12: one address cannot take every connection slot.
+// One address cannot take every connection slot.
 func TestOneClientCannotTakeEverySlot(t *testing.T) {
 	var logs lockedBuffer
 	logger := slog.New(slog.NewJSONHandler(&logs, nil))

@@ -27,7 +27,7 @@ func TestRedactAddresses(t *testing.T) {
 	}
 }
 
-// Issue 10, defect 14: Go's HTTP/2 server names the client in its error
+// Go's HTTP/2 server names the client in its error
 // log; the gateway's log line must not.
 func TestTheServersErrorLogNamesNoClient(t *testing.T) {
 	cert := newCertificate(t)

@@ -82,7 +82,7 @@ func exchange(t *testing.T, dial func() (net.Conn, error), payload string) []str
 
 const smuggledCLTE = "POST /second HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"
 
-// TestFramingCheckCannotBeSwitchedOff is issue 10, defects 3, 4 and 5:
+// TestFramingCheckCannotBeSwitchedOff:
 // nothing a client sends earlier on a connection makes the framing check
 // let a later request through, and no request it cannot follow is served
 // with the connection kept open.

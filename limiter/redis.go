@@ -58,8 +58,9 @@ type RedisOptions struct {
 	// write and one read (a pipeline); each is still its own script call.
 	DisableBatching bool
 	// DenialCacheEntries bounds the certain denials remembered in this
-	// instance and answered without Redis until they can end (SPEC 6.1).
-	// Default 32768; negative turns the cache off.
+	// instance and answered without Redis until they can end, so a subject
+	// flooding past its limit costs Redis about one call per denial period
+	// (docs/redis.md). Default 32768; negative turns the cache off.
 	DenialCacheEntries int
 	// Registerer receives the backend's metrics; nil registers none.
 	Registerer prometheus.Registerer

@@ -163,7 +163,7 @@ func TestRedisClusterFollowsAReplicaPromotion(t *testing.T) {
 		waitRole(t, master, "master")
 		t.Logf("the replica took over %v after the kill", time.Since(killed).Round(time.Millisecond))
 		// An asynchronous replica may lack the last writes: the count may
-		// have gone back (the README's bound), never forward.
+		// have gone back (the bound in docs/redis.md), never forward.
 		took := untilAllowed("after the promotion", 5*time.Second, true)
 		t.Logf("first decision %v after the promotion", took.Round(time.Millisecond))
 		threeNodes("after the promotion")

@@ -17,7 +17,7 @@ func evalshaCalls(t *testing.T, s *redistest.Server) int64 {
 }
 
 // A subject over its limit that keeps asking costs Redis one call per
-// denial period, not one per request (SPEC 6.1: at most 0.01 a request).
+// denial period, not one per request: at most 0.01 a request.
 func TestAFloodingDeniedSubjectIsAnsweredWithoutRedis(t *testing.T) {
 	s := redistest.Start(t)
 	r := redistest.NewLimiter(t, limiter.RedisOptions{Addrs: []string{s.Addr}})

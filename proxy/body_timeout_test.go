@@ -11,7 +11,7 @@ import (
 	"github.com/edgegate/gateway/proxy"
 )
 
-// Issue 10, defect 2: a client that stops sending its body gets 408 once
+// A client that stops sending its body gets 408 once
 // body_read_timeout passes, its connection closes, and the upstream's
 // connection is let go.
 func TestASlowBodyTimesOut(t *testing.T) {

@@ -119,7 +119,7 @@ func faultClusterPromotion(t *testing.T) {
 	slot := c.Slot(t, rig.keyOf(c, hot))
 	master := c.Owner(t, slot)
 	replica := c.ReplicaOf(t, master)
-	// A second gateway with a small limit, for the README's bound on what
+	// A second gateway with a small limit, for the bound (docs/redis.md) on what
 	// a failover can hand out: its subject "bounded" is put on the hot
 	// master's slots by trying principals until one lands there.
 	const boundLimit = 20
@@ -225,7 +225,7 @@ func faultClusterPromotion(t *testing.T) {
 	rig.holdsInvariants()
 	bounded.holdsInvariants()
 	// Replication is asynchronous: the new master may lack the last
-	// charges, never hold more. README: at most limit × (1 + failovers).
+	// charges, never hold more. docs/redis.md: at most limit × (1 + failovers).
 	admitted := admittedBefore + spendAll(killedSubject)
 	if admitted < boundLimit || admitted > 2*boundLimit {
 		t.Errorf("bounded subject across a killed master: %d admitted, want %d to %d", admitted, boundLimit, 2*boundLimit)

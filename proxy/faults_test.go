@@ -347,7 +347,7 @@ func runFault(t *testing.T, c faultCase) {
 // without its data has forgotten what every subject spent. A subject that
 // had spent part of its budget gets a fresh one; a subject this instance
 // saw denied is still answered 429 from its memory of the denial until the
-// window ends (README, "When Redis is in trouble"). This is documented
+// window ends (docs/redis.md, "Bounds under restarts"). This is documented
 // behaviour, not a fault of the gateway.
 func faultEmptyRestart(t *testing.T) {
 	faultNoLeakedGoroutines(t)

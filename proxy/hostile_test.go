@@ -15,7 +15,7 @@ import (
 )
 
 // Spellings a backend may fold into a limited request must not dodge the
-// route that limits it (SPEC 6.6).
+// route that limits it (docs/hardening.md, "Spellings backends fold").
 func TestSpellingsThatBackendsFoldCannotDodgeALimit(t *testing.T) {
 	up := newUpstream(t)
 	orders := route("orders.read", "/orders", up, t, policy(limitertest.FixedWindow(1, time.Minute), "p"))

@@ -9,7 +9,7 @@ import (
 	"github.com/edgegate/gateway/proxy"
 )
 
-// Issue 10, defect 14: a 103 from the upstream reaches the client without
+// A 103 from the upstream reaches the client without
 // the upstream connection's hop-by-hop headers.
 func TestInformationalResponsesLoseTheirHopByHopHeaders(t *testing.T) {
 	up := newRawUpstream(t, "HTTP/1.1 103 Early Hints\r\nLink: </style.css>; rel=preload\r\nConnection: x-foo\r\nX-Foo: upstream-only\r\nKeep-Alive: timeout=5\r\n\r\n"+

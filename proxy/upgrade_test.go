@@ -97,7 +97,7 @@ func dialGateway(t *testing.T, g *gateway, head string) (net.Conn, *bufio.Reader
 
 const h2cUpgrade = "GET / HTTP/1.1\r\nHost: gw.test\r\nConnection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQCAAAAAAIAAAAA\r\n\r\n"
 
-// Issue 10, defect 1: an upstream that takes h2c (with or without
+// An upstream that takes h2c (with or without
 // HTTP2-Settings) must never get a tunnel past the limiter.
 func TestAnH2CUpgradeNeverOpensATunnel(t *testing.T) {
 	for _, c := range []struct {
