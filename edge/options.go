@@ -72,15 +72,15 @@ type TLSOptions struct {
 	Certificates []CertificateFiles
 }
 
-// Defaults of Options.
+// Defaults of Options: what a zero field takes.
 const (
-	defaultShutdownTimeout   = 15 * time.Second
-	defaultReadHeaderTimeout = 10 * time.Second
-	defaultIdleTimeout       = 120 * time.Second
-	defaultMaxHeaderBytes    = 64 << 10
-	defaultMaxConnections    = 10000
-	defaultMaxPerClient      = 256
-	defaultClientIPv6Prefix  = 64
+	DefaultShutdownTimeout   = 15 * time.Second
+	DefaultReadHeaderTimeout = 10 * time.Second
+	DefaultIdleTimeout       = 120 * time.Second
+	DefaultMaxHeaderBytes    = 64 << 10
+	DefaultMaxConnections    = 10000
+	DefaultMaxPerClient      = 256
+	DefaultClientIPv6Prefix  = 64
 )
 
 // The admin listener answers operators and probes, not clients: tighter
@@ -93,25 +93,25 @@ const (
 // withDefaults fills the zero values.
 func (o Options) withDefaults() Options {
 	if o.ShutdownTimeout == 0 {
-		o.ShutdownTimeout = defaultShutdownTimeout
+		o.ShutdownTimeout = DefaultShutdownTimeout
 	}
 	if o.ReadHeaderTimeout == 0 {
-		o.ReadHeaderTimeout = defaultReadHeaderTimeout
+		o.ReadHeaderTimeout = DefaultReadHeaderTimeout
 	}
 	if o.IdleTimeout == 0 {
-		o.IdleTimeout = defaultIdleTimeout
+		o.IdleTimeout = DefaultIdleTimeout
 	}
 	if o.MaxHeaderBytes == 0 {
-		o.MaxHeaderBytes = defaultMaxHeaderBytes
+		o.MaxHeaderBytes = DefaultMaxHeaderBytes
 	}
 	if o.MaxConnections == 0 {
-		o.MaxConnections = defaultMaxConnections
+		o.MaxConnections = DefaultMaxConnections
 	}
 	if o.MaxConnectionsPerClient == 0 {
-		o.MaxConnectionsPerClient = defaultMaxPerClient
+		o.MaxConnectionsPerClient = DefaultMaxPerClient
 	}
 	if o.ClientIPv6Prefix == 0 {
-		o.ClientIPv6Prefix = defaultClientIPv6Prefix
+		o.ClientIPv6Prefix = DefaultClientIPv6Prefix
 	}
 	return o
 }

@@ -20,9 +20,10 @@ type BreakerOptions struct {
 	Cooldown time.Duration
 }
 
+// Defaults of BreakerOptions.
 const (
-	defaultBreakerFailures = 5
-	defaultBreakerCooldown = 2 * time.Second
+	DefaultBreakerFailures = 5
+	DefaultBreakerCooldown = 2 * time.Second
 )
 
 type breakerState uint8
@@ -51,10 +52,10 @@ type breaker struct {
 
 func newBreaker(node string, opts BreakerOptions, gauge prometheus.Gauge, logger *slog.Logger) *breaker {
 	if opts.Failures <= 0 {
-		opts.Failures = defaultBreakerFailures
+		opts.Failures = DefaultBreakerFailures
 	}
 	if opts.Cooldown <= 0 {
-		opts.Cooldown = defaultBreakerCooldown
+		opts.Cooldown = DefaultBreakerCooldown
 	}
 	return &breaker{node: node, failures: opts.Failures, cooldown: opts.Cooldown, gauge: gauge, logger: logger}
 }

@@ -21,6 +21,9 @@ type systemClock struct{}
 
 func (systemClock) Now() time.Time { return time.Now() }
 
+// DefaultMemoryMaxEntries is MemoryOptions.MaxEntries's default.
+const DefaultMemoryMaxEntries = 1_000_000
+
 // MemoryOptions configures a Memory backend.
 type MemoryOptions struct {
 	// MaxEntries caps the number of keys held. When full, the least recently
@@ -202,7 +205,7 @@ var _ = [128 - unsafe.Sizeof(memorySlot{})]struct{}{}
 // NewMemory returns a ready Memory backend.
 func NewMemory(opts MemoryOptions) *Memory {
 	if opts.MaxEntries <= 0 {
-		opts.MaxEntries = 1_000_000
+		opts.MaxEntries = DefaultMemoryMaxEntries
 	}
 	if opts.SweepInterval <= 0 {
 		opts.SweepInterval = 10 * time.Second

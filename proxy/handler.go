@@ -84,7 +84,7 @@ type Config struct {
 	Resolver          *subject.Resolver
 	Limiter           Limiter
 	Deadline          time.Duration // default limiter.DefaultDeadline
-	FailureRetryAfter time.Duration // Retry-After on 503; default 1s
+	FailureRetryAfter time.Duration // Retry-After on 503; default DefaultFailureRetryAfter
 	// AllowUnderscoreHeaders forwards request headers whose names hold
 	// "_". By default they are dropped: CGI, WSGI and Rack backends fold
 	// "_" into "-", so X_Real_IP would reach them as X-Real-IP, past the
@@ -101,6 +101,9 @@ type Config struct {
 	// keeps in its pool keeps its health.
 	Pools []Pool
 }
+
+// DefaultFailureRetryAfter is Config.FailureRetryAfter's default.
+const DefaultFailureRetryAfter = time.Second
 
 // DefaultBodyReadTimeout is Config.BodyReadTimeout's default.
 const DefaultBodyReadTimeout = 30 * time.Second
@@ -223,7 +226,7 @@ func (h *Handler) compile(cfg Config, prev *compiled) (*compiled, []*http.Transp
 		cfg.Deadline = limiter.DefaultDeadline
 	}
 	if cfg.FailureRetryAfter <= 0 {
-		cfg.FailureRetryAfter = time.Second
+		cfg.FailureRetryAfter = DefaultFailureRetryAfter
 	}
 	if cfg.TunnelIdleTimeout <= 0 {
 		cfg.TunnelIdleTimeout = DefaultTunnelIdleTimeout

@@ -23,9 +23,9 @@ var clientAddressHeaders = []string{
 func (o Options) ManagedHeaders() []string {
 	names := append([]string(nil), clientAddressHeaders...)
 	for _, h := range []struct{ name, def string }{
-		{o.ForwardedHeader, "X-Forwarded-For"},
+		{o.ForwardedHeader, DefaultForwardedHeader},
 		{o.PrincipalHeader, ""},
-		{o.APIKeyHeader, "X-API-Key"},
+		{o.APIKeyHeader, DefaultAPIKeyHeader},
 		{o.PlanHeader, ""},
 	} {
 		if h.name == "" {

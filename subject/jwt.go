@@ -118,6 +118,12 @@ type verifier struct {
 	cache      tokenCache
 }
 
+// Defaults of JWTOptions.
+const (
+	DefaultJWTHeader = "Authorization"
+	DefaultJWTClaim  = "sub"
+)
+
 func newVerifier(o JWTOptions) (*verifier, error) {
 	if o.Keys == nil {
 		return nil, errors.New("jwt: no key set")
@@ -140,10 +146,10 @@ func newVerifier(o JWTOptions) (*verifier, error) {
 		return nil, errors.New("jwt: negative leeway")
 	}
 	if o.Header == "" {
-		o.Header = "Authorization"
+		o.Header = DefaultJWTHeader
 	}
 	if o.Claim == "" {
-		o.Claim = "sub"
+		o.Claim = DefaultJWTClaim
 	}
 	if o.CacheEntries <= 0 {
 		o.CacheEntries = 8192

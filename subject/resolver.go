@@ -124,6 +124,13 @@ var (
 // caller branches on it: the handler answers every other error the same way.
 var errUnidentified = errors.New("no subject source identified the request")
 
+// Defaults of Options.
+const (
+	DefaultForwardedHeader = "X-Forwarded-For"
+	DefaultAPIKeyHeader    = "X-API-Key"
+	DefaultIPv6Prefix      = 64
+)
+
 // NewResolver returns a ready Resolver.
 func NewResolver(opts Options) (*Resolver, error) {
 	pseudonymizer, err := NewPseudonymizer(opts.PseudonymKeys, opts.PseudonymVersion)
@@ -131,13 +138,13 @@ func NewResolver(opts Options) (*Resolver, error) {
 		return nil, fmt.Errorf("subject: %w", err)
 	}
 	if opts.ForwardedHeader == "" {
-		opts.ForwardedHeader = "X-Forwarded-For"
+		opts.ForwardedHeader = DefaultForwardedHeader
 	}
 	if opts.APIKeyHeader == "" {
-		opts.APIKeyHeader = "X-API-Key"
+		opts.APIKeyHeader = DefaultAPIKeyHeader
 	}
 	if opts.IPv6Prefix == 0 {
-		opts.IPv6Prefix = 64
+		opts.IPv6Prefix = DefaultIPv6Prefix
 	}
 	if opts.IPv6Prefix < 1 || opts.IPv6Prefix > 128 {
 		return nil, errors.New("subject: ipv6_prefix must be between 1 and 128")
