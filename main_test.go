@@ -411,7 +411,7 @@ route "health" {
 		}
 	}
 	t.Logf("first decision %v after Redis came back", time.Since(restarted).Round(time.Millisecond))
-	// SPEC 7.8: ready no later than the first decision Redis answers.
+	// Ready no later than the first decision Redis answers (docs/redis.md).
 	if code, body := r.admin(t, "/readyz"); code != 200 {
 		t.Fatalf("/readyz %d %s right after a decision Redis answered", code, body)
 	}
