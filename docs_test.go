@@ -1,0 +1,150 @@
+package main
+
+import (
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// The documents: the README and everything in docs/ and bench/.
+func documents(t *testing.T) []string {
+	t.Helper()
+	docs := []string{"README.md", "bench/README.md"}
+	more, err := filepath.Glob("docs/*.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return append(docs, more...)
+}
+
+var (
+	metricDefinition = regexp.MustCompile(`(?:Name:\s*|NewDesc\()"(gateway_[a-z0-9_]+)"`)
+	metricMention    = regexp.MustCompile(`\bgateway_[a-z0-9_]+`)
+)
+
+// TestOperationsDocNamesEveryMetric: every metric the gateway defines has
+// its row in docs/operations.md, and every gateway_ name a document
+// mentions is one the gateway defines, so neither a new series nor a
+// renamed one goes unseen by operators.
+func TestOperationsDocNamesEveryMetric(t *testing.T) {
+	defined := map[string]bool{}
+	err := filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (path == "bench" || strings.HasPrefix(d.Name(), ".")) && path != "." {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		src, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		for _, m := range metricDefinition.FindAllStringSubmatch(string(src), -1) {
+			defined[m[1]] = true
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(defined) == 0 {
+		t.Fatal("found no metric definitions; the pattern no longer matches how metrics are named")
+	}
+	ops, err := os.ReadFile("docs/operations.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name := range defined {
+		if !strings.Contains(string(ops), "| `"+name+"` |") {
+			t.Errorf("docs/operations.md has no row for metric %s", name)
+		}
+	}
+	for _, doc := range documents(t) {
+		src, err := os.ReadFile(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, name := range metricMention.FindAllString(string(src), -1) {
+			if !defined[name] {
+				t.Errorf("%s names %s, a metric the gateway does not define", doc, name)
+			}
+		}
+	}
+}
+
+var (
+	markdownLink = regexp.MustCompile(`\]\(([^)\s]+)\)`)
+	headingLine  = regexp.MustCompile(`(?m)^#{1,6} (.*)$`)
+)
+
+// TestDocumentLinksResolve: every relative link in the documents names a
+// file that exists and, with a #fragment, a heading in it.
+func TestDocumentLinksResolve(t *testing.T) {
+	for _, doc := range documents(t) {
+		src, err := os.ReadFile(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range markdownLink.FindAllStringSubmatch(withoutCode(string(src)), -1) {
+			target := m[1]
+			if strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") {
+				continue
+			}
+			file, fragment, _ := strings.Cut(target, "#")
+			path := doc
+			if file != "" {
+				path = filepath.Join(filepath.Dir(doc), file)
+			}
+			linked, err := os.ReadFile(path)
+			if err != nil {
+				t.Errorf("%s links to %s: %v", doc, target, err)
+				continue
+			}
+			if fragment != "" && !slices.Contains(anchors(string(linked)), fragment) {
+				t.Errorf("%s links to %s: %s has no heading with that anchor (it has %q)", doc, target, path, anchors(string(linked)))
+			}
+		}
+	}
+}
+
+// anchors are the fragments a Markdown renderer gives src's headings:
+// lower case, punctuation dropped, spaces as hyphens.
+func anchors(src string) []string {
+	var out []string
+	for _, m := range headingLine.FindAllStringSubmatch(withoutCode(src), -1) {
+		var b strings.Builder
+		for _, r := range strings.ToLower(m[1]) {
+			switch {
+			case r == ' ':
+				b.WriteRune('-')
+			case r == '-' || r == '_' || r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r > 127:
+				b.WriteRune(r)
+			}
+		}
+		out = append(out, b.String())
+	}
+	return out
+}
+
+// withoutCode is src without its fenced code blocks.
+func withoutCode(src string) string {
+	var b strings.Builder
+	in := false
+	for line := range strings.Lines(src) {
+		if strings.HasPrefix(line, "```") {
+			in = !in
+			continue
+		}
+		if !in {
+			b.WriteString(line)
+		}
+	}
+	return b.String()
+}
