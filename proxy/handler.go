@@ -122,7 +122,9 @@ type Handler struct {
 	opts    Options
 	current atomic.Pointer[compiled]
 	evalIDs evaluationIDs
-	denials denialLog
+	// refusals bound the access log lines of requests that forward
+	// nothing.
+	refusals refusalLog
 
 	swap   sync.Mutex // one Swap at a time, and Close
 	checks *healthChecks
@@ -354,6 +356,9 @@ type exchange struct {
 	// metrics are the matched route's series, or the unmatched requests'
 	// (nil without metrics).
 	metrics *routeMetrics
+	// forwarded: the request was handed to the upstream forwarder, so the
+	// limiter (or a route without one) let it through.
+	forwarded bool
 }
 
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -368,19 +373,21 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			// ReverseProxy aborts a response cut off mid-body with a
 			// panic (http.ErrAbortHandler) that the server recovers: the
 			// request reached the upstream, and is counted and logged.
-			h.record(r, &x, cw.code, cw.written, start, true)
+			h.record(r, c, &x, cw.code, cw.written, start, true)
 		}
 	}()
 	h.serve(cw.wrap(w), cw, r, c, &x)
 	served = true
 	code, written := cw.code, cw.written
 	cw.done()
-	h.record(r, &x, code, written, start, false)
+	h.record(r, c, &x, code, written, start, false)
 }
 
 // record counts a request in the metrics and writes its access log line;
-// aborted says that its response was cut off.
-func (h *Handler) record(r *http.Request, x *exchange, code int, written int64, start time.Time, aborted bool) {
+// aborted says that its response was cut off. A request that forwarded
+// nothing is logged at most once a second per route, client and outcome
+// (refusalLog), and no field of a line is longer than maxLogField.
+func (h *Handler) record(r *http.Request, c *compiled, x *exchange, code int, written int64, start time.Time, aborted bool) {
 	took := time.Since(start)
 	if h.opts.Metrics != nil {
 		h.opts.Metrics.observeRequest(x.route, x.outcome, x.plan, code)
@@ -388,25 +395,29 @@ func (h *Handler) record(r *http.Request, x *exchange, code int, written int64, 
 	}
 	if h.opts.AccessLog {
 		var notLogged slog.Attr // empty, and so left out, but after a flood
-		if x.outcome == "denied" || x.outcome == "fallback_denied" {
-			log, skipped := h.denials.admit(x.route, x.pseudonym, start)
+		if !x.forwarded {
+			k := refusalLogKey{route: x.route, outcome: x.outcome, reason: x.reason, pseudonym: x.pseudonym}
+			if k.pseudonym == "" {
+				k.client = c.resolver.Client(r)
+			}
+			log, skipped := h.refusals.admit(k)
 			if !log {
 				return
 			}
 			if skipped > 0 {
-				notLogged = slog.Int64("denials_not_logged", skipped)
+				notLogged = slog.Int64("not_logged", skipped)
 			}
 		}
 		var policy, plan slog.Attr
 		if x.shadowDenied != "" {
-			policy = slog.String("policy", x.shadowDenied)
+			policy = slog.String("policy", clampField(x.shadowDenied))
 		}
 		if x.plan != "" {
-			plan = slog.String("plan", x.plan)
+			plan = slog.String("plan", clampField(x.plan))
 		}
 		h.opts.Logger.LogAttrs(r.Context(), slog.LevelInfo, "request",
-			slog.String("route", x.route),
-			slog.String("method", r.Method),
+			slog.String("route", clampField(x.route)),
+			slog.String("method", clampField(c.router.methodName(r.Method))),
 			slog.String("subject_kind", x.subjectKind.String()),
 			slog.String("pseudonym", x.pseudonym),
 			plan,
@@ -416,7 +427,7 @@ func (h *Handler) record(r *http.Request, x *exchange, code int, written int64, 
 			slog.Int64("bytes", written),
 			slog.Duration("duration", took),
 			slog.Duration("upstream_duration", x.upstream),
-			slog.String("target", x.target),
+			slog.String("target", clampField(x.target)),
 			notLogged,
 			policy,
 			abortedAttr(aborted),
@@ -493,6 +504,7 @@ func (h *Handler) serve(w http.ResponseWriter, cw *capture, r *http.Request, c *
 		}
 	}
 	start := time.Now()
+	x.forwarded = true
 	rt.forward(w, r, x)
 	x.upstream = time.Since(start)
 	if d := rt.pool.duration; d != nil {

@@ -3,7 +3,6 @@ package proxy_test
 import (
 	"context"
 	"encoding/json"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -44,25 +43,11 @@ func jwtRoute(t *testing.T, up *upstream, p *limiter.Policy) proxy.Route {
 	return r
 }
 
-// from sends a request from the loopback address local, so that one
-// gateway sees several clients.
+// from sends a request for /orders from the loopback address local, so
+// that one gateway sees several clients.
 func from(t *testing.T, g *gateway, local string, headers ...string) *http.Response {
 	t.Helper()
-	tr := &http.Transport{DialContext: (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(local)}}).DialContext}
-	defer tr.CloseIdleConnections()
-	req, err := http.NewRequest("GET", g.URL+"/orders", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := 0; i+1 < len(headers); i += 2 {
-		req.Header.Add(headers[i], headers[i+1])
-	}
-	res, err := (&http.Client{Transport: tr}).Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	res.Body.Close()
-	return res
+	return fromPath(t, g, local, "/orders", headers...)
 }
 
 func TestJWTBucketsFollowTheSubjectAcrossAddresses(t *testing.T) {

@@ -157,6 +157,17 @@ func (rt router) methodCaseFolded(m string) bool {
 	return false
 }
 
+// methodName is the method as the access log names it: a standard
+// method, or one a route lists, by name; any other as "_OTHER" (as
+// OpenTelemetry's HTTP conventions do), so that a client cannot write what
+// it likes into the log.
+func (rt router) methodName(m string) string {
+	if rt.methods[m] {
+		return m
+	}
+	return "_OTHER"
+}
+
 func newRouter(routes []*route) router {
 	methods := map[string]bool{}
 	for _, m := range standardMethods {

@@ -435,20 +435,42 @@ func parseHop(s string) (netip.Addr, bool) {
 	return netip.Addr{}, false
 }
 
-// clientIdentity is the canonical form of an address: IPv4 as is, IPv6 as
-// the configured prefix, so one host cannot hop through its /64.
-func (r *Resolver) clientIdentity(a netip.Addr) string {
+// Client is the client of req as the client_ip source sees it: the peer,
+// or behind a trusted proxy the forwarded address; an IPv4 address as a
+// /32, an IPv6 one as its configured prefix, so that one host cannot hop
+// through its /64. It is the zero Prefix when there is no address. The
+// raw address it holds must stay in memory: it is no pseudonym.
+func (r *Resolver) Client(req *http.Request) netip.Prefix {
+	peer := peerAddr(req)
+	return r.clientPrefix(r.clientAddr(req, peer, r.trusts(peer)))
+}
+
+func (r *Resolver) clientPrefix(a netip.Addr) netip.Prefix {
 	if !a.IsValid() {
-		return ""
+		return netip.Prefix{}
 	}
+	bits := 32
 	if a.Is6() {
-		p, err := a.WithZone("").Prefix(r.ipv6Prefix)
-		if err != nil {
-			return ""
-		}
-		return p.String()
+		a, bits = a.WithZone(""), r.ipv6Prefix
 	}
-	return a.String()
+	p, err := a.Prefix(bits)
+	if err != nil {
+		return netip.Prefix{}
+	}
+	return p
+}
+
+// clientIdentity is the canonical form of an address: IPv4 as is, IPv6 as
+// its client prefix.
+func (r *Resolver) clientIdentity(a netip.Addr) string {
+	p := r.clientPrefix(a)
+	switch {
+	case !p.IsValid():
+		return ""
+	case p.Addr().Is4():
+		return p.Addr().String()
+	}
+	return p.String()
 }
 
 // peerAddr is the TCP peer of req.
