@@ -438,20 +438,20 @@ func checkDocDefault(t *testing.T, block string, a docAttr, value string) {
 	}
 	for _, d := range docDiff(reflect.ValueOf(*without), reflect.ValueOf(*with), "") {
 		if !d.without.IsZero() {
-			t.Errorf("%s:%d: the documented default %s = %s is not the code's: %s is %v without it, %v with it",
-				configurationDoc, a.line, a.name, value, d.path, d.without, d.with)
+			t.Errorf("%s:%d: the documented default %s = %s is not the code's: %s is %s without it, %s with it",
+				configurationDoc, a.line, a.name, value, d.path, show(d.without), show(d.with))
 			continue
 		}
 		def, ok := codeDefaults[d.path]
 		if !ok || def == nil {
-			t.Errorf("%s:%d: %s = %s: the loaded %s is %v without it and %v with it, so a package's constructor fills it in; "+
+			t.Errorf("%s:%d: %s = %s: the loaded %s is %s without it and %s with it, so a package's constructor fills it in; "+
 				"add that package's exported default for %s to codeDefaults in config/doc_test.go",
-				configurationDoc, a.line, a.name, value, d.path, d.without, d.with, d.path)
+				configurationDoc, a.line, a.name, value, d.path, show(d.without), show(d.with), d.path)
 			continue
 		}
 		if !sameValue(d.with.Interface(), def) {
-			t.Errorf("%s:%d: the documented default %s = %s gives %s = %v, but the code's default is %v",
-				configurationDoc, a.line, a.name, value, d.path, d.with, def)
+			t.Errorf("%s:%d: the documented default %s = %s gives %s = %s, but the code's default is %s",
+				configurationDoc, a.line, a.name, value, d.path, show(d.with), show(reflect.ValueOf(def)))
 		}
 	}
 	if other, ok := otherValue(value); ok {
@@ -538,6 +538,14 @@ func docDiff(a, b reflect.Value, path string) []docDifference {
 		}
 	}
 	return []docDifference{{path, a, b}}
+}
+
+// show is v for a message: strings quoted, so that an empty one shows.
+func show(v reflect.Value) string {
+	if v.Kind() == reflect.String {
+		return strconv.Quote(v.String())
+	}
+	return fmt.Sprint(v)
 }
 
 // sameValue compares a loaded value with a package's default, whole
