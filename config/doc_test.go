@@ -369,7 +369,7 @@ func schemaBlocks(t reflect.Type, path string, out map[string]map[string]schemaA
 }
 
 // docTypes are the types the reference may name; see its "General rules".
-var docTypes = []string{"string", "duration", "number", "bool", "list(string)", "map", "secret"}
+var docTypes = []string{"string", "duration", "number", "bool", "list(string)", "list(number)", "map", "secret"}
 
 func checkDocType(t *testing.T, block string, a docAttr, s schemaAttr) {
 	t.Helper()
@@ -390,9 +390,11 @@ func checkDocType(t *testing.T, block string, a docAttr, s schemaAttr) {
 	case gt == reflect.TypeFor[hcl.Attribute]():
 		return // decoded later, in whatever type the checker asks for
 	case gt == reflect.TypeFor[hcl.Expression]():
-		fits = []string{"list(string)", "map", "secret"}
+		fits = []string{"list(string)", "list(number)", "map", "secret"}
 	case gt.Kind() == reflect.String:
 		fits = []string{"string", "duration"}
+	case gt.Kind() == reflect.Slice:
+		fits = []string{"list(string)", "list(number)"}
 	case gt.Kind() == reflect.Bool:
 		fits = []string{"bool"}
 	case gt.Kind() >= reflect.Int && gt.Kind() <= reflect.Int64:
