@@ -197,12 +197,8 @@ func (c *checker) integer(p *int64, rng hcl.Range, name string, def, min int64) 
 // duration parses a Go duration string ("750ms", "1m") no shorter than min;
 // def when absent.
 func (c *checker) duration(p *string, rng hcl.Range, name string, def, min time.Duration) time.Duration {
-	if p == nil || c.decodeFailed(rng) {
-		return def
-	}
-	d, err := time.ParseDuration(*p)
-	if err != nil {
-		c.errorf(rng, "Invalid duration", "%s must be a duration such as \"750ms\" or \"1m\": %s.", name, err)
+	d, ok := c.durationAt(p, rng, name)
+	if !ok {
 		return def
 	}
 	if d < min {
@@ -210,6 +206,29 @@ func (c *checker) duration(p *string, rng hcl.Range, name string, def, min time.
 		return def
 	}
 	return d
+}
+
+// parseDuration parses the duration of the attribute name of body; def
+// when absent. What durations it may be is the option's Validate's to say.
+func (c *checker) parseDuration(p *string, body hcl.Body, name string, def time.Duration) time.Duration {
+	if d, ok := c.durationAt(p, at(body, name, hcl.Range{}), name); ok {
+		return d
+	}
+	return def
+}
+
+// durationAt parses a Go duration string ("750ms", "1m") written at rng;
+// false when absent or reported.
+func (c *checker) durationAt(p *string, rng hcl.Range, name string) (time.Duration, bool) {
+	if p == nil || c.decodeFailed(rng) {
+		return 0, false
+	}
+	d, err := time.ParseDuration(*p)
+	if err != nil {
+		c.errorf(rng, "Invalid duration", "%s must be a duration such as \"750ms\" or \"1m\": %s.", name, err)
+		return 0, false
+	}
+	return d, true
 }
 
 // listItem is one element of a string list with its own range, so a bad

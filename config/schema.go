@@ -191,50 +191,31 @@ type policyBlock struct {
 	Name      string    `hcl:"name,label"`
 	NameRange hcl.Range `hcl:"name,label_range"`
 
-	Algorithm      *string   `hcl:"algorithm"`
-	AlgorithmRange hcl.Range `hcl:"algorithm,attr_value_range"`
+	Algorithm    *string `hcl:"algorithm"`
+	Limit        *int64  `hcl:"limit,optional"`
+	Window       *string `hcl:"window,optional"`
+	Capacity     *int64  `hcl:"capacity,optional"`
+	RefillTokens *int64  `hcl:"refill_tokens,optional"`
+	RefillPeriod *string `hcl:"refill_period,optional"`
 
-	Limit             *int64    `hcl:"limit,optional"`
-	LimitRange        hcl.Range `hcl:"limit,attr_value_range"`
-	LimitName         hcl.Range `hcl:"limit,attr_name_range"`
-	Window            *string   `hcl:"window,optional"`
-	WindowRange       hcl.Range `hcl:"window,attr_value_range"`
-	WindowName        hcl.Range `hcl:"window,attr_name_range"`
-	Capacity          *int64    `hcl:"capacity,optional"`
-	CapacityRange     hcl.Range `hcl:"capacity,attr_value_range"`
-	CapacityName      hcl.Range `hcl:"capacity,attr_name_range"`
-	RefillTokens      *int64    `hcl:"refill_tokens,optional"`
-	RefillTokensRange hcl.Range `hcl:"refill_tokens,attr_value_range"`
-	RefillTokensName  hcl.Range `hcl:"refill_tokens,attr_name_range"`
-	RefillPeriod      *string   `hcl:"refill_period,optional"`
-	RefillPeriodRange hcl.Range `hcl:"refill_period,attr_value_range"`
-	RefillPeriodName  hcl.Range `hcl:"refill_period,attr_name_range"`
-
-	Revision                *int64    `hcl:"revision,optional"`
-	RevisionRange           hcl.Range `hcl:"revision,attr_value_range"`
-	MaxCost                 *int64    `hcl:"max_cost,optional"`
-	MaxCostRange            hcl.Range `hcl:"max_cost,attr_value_range"`
-	CleanupGrace            *string   `hcl:"cleanup_grace,optional"`
-	CleanupGraceRange       hcl.Range `hcl:"cleanup_grace,attr_value_range"`
-	MaxClockRegression      *string   `hcl:"max_clock_regression,optional"`
-	MaxClockRegressionRange hcl.Range `hcl:"max_clock_regression,attr_value_range"`
-	Clock                   *string   `hcl:"clock,optional"`
-	ClockRange              hcl.Range `hcl:"clock,attr_value_range"`
-	Mode                    *string   `hcl:"mode,optional"`
-	ModeRange               hcl.Range `hcl:"mode,attr_value_range"`
+	Revision           *int64  `hcl:"revision,optional"`
+	MaxCost            *int64  `hcl:"max_cost,optional"`
+	CleanupGrace       *string `hcl:"cleanup_grace,optional"`
+	MaxClockRegression *string `hcl:"max_clock_regression,optional"`
+	Clock              *string `hcl:"clock,optional"`
+	Mode               *string `hcl:"mode,optional"`
 
 	Dedup    *dedupBlock `hcl:"dedup,block"`
+	Body     hcl.Body    `hcl:",body"`
 	DefRange hcl.Range   `hcl:",def_range"`
 }
 
 type dedupBlock struct {
-	Enabled         *bool     `hcl:"enabled,optional"`
-	TTL             *string   `hcl:"ttl,optional"`
-	TTLRange        hcl.Range `hcl:"ttl,attr_value_range"`
-	MaxEntries      *int64    `hcl:"max_entries,optional"`
-	MaxEntriesRange hcl.Range `hcl:"max_entries,attr_value_range"`
-	MaxBytes        *int64    `hcl:"max_bytes,optional"`
-	MaxBytesRange   hcl.Range `hcl:"max_bytes,attr_value_range"`
+	Enabled    *bool    `hcl:"enabled,optional"`
+	TTL        *string  `hcl:"ttl,optional"`
+	MaxEntries *int64   `hcl:"max_entries,optional"`
+	MaxBytes   *int64   `hcl:"max_bytes,optional"`
+	Body       hcl.Body `hcl:",body"`
 }
 
 type routeBlock struct {

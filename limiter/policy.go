@@ -3,6 +3,8 @@ package limiter
 import (
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 )
 
@@ -29,7 +31,7 @@ func (a Algorithm) String() string {
 
 // ParseAlgorithm maps a configuration name to an Algorithm.
 func ParseAlgorithm(s string) (Algorithm, bool) {
-	for _, a := range []Algorithm{FixedWindow, SlidingCounter, TokenBucket} {
+	for _, a := range Algorithms() {
 		if a.String() == s {
 			return a, true
 		}
@@ -118,43 +120,137 @@ func (p *Policy) QuotaWindow() time.Duration {
 	return p.Window
 }
 
-// Validate reports the first inconsistency in p. Configuration decoding
-// reports problems with source ranges; this is the backstop for policies
-// built in code.
+// FieldError is one problem with one field of a Policy, named as the
+// configuration file names it ("max_cost", "dedup.ttl"; "" for the policy
+// as a whole), so that a caller holding the file can point at it.
+type FieldError struct {
+	Field   string
+	Summary string // a title, such as "Value too small"
+	Detail  string // a sentence, such as "max_cost must be at least 1."
+}
+
+func (e *FieldError) Error() string { return e.Detail }
+
+// maxExactInLua: the scripts compute in doubles, exact up to 2^53.
+const maxExactInLua = 1 << 53
+
+// Algorithms are every Algorithm there is, in the order the documentation
+// lists them.
+func Algorithms() []Algorithm { return []Algorithm{FixedWindow, SlidingCounter, TokenBucket} }
+
+// Fields are the fields the algorithm takes, and requires, by their
+// configuration names.
+func (a Algorithm) Fields() []string {
+	if a == TokenBucket {
+		return []string{"capacity", "refill_tokens", "refill_period"}
+	}
+	return []string{"limit", "window"}
+}
+
+// Validate reports every problem of p, each a *FieldError (joined). The
+// fields are checked one by one first; only when each is fine are they
+// checked against each other (max_cost against the quota, the quota
+// against the headers), so that one mistake is reported once.
 func (p *Policy) Validate() error {
+	var errs []error
+	problem := func(field, summary, detail string, args ...any) {
+		errs = append(errs, &FieldError{Field: field, Summary: summary, Detail: fmt.Sprintf(detail, args...)})
+	}
+	// The detail names the attribute as its block writes it.
+	atLeast := func(field string, v, min int64) {
+		if v < min {
+			problem(field, "Value too small", "%s must be at least %d.", strings.TrimPrefix(field, "dedup."), min)
+		}
+	}
+	notBelow := func(field string, d, min time.Duration) {
+		if d < min {
+			problem(field, "Duration too short", "%s must be at least %s.", strings.TrimPrefix(field, "dedup."), min)
+		}
+	}
+	// The scripts count time in whole milliseconds.
+	millis := func(field string, d time.Duration) {
+		notBelow(field, d, time.Millisecond)
+		if d >= time.Millisecond && d%time.Millisecond != 0 {
+			problem(field, "Duration below a millisecond", "%s must be a whole number of milliseconds.", field)
+		}
+	}
 	if p.Name == "" {
-		return errors.New("policy has no name")
+		problem("name", "Invalid policy", "A policy needs a name.")
 	}
-	ms := func(d time.Duration) bool { return d >= time.Millisecond && d%time.Millisecond == 0 }
-	switch p.Algorithm {
-	case FixedWindow, SlidingCounter:
-		if p.Limit < 1 {
-			return fmt.Errorf("policy %q: limit must be at least 1", p.Name)
-		}
-		if !ms(p.Window) {
-			return fmt.Errorf("policy %q: window must be a whole number of milliseconds, at least 1ms", p.Name)
-		}
-	case TokenBucket:
-		if p.Capacity < 1 || p.RefillTokens < 1 {
-			return fmt.Errorf("policy %q: capacity and refill_tokens must be at least 1", p.Name)
-		}
-		if !ms(p.RefillPeriod) {
-			return fmt.Errorf("policy %q: refill_period must be a whole number of milliseconds, at least 1ms", p.Name)
-		}
-	default:
-		return fmt.Errorf("policy %q: unknown algorithm", p.Name)
+	atLeast("revision", p.Revision, 1)
+	if !slices.Contains(Algorithms(), p.Algorithm) {
+		problem("algorithm", "Unknown algorithm", "algorithm %d is none of %v.", p.Algorithm, Algorithms())
+		return p.joined(errs)
 	}
+	takes := p.Algorithm.Fields()
+	for _, f := range []struct {
+		name string
+		set  bool
+	}{
+		{"limit", p.Limit != 0}, {"window", p.Window != 0},
+		{"capacity", p.Capacity != 0}, {"refill_tokens", p.RefillTokens != 0}, {"refill_period", p.RefillPeriod != 0},
+	} {
+		if f.set && !slices.Contains(takes, f.name) {
+			problem(f.name, "Argument not valid for "+p.Algorithm.String(), "%s does not apply to %s; it takes %s.", f.name, p.Algorithm, strings.Join(takes, ", "))
+		}
+	}
+	if p.Algorithm == TokenBucket {
+		atLeast("capacity", p.Capacity, 1)
+		atLeast("refill_tokens", p.RefillTokens, 1)
+		millis("refill_period", p.RefillPeriod)
+	} else {
+		atLeast("limit", p.Limit, 1)
+		millis("window", p.Window)
+	}
+	atLeast("max_cost", p.MaxCost, 1)
+	notBelow("cleanup_grace", p.CleanupGrace, 0)
+	notBelow("max_clock_regression", p.MaxClockRegression, 0)
+	// A Dedup that is not the zero value (off) is checked even when it is
+	// disabled: it is what enabling it would apply.
+	if p.Dedup != (Dedup{}) {
+		notBelow("dedup.ttl", p.Dedup.TTL, time.Millisecond)
+		atLeast("dedup.max_entries", int64(p.Dedup.MaxEntries), 1)
+		atLeast("dedup.max_bytes", int64(p.Dedup.MaxBytes), minDedupBytes)
+	}
+	if len(errs) > 0 {
+		return p.joined(errs)
+	}
+	if p.MaxCost > p.Quota() {
+		problem("max_cost", "max_cost above the quota", "max_cost is %d but the policy admits only %d at once.", p.MaxCost, p.Quota())
+	}
+	// A window in seconds always fits: no duration reaches 16 digits of them.
 	if p.Quota() > MaxHeaderInteger {
-		return fmt.Errorf("policy %q: a quota of %d does not fit the RateLimit headers (15 digits at most)", p.Name, p.Quota())
+		problem("", "Policy too large for the headers", "RateLimit-Policy carries the quota and the window in seconds as Structured Field integers, at most 15 digits each.")
 	}
-	if p.MaxCost < 1 || p.MaxCost > p.Quota() {
-		return fmt.Errorf("policy %q: max_cost must be between 1 and the quota %d", p.Name, p.Quota())
+	return p.joined(errs)
+}
+
+// Exact reports why a backend could not count p exactly, as a
+// *FieldError, or nil: the scripts compute in doubles, exact up to 2^53,
+// so the quota times the period in milliseconds must stay below 2^51. A
+// policy past it still runs (the memory backend counts in integers, and
+// tests use such policies as "no limit"); a configuration file may not
+// hold one. p must be valid.
+func (p *Policy) Exact() error {
+	period := p.Window
+	if p.Algorithm == TokenBucket {
+		period = p.RefillPeriod
 	}
-	if p.CleanupGrace < 0 || p.MaxClockRegression < 0 {
-		return fmt.Errorf("policy %q: cleanup_grace and max_clock_regression must not be negative", p.Name)
-	}
-	if p.Dedup.Enabled && (p.Dedup.TTL < time.Millisecond || p.Dedup.MaxEntries < 1 || p.Dedup.MaxBytes < 1) {
-		return fmt.Errorf("policy %q: dedup needs a positive ttl, max_entries and max_bytes", p.Name)
+	if p.Quota() > maxExactInLua/max(period.Milliseconds(), 1)/4 {
+		return p.joined([]error{&FieldError{Summary: "Policy too large",
+			Detail: "The quota times the window in milliseconds must stay below 2^51 so every backend counts exactly."}})
 	}
 	return nil
 }
+
+// joined is errs as one error that names the policy; errors.As finds each
+// *FieldError in it.
+func (p *Policy) joined(errs []error) error {
+	if len(errs) == 0 {
+		return nil
+	}
+	return fmt.Errorf("policy %q: %w", p.Name, errors.Join(errs...))
+}
+
+// minDedupBytes is the least dedup.max_bytes: room for a few records.
+const minDedupBytes = 128

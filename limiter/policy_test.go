@@ -1,6 +1,8 @@
 package limiter_test
 
 import (
+	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -18,4 +20,46 @@ func TestAQuotaTheHeadersCannotCarryIsRefused(t *testing.T) {
 	if err := p.Validate(); err == nil {
 		t.Fatal("a 16-digit quota was accepted")
 	}
+}
+
+// The scripts' exact range is the limiter's rule too: the quota times the
+// period in milliseconds stays below 2^51.
+func TestExactReportsAPolicyTheScriptsCannotCountExactly(t *testing.T) {
+	p := &limiter.Policy{Name: "p", Algorithm: limiter.FixedWindow, Revision: 1, Limit: 1 << 31, Window: 1 << 20 * time.Millisecond, MaxCost: 1}
+	if err := p.Exact(); err != nil {
+		t.Fatalf("2^51 exactly: %v", err)
+	}
+	p.Limit++
+	var fe *limiter.FieldError
+	if err := p.Exact(); !errors.As(err, &fe) || fe.Summary != "Policy too large" {
+		t.Fatalf("2^51 + 2^20 was not reported as too large: %v", err)
+	}
+}
+
+// Every problem is reported, each naming its field, so that configuration
+// can point at it.
+func TestValidateNamesEachFieldAtFault(t *testing.T) {
+	p := &limiter.Policy{Name: "p", Algorithm: limiter.TokenBucket, Revision: 0, Capacity: 5, RefillTokens: 0, RefillPeriod: time.Second + time.Microsecond,
+		MaxCost: 1, Dedup: limiter.Dedup{Enabled: true, TTL: time.Second, MaxEntries: 1, MaxBytes: 64}}
+	var fields []string
+	for _, e := range joined(p.Validate()) {
+		var fe *limiter.FieldError
+		if errors.As(e, &fe) {
+			fields = append(fields, fe.Field)
+		}
+	}
+	want := []string{"revision", "refill_tokens", "refill_period", "dedup.max_bytes"}
+	if !slices.Equal(fields, want) {
+		t.Fatalf("fields %q, want %q", fields, want)
+	}
+}
+
+func joined(err error) []error {
+	for err != nil {
+		if j, ok := err.(interface{ Unwrap() []error }); ok {
+			return j.Unwrap()
+		}
+		err = errors.Unwrap(err)
+	}
+	return nil
 }

@@ -1,0 +1,119 @@
+package config
+
+import (
+	"errors"
+	"strings"
+
+	"github.com/hashicorp/hcl/v2"
+	"github.com/hashicorp/hcl/v2/hclsyntax"
+
+	"github.com/edgegate/gateway/limiter"
+)
+
+// Each block keeps its body (`hcl:",body"`), so that a problem is pointed
+// at the attribute it is about by the attribute's name alone: the schema
+// holds one field per attribute, its value, and no ranges beside it.
+
+// attribute is the attribute name of body as the file writes it, or nil
+// when it is absent.
+func attribute(body hcl.Body, name string) *hclsyntax.Attribute {
+	if b, ok := body.(*hclsyntax.Body); ok {
+		return b.Attributes[name]
+	}
+	return nil
+}
+
+// has reports whether body sets the attribute name.
+func has(body hcl.Body, name string) bool { return attribute(body, name) != nil }
+
+// at is the range of the value of the attribute name of body, or def when
+// it is absent.
+func at(body hcl.Body, name string, def hcl.Range) hcl.Range {
+	if a := attribute(body, name); a != nil {
+		return a.Expr.Range()
+	}
+	return def
+}
+
+// nameAt is the range of the name of the attribute name of body, or def
+// when it is absent.
+func nameAt(body hcl.Body, name string) hcl.Range {
+	if a := attribute(body, name); a != nil {
+		return a.NameRange
+	}
+	return hcl.Range{}
+}
+
+// blockRange is the whole of a block: its header and its body.
+func blockRange(def hcl.Range, body hcl.Body) hcl.Range {
+	if b, ok := body.(*hclsyntax.Body); ok {
+		return hcl.RangeOver(def, b.SrcRange)
+	}
+	return def
+}
+
+// fieldProblem is one problem a package's Validate found with one field,
+// the field named as the file names the attribute.
+type fieldProblem struct {
+	field, summary, detail string
+}
+
+// fieldProblems are the problems in err, in order. An error that names no
+// field is a problem of the whole block, with summary.
+func fieldProblems(err error, summary string) []fieldProblem {
+	switch e := err.(type) {
+	case nil:
+		return nil
+	case *limiter.FieldError:
+		return []fieldProblem{{e.Field, e.Summary, e.Detail}}
+	case interface{ Unwrap() []error }:
+		var out []fieldProblem
+		for _, each := range e.Unwrap() {
+			out = append(out, fieldProblems(each, summary)...)
+		}
+		return out
+	case interface{ Unwrap() error }:
+		// Context around field problems (the policy's name) is the
+		// block's already; around anything else it is kept.
+		var fe *limiter.FieldError
+		if errors.As(err, &fe) {
+			return fieldProblems(e.Unwrap(), summary)
+		}
+	}
+	return []fieldProblem{{"", summary, err.Error() + "."}}
+}
+
+// fields reports the problems err holds, each at the value of the
+// attribute it names: in body, or for a "block.name" field in the body
+// blocks[block]. A field whose attribute is absent, and a problem of the
+// whole block, is reported at def. A problem at an attribute, or at def,
+// that already has an error (it failed to decode, or a check of the file's
+// own found it) is not reported again.
+func (c *checker) fields(err error, summary string, def hcl.Range, body hcl.Body, blocks map[string]hcl.Body) {
+	for _, p := range fieldProblems(err, summary) {
+		rng, whole := def, def
+		if p.field != "" {
+			in, name := body, p.field
+			if block, rest, nested := strings.Cut(name, "."); nested {
+				in, name = blocks[block], rest
+			}
+			if a := attribute(in, name); a != nil {
+				rng, whole = a.Expr.Range(), a.SrcRange
+			}
+		}
+		if c.reportedAt(whole) {
+			continue
+		}
+		c.errorf(rng, p.summary, "%s", p.detail)
+	}
+}
+
+// reportedAt reports whether an error is already reported within rng.
+func (c *checker) reportedAt(rng hcl.Range) bool {
+	for _, d := range c.diags {
+		if d.Severity == hcl.DiagError && d.Subject != nil && d.Subject.Overlaps(rng) {
+			return true
+		}
+	}
+	return c.decodeFailed(rng)
+}
