@@ -191,7 +191,7 @@ func (c *checker) file(fb *fileBlock) *File {
 
 func (c *checker) listen(b *listenBlock) edge.Options {
 	if b == nil {
-		return edge.Options{HTTP: ":8080"}
+		return edge.Options{}
 	}
 	l := edge.Options{HTTP: or(b.HTTP, ""), HTTPS: or(b.HTTPS, ""), Admin: or(b.Admin, "")}
 	for _, a := range []struct {
@@ -345,7 +345,7 @@ func (c *checker) limiter(b *limiterBlock) (limiter.Options, proxy.Config) {
 }
 
 func (c *checker) redis(b *redisBlock) limiter.RedisOptions {
-	r := limiter.RedisOptions{Mode: limiter.RedisStandalone, KeyPrefix: or(b.KeyPrefix, "rl:")}
+	r := limiter.RedisOptions{KeyPrefix: or(b.KeyPrefix, "")}
 	if b.Mode != nil {
 		mode, ok := limiter.ParseRedisMode(*b.Mode)
 		if !ok {

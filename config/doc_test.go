@@ -42,6 +42,8 @@ var codeDefaults = map[string]any{
 	"Listen.ClientIPv6Prefix":        edge.DefaultClientIPv6Prefix,
 	"Limiter.Memory.MaxEntries":      limiter.DefaultMemoryMaxEntries,
 	"Limiter.Redis.Breaker.Failures": limiter.DefaultBreakerFailures,
+	"Limiter.Redis.Mode":             limiter.DefaultRedisMode,
+	"Limiter.Redis.KeyPrefix":        limiter.DefaultKeyPrefix,
 	"Limiter.Redis.Breaker.Cooldown": limiter.DefaultBreakerCooldown,
 	"Proxy.Deadline":                 limiter.DefaultDeadline,
 	"Proxy.FailureRetryAfter":        proxy.DefaultFailureRetryAfter,

@@ -9,13 +9,17 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/edgegate/gateway/subject"
 )
 
 // Options configure the listeners: the listen block and the tls block. Zero
 // values take the defaults. Listen validates them and reports every problem
 // at once, before anything is bound.
 type Options struct {
-	HTTP  string // public plain-HTTP listener, host:port; empty: none
+	// HTTP is the public plain-HTTP listener, host:port; empty: none, or
+	// DefaultHTTP when HTTPS is empty too.
+	HTTP  string
 	HTTPS string // public HTTPS listener, host:port; needs TLS
 	// Admin is the admin listener. It serves the admin handler with the
 	// admin timeouts (read header 5s, idle 1m) and none of the public
@@ -44,7 +48,7 @@ type Options struct {
 	// connections from its own address. They stay under MaxConnections.
 	TrustedProxies []netip.Prefix
 	// ClientIPv6Prefix is the prefix length of one IPv6 client, as the
-	// client-IP subject's; default 64.
+	// client-IP subject's; default DefaultClientIPv6Prefix.
 	ClientIPv6Prefix int
 
 	// TLS is the tls block. nil: no HTTPS. HTTPS and TLS go together:
@@ -80,8 +84,11 @@ const (
 	DefaultMaxHeaderBytes    = 64 << 10
 	DefaultMaxConnections    = 10000
 	DefaultMaxPerClient      = 256
-	DefaultClientIPv6Prefix  = 64
+	DefaultClientIPv6Prefix  = subject.DefaultIPv6Prefix
 )
+
+// DefaultHTTP is the public listener of Options that name none.
+const DefaultHTTP = ":8080"
 
 // The admin listener answers operators and probes, not clients: tighter
 // timeouts than the public ones, fixed.
@@ -92,6 +99,9 @@ const (
 
 // withDefaults fills the zero values.
 func (o Options) withDefaults() Options {
+	if o.HTTP == "" && o.HTTPS == "" {
+		o.HTTP = DefaultHTTP
+	}
 	if o.ShutdownTimeout == 0 {
 		o.ShutdownTimeout = DefaultShutdownTimeout
 	}

@@ -53,10 +53,10 @@ type Servers struct {
 // public serves the HTTP and HTTPS listeners, admin the admin listener; each
 // is required when its listeners are configured.
 func Listen(opts Options, public, admin http.Handler) (*Servers, error) {
+	opts = opts.withDefaults()
 	if err := opts.validate(public, admin); err != nil {
 		return nil, err
 	}
-	opts = opts.withDefaults()
 	s := &Servers{opts: opts, logger: opts.Logger, errs: make(chan error, 3)}
 	if s.logger == nil {
 		s.logger = slog.New(slog.DiscardHandler)

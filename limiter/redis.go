@@ -33,7 +33,7 @@ const (
 
 // RedisOptions configures a Redis backend.
 type RedisOptions struct {
-	Mode       RedisMode
+	Mode       RedisMode // default DefaultRedisMode
 	Addrs      []string
 	MasterName string // sentinel only
 	Username   string
@@ -44,7 +44,7 @@ type RedisOptions struct {
 	TLSCAFile string
 	DB        int
 	// KeyPrefix starts every key; the rest of the key sits in a hash tag so
-	// each subject's key lives on one Cluster slot.
+	// each subject's key lives on one Cluster slot. Default DefaultKeyPrefix.
 	KeyPrefix string
 	// Clock is read for policies whose Clock is ClockGateway, and times the
 	// circuit breakers' cooldowns.
@@ -65,6 +65,12 @@ type RedisOptions struct {
 	// Registerer receives the backend's metrics; nil registers none.
 	Registerer prometheus.Registerer
 }
+
+// Defaults of RedisOptions.
+const (
+	DefaultRedisMode = RedisStandalone
+	DefaultKeyPrefix = "rl:"
+)
 
 // Redis is the shared backend: any number of gateway instances that point
 // at one Redis share one budget per policy and subject. Decisions are made
@@ -160,6 +166,12 @@ func NewRedis(ctx context.Context, opts RedisOptions) (*Redis, error) {
 	if opts.Clock == nil {
 		opts.Clock = systemClock{}
 	}
+	if opts.Mode == "" {
+		opts.Mode = DefaultRedisMode
+	}
+	if opts.KeyPrefix == "" {
+		opts.KeyPrefix = DefaultKeyPrefix
+	}
 	var tc *tls.Config
 	if opts.TLS {
 		var err error
@@ -197,8 +209,7 @@ func NewRedis(ctx context.Context, opts RedisOptions) (*Redis, error) {
 		DialerRetries: 1, DialerRetryTimeout: 5 * time.Millisecond,
 	}
 	switch opts.Mode {
-	case RedisStandalone, "":
-		r.mode = RedisStandalone
+	case RedisStandalone:
 		r.client = redis.NewClient(uo.Simple())
 	case RedisSentinel:
 		r.client = redis.NewFailoverClient(uo.Failover())

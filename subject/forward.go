@@ -21,18 +21,11 @@ var clientAddressHeaders = []string{
 // Defaults are applied as NewResolver applies them. Nothing else (a
 // route's header rules) may set or remove them.
 func (o Options) ManagedHeaders() []string {
+	o = o.withDefaults()
 	names := append([]string(nil), clientAddressHeaders...)
-	for _, h := range []struct{ name, def string }{
-		{o.ForwardedHeader, DefaultForwardedHeader},
-		{o.PrincipalHeader, ""},
-		{o.APIKeyHeader, DefaultAPIKeyHeader},
-		{o.PlanHeader, ""},
-	} {
-		if h.name == "" {
-			h.name = h.def
-		}
-		if h.name != "" {
-			names = append(names, http.CanonicalHeaderKey(h.name))
+	for _, h := range []string{o.ForwardedHeader, o.PrincipalHeader, o.APIKeyHeader, o.PlanHeader} {
+		if h != "" {
+			names = append(names, http.CanonicalHeaderKey(h))
 		}
 	}
 	return names

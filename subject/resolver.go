@@ -55,12 +55,12 @@ type Options struct {
 	TrustedProxies []netip.Prefix
 	// ForwardedHeader lists client addresses, X-Forwarded-For style: each hop
 	// appends the address it saw. "Forwarded" is read as RFC 7239: the for=
-	// parameter of each element. Default X-Forwarded-For.
+	// parameter of each element. Default DefaultForwardedHeader.
 	ForwardedHeader string
 	// PrincipalHeader carries an identity asserted by a trusted proxy.
 	PrincipalHeader string
 	// APIKeyHeader carries an API key; only keys in KnownKeys count.
-	// Default X-API-Key.
+	// Default DefaultAPIKeyHeader.
 	APIKeyHeader string
 	KnownKeys    map[KeyHash]struct{}
 	// KeyPlans are the plans of the known keys that have one.
@@ -72,7 +72,8 @@ type Options struct {
 	// KeyPlans. A plan header naming another plan gives no plan (and is
 	// labelled "other"), so that a proxy cannot mint budgets or labels.
 	Plans []string
-	// IPv6Prefix groups IPv6 clients into one subject per prefix. Default 64.
+	// IPv6Prefix groups IPv6 clients into one subject per prefix, 1 to 128.
+	// Default DefaultIPv6Prefix.
 	IPv6Prefix int
 	// PseudonymKeys are the HMAC secrets by version, each at least
 	// MinSecretBytes long; PseudonymVersion is the one that signs.
@@ -81,6 +82,29 @@ type Options struct {
 	// JWT configures the jwt source; nil: routes that list it never
 	// identify by it.
 	JWT *JWTOptions
+}
+
+// Defaults of Options.
+const (
+	DefaultForwardedHeader = "X-Forwarded-For"
+	DefaultAPIKeyHeader    = "X-API-Key"
+	// DefaultIPv6Prefix makes one subject of a /64, the least a site is
+	// given: a host cannot hop through its addresses.
+	DefaultIPv6Prefix = 64
+)
+
+// withDefaults fills the zero values.
+func (o Options) withDefaults() Options {
+	if o.ForwardedHeader == "" {
+		o.ForwardedHeader = DefaultForwardedHeader
+	}
+	if o.APIKeyHeader == "" {
+		o.APIKeyHeader = DefaultAPIKeyHeader
+	}
+	if o.IPv6Prefix == 0 {
+		o.IPv6Prefix = DefaultIPv6Prefix
+	}
+	return o
 }
 
 // Resolver resolves requests to subjects. It is immutable and safe for
@@ -124,28 +148,13 @@ var (
 // caller branches on it: the handler answers every other error the same way.
 var errUnidentified = errors.New("no subject source identified the request")
 
-// Defaults of Options.
-const (
-	DefaultForwardedHeader = "X-Forwarded-For"
-	DefaultAPIKeyHeader    = "X-API-Key"
-	DefaultIPv6Prefix      = 64
-)
-
 // NewResolver returns a ready Resolver.
 func NewResolver(opts Options) (*Resolver, error) {
 	pseudonymizer, err := NewPseudonymizer(opts.PseudonymKeys, opts.PseudonymVersion)
 	if err != nil {
 		return nil, fmt.Errorf("subject: %w", err)
 	}
-	if opts.ForwardedHeader == "" {
-		opts.ForwardedHeader = DefaultForwardedHeader
-	}
-	if opts.APIKeyHeader == "" {
-		opts.APIKeyHeader = DefaultAPIKeyHeader
-	}
-	if opts.IPv6Prefix == 0 {
-		opts.IPv6Prefix = DefaultIPv6Prefix
-	}
+	opts = opts.withDefaults()
 	if opts.IPv6Prefix < 1 || opts.IPv6Prefix > 128 {
 		return nil, errors.New("subject: ipv6_prefix must be between 1 and 128")
 	}

@@ -9,12 +9,9 @@ import (
 )
 
 // NewLimiter builds a Redis limiter backend for a test and closes it at
-// cleanup. An empty KeyPrefix becomes "rl:".
+// cleanup.
 func NewLimiter(t testing.TB, opts limiter.RedisOptions) *limiter.Redis {
 	t.Helper()
-	if opts.KeyPrefix == "" {
-		opts.KeyPrefix = "rl:"
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	r, err := limiter.NewRedis(ctx, opts)
