@@ -166,6 +166,9 @@ func (c *checker) file(fb *fileBlock) *File {
 	}
 	f.Proxy.Pools = c.upstreams(fb.Upstreams)
 	f.Proxy.Routes = c.routes(fb.Routes, policies, &f.Subject, maxBody)
+	if fb.Subject != nil {
+		f.Proxy.InvalidTokenPolicy = c.invalidTokenPolicy(fb.Subject.JWT, policies)
+	}
 	if lb := fb.Listen; lb != nil {
 		f.Proxy.AllowUnderscoreHeaders = or(lb.AllowUnderscoreHeaders, false)
 		f.Proxy.TunnelIdleTimeout = c.duration(lb.TunnelIdleTimeout, lb.TunnelIdleTimeoutRange, "tunnel_idle_timeout", 0, time.Millisecond)

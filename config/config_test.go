@@ -282,7 +282,14 @@ subject {
     claim      = "user_id"
     leeway     = "30s"
     algorithms = ["RS256", "EdDSA"]
+    max_token_bytes      = 4096
+    invalid_token_policy = "bad-tokens"
   }
+}
+policy "bad-tokens" {
+  algorithm = "fixed-window"
+  limit     = 3
+  window    = "1h"
 }
 route "orders.read" {
   path     = "/orders"
@@ -297,8 +304,11 @@ route "orders.read" {
 	j := f.Subject.JWT
 	if j == nil || j.JWKSURL != "https://idp.example/.well-known/jwks.json" || j.Issuer != "https://idp.example/" ||
 		strings.Join(j.Audience, ",") != "orders-api,orders-admin" || j.Claim != "user_id" || j.Leeway.String() != "30s" ||
-		strings.Join(j.Algorithms, ",") != "RS256,EdDSA" || j.Keys != nil {
+		strings.Join(j.Algorithms, ",") != "RS256,EdDSA" || j.Keys != nil || j.MaxTokenBytes != 4096 {
 		t.Fatalf("jwt options %+v", j)
+	}
+	if p := f.Proxy.InvalidTokenPolicy; p == nil || p.Name != "bad-tokens" || p.Limit != 3 {
+		t.Fatalf("invalid token policy %+v", p)
 	}
 	if got := f.Proxy.Routes[0].Subject; len(got) != 2 || got[0] != subject.JWT || got[1] != subject.ClientIP {
 		t.Fatalf("route sources %v", got)

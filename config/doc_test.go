@@ -60,6 +60,7 @@ var codeDefaults = map[string]any{
 	"Subject.IPv6Prefix":             subject.DefaultIPv6Prefix,
 	"Subject.JWT.Header":             subject.DefaultJWTHeader,
 	"Subject.JWT.Claim":              subject.DefaultJWTClaim,
+	"Subject.JWT.MaxTokenBytes":      subject.DefaultMaxTokenBytes,
 	"Policies[].CleanupGrace":        limiter.DefaultCleanupGrace,
 	"Policies[].MaxClockRegression":  limiter.DefaultMaxClockRegression,
 	"Policies[].Dedup.TTL":           limiter.DefaultDedup.TTL,

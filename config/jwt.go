@@ -9,6 +9,7 @@ import (
 
 	"github.com/hashicorp/hcl/v2"
 
+	"github.com/edgegate/gateway/limiter"
 	"github.com/edgegate/gateway/subject"
 )
 
@@ -67,6 +68,7 @@ func (c *checker) jwt(b *jwtBlock) *subject.JWTOptions {
 	if b.Claim != nil && o.Claim == "" {
 		c.errorf(b.ClaimRange, "Empty claim", "claim names the claim that holds the principal, such as \"sub\".")
 	}
+	o.MaxTokenBytes = int(c.integer(b.MaxTokenBytes, b.MaxTokenBytesRange, "max_token_bytes", 0, 1))
 	o.Leeway = c.duration(b.Leeway, b.LeewayRange, "leeway", 0, 0)
 	if o.Leeway > 5*time.Minute {
 		c.errorf(b.LeewayRange, "Leeway too long", "leeway forgives clock skew; at most 5m.")
@@ -90,6 +92,19 @@ func (c *checker) jwt(b *jwtBlock) *subject.JWTOptions {
 		c.errorf(b.Algorithms.Range(), "No algorithm", "algorithms needs at least one of %s.", strings.Join(subject.Algorithms, ", "))
 	}
 	return o
+}
+
+// invalidTokenPolicy is the policy jwt.invalid_token_policy names, or nil
+// for the default.
+func (c *checker) invalidTokenPolicy(b *jwtBlock, policies map[string]*limiter.Policy) *limiter.Policy {
+	if b == nil || b.InvalidTokenPolicy == nil || c.decodeFailed(b.InvalidTokenPolicyRange) {
+		return nil
+	}
+	p, ok := policies[*b.InvalidTokenPolicy]
+	if !ok {
+		c.errorf(b.InvalidTokenPolicyRange, "Unknown policy", "No policy block is named %q.", *b.InvalidTokenPolicy)
+	}
+	return p
 }
 
 // emptyList reports a literal []; a list that failed to evaluate is

@@ -166,7 +166,15 @@ type jwtBlock struct {
 	Leeway         *string        `hcl:"leeway,optional"`
 	LeewayRange    hcl.Range      `hcl:"leeway,attr_value_range"`
 	Algorithms     hcl.Expression `hcl:"algorithms"`
-	DefRange       hcl.Range      `hcl:",def_range"`
+	// MaxTokenBytes: longer tokens are refused before any of them is
+	// decoded; default subject.DefaultMaxTokenBytes.
+	MaxTokenBytes      *int64    `hcl:"max_token_bytes,optional"`
+	MaxTokenBytesRange hcl.Range `hcl:"max_token_bytes,attr_value_range"`
+	// InvalidTokenPolicy names the policy that invalid tokens are charged
+	// to, per client address; default proxy.DefaultInvalidTokenPolicy.
+	InvalidTokenPolicy      *string   `hcl:"invalid_token_policy,optional"`
+	InvalidTokenPolicyRange hcl.Range `hcl:"invalid_token_policy,attr_value_range"`
+	DefRange                hcl.Range `hcl:",def_range"`
 }
 
 type pseudonymBlock struct {

@@ -14,8 +14,9 @@ type down struct{}
 func (down) Evaluate(context.Context, Request) Outcome {
 	return Unavailable{Category: AdmissionRejected, Err: errors.New("down")}
 }
-func (down) Ready(context.Context) error { return errors.New("down") }
-func (down) Close() error                { return nil }
+func (down) StandingDenial(Request) (Evaluated, bool) { return Evaluated{}, false }
+func (down) Ready(context.Context) error              { return errors.New("down") }
+func (down) Close() error                             { return nil }
 
 // Every reload brings new policy values; the fallback's scaled copies of
 // them stay bounded, and a budget outlives the copies being made again.

@@ -59,6 +59,10 @@ type Options struct {
 // outlives configuration reloads, so counters survive them.
 type Backend interface {
 	Evaluate(ctx context.Context, req Request) Outcome
+	// StandingDenial reports a denial of req that the backend can tell
+	// now without charging anything and without a round trip; false
+	// means only Evaluate can tell.
+	StandingDenial(req Request) (Evaluated, bool)
 	// Ready reports why the backend cannot decide now, or nil; /readyz
 	// serves it.
 	Ready(ctx context.Context) error

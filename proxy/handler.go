@@ -23,6 +23,9 @@ import (
 // Limiter is what the request path asks. Backends live in package limiter.
 type Limiter interface {
 	Evaluate(ctx context.Context, req limiter.Request) limiter.Outcome
+	// StandingDenial reports a denial the limiter can tell without
+	// charging or a round trip; see limiter.Backend.
+	StandingDenial(req limiter.Request) (limiter.Evaluated, bool)
 }
 
 // Route is one route block, compiled.
@@ -100,6 +103,10 @@ type Config struct {
 	// Pools are the upstream blocks routes name. A target that a reload
 	// keeps in its pool keeps its health.
 	Pools []Pool
+	// InvalidTokenPolicy is the budget of invalid bearer tokens per client
+	// address (see tokenBudget); nil: DefaultInvalidTokenPolicy. A shadow
+	// policy is charged and refuses nothing.
+	InvalidTokenPolicy *limiter.Policy
 }
 
 // DefaultFailureRetryAfter is Config.FailureRetryAfter's default.
@@ -142,6 +149,7 @@ type compiled struct {
 	bodyReadTimeout   time.Duration
 	pools             map[string]*pool
 	unrouted          *routeMetrics // the requests no route matched; nil without metrics
+	tokens            *tokenBudget
 }
 
 type route struct {
@@ -240,6 +248,18 @@ func (h *Handler) compile(cfg Config, prev *compiled) (*compiled, []*http.Transp
 	if err != nil {
 		return nil, nil, err
 	}
+	if cfg.InvalidTokenPolicy == nil {
+		cfg.InvalidTokenPolicy = DefaultInvalidTokenPolicy
+	}
+	tokenLimits, err := newLimits([]*limiter.Policy{cfg.InvalidTokenPolicy})
+	if err != nil {
+		return nil, nil, fmt.Errorf("proxy: invalid token policy: %w", err)
+	}
+	tokens := &tokenBudget{limiter: cfg.Limiter, limits: tokenLimits, deadline: cfg.Deadline, evalIDs: &h.evalIDs}
+	var gate subject.TokenGate
+	if !tokenLimits.shadowOnly {
+		gate = tokens
+	}
 	routes := make([]*route, 0, len(cfg.Routes))
 	seen := map[string]bool{}
 	for i := range cfg.Routes {
@@ -312,7 +332,7 @@ func (h *Handler) compile(cfg Config, prev *compiled) (*compiled, []*http.Transp
 			}
 			r.planLimits[plan] = l
 		}
-		r.query = subject.Query{Sources: r.Subject, OperationID: r.OperationID, MapsPlan: r.mapsPlan}
+		r.query = subject.Query{Sources: r.Subject, OperationID: r.OperationID, MapsPlan: r.mapsPlan, Gate: gate}
 		if r.limited() && r.Cost < 1 {
 			r.Cost = 1
 		}
@@ -335,6 +355,7 @@ func (h *Handler) compile(cfg Config, prev *compiled) (*compiled, []*http.Transp
 		failureRetryAfter: strconv.FormatInt(ceilSeconds(cfg.FailureRetryAfter), 10),
 		bodyReadTimeout:   cfg.BodyReadTimeout,
 		pools:             pools,
+		tokens:            tokens,
 	}, dropped, nil
 }
 
@@ -529,13 +550,22 @@ func (h *Handler) serve(w http.ResponseWriter, cw *capture, r *http.Request, c *
 // It reports whether the request may go on.
 func (h *Handler) limit(w http.ResponseWriter, r *http.Request, c *compiled, rt *route, x *exchange) bool {
 	s, err := c.resolver.Resolve(r, rt.query)
+	var spent *tokenBudgetSpent
 	switch {
 	case errors.Is(err, subject.ErrAmbiguousCredential):
 		x.outcome = "rejected"
 		writeProblem(w, problemAmbiguousCredential)
 		return false
+	case errors.As(err, &spent):
+		c.tokens.refuse(w, spent.client, spent.decision, x)
+		return false
 	case errors.Is(err, subject.ErrInvalidToken):
-		// Nothing is charged: no subject, no bucket.
+		// The route's budgets are not charged: the token names nobody.
+		// The client's budget of invalid tokens is.
+		if client, d, over := c.tokens.charge(r, c.resolver); over && !c.tokens.limits.shadowOnly {
+			c.tokens.refuse(w, client, d, x)
+			return false
+		}
 		x.outcome, x.subjectKind = "invalid_token", subject.JWT
 		var te *subject.TokenError
 		if errors.As(err, &te) {

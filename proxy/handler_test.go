@@ -103,6 +103,9 @@ type setup struct {
 	resolver    *subject.Resolver // nil: newResolver(t, trusted)
 	tunnelIdle  time.Duration
 	bodyRead    time.Duration
+	// invalidTokens is the budget of invalid tokens per client; nil: the
+	// default, 10 a minute.
+	invalidTokens *limiter.Policy
 }
 
 func newResolver(t testing.TB, trusted []string) *subject.Resolver {
@@ -149,7 +152,7 @@ func newGateway(t *testing.T, s setup) *gateway {
 		AccessLog: true,
 		Metrics:   s.metrics,
 	}, proxy.Config{Routes: s.routes, Resolver: resolver, Limiter: lim, AllowUnderscoreHeaders: s.underscores,
-		TunnelIdleTimeout: s.tunnelIdle, BodyReadTimeout: s.bodyRead})
+		TunnelIdleTimeout: s.tunnelIdle, BodyReadTimeout: s.bodyRead, InvalidTokenPolicy: s.invalidTokens})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -497,6 +500,9 @@ func TestForwardingHeaders(t *testing.T) {
 type stubLimiter struct{ outcome limiter.Outcome }
 
 func (s stubLimiter) Evaluate(context.Context, limiter.Request) limiter.Outcome { return s.outcome }
+func (s stubLimiter) StandingDenial(limiter.Request) (limiter.Evaluated, bool) {
+	return limiter.Evaluated{}, false
+}
 
 func TestOutcomesThatAreNotDecisionsFailClosed(t *testing.T) {
 	for _, o := range []limiter.Outcome{

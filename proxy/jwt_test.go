@@ -94,6 +94,9 @@ func TestEveryInvalidTokenGets401AndNothingUpstream(t *testing.T) {
 	g := newGateway(t, setup{
 		routes:   []proxy.Route{jwtRoute(t, up, policy(limitertest.FixedWindow(1, time.Minute), "one"))},
 		resolver: jwtGatewayResolver(t, keys),
+		// Every case from one address, within its budget of invalid
+		// tokens: this test is about the 401s.
+		invalidTokens: policy(limitertest.FixedWindow(1000, time.Minute), "invalid-tokens"),
 	})
 	invalid := jwttest.Invalid(t, good, stranger, time.Now())
 	for name, tok := range invalid {

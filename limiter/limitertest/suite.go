@@ -17,6 +17,7 @@ import (
 // Backend is what the suite drives.
 type Backend interface {
 	Evaluate(ctx context.Context, req limiter.Request) limiter.Outcome
+	StandingDenial(req limiter.Request) (limiter.Evaluated, bool)
 }
 
 // Factory returns a fresh backend that reads time from clock for policies
@@ -110,6 +111,47 @@ func Run(t *testing.T, newBackend Factory) {
 			{cost: 2, remaining: 1, retry: time.Second, reset: time.Second},
 			{cost: 1, allowed: true, remaining: 0, reset: time.Second},
 		})
+	})
+	t.Run("a standing denial is the denial Evaluate gave, and asking for one charges nothing", func(t *testing.T) {
+		clock := NewClock()
+		b := newBackend(t, clock)
+		p := FixedWindow(2, time.Minute)
+		req := limiter.Request{Policies: []*limiter.Policy{p}, Subject: Subject(), Cost: 1}
+		standing := func() (limiter.Evaluated, bool) {
+			var e limiter.Evaluated
+			var ok bool
+			for range 5 {
+				e, ok = b.StandingDenial(req)
+			}
+			return e, ok
+		}
+		if _, ok := standing(); ok {
+			t.Fatal("a standing denial for a subject never seen")
+		}
+		for i := range 2 {
+			if d := evaluated(t, b.Evaluate(ctx(t), req)); !d.Allowed {
+				t.Fatalf("request %d denied: asking for a standing denial charged", i+1)
+			}
+			if _, ok := standing(); ok && i == 0 {
+				t.Fatal("a standing denial with budget left")
+			}
+		}
+		clock.Advance(10 * time.Second)
+		denied := evaluated(t, b.Evaluate(ctx(t), req))
+		if denied.Allowed {
+			t.Fatal("the third request of two was allowed")
+		}
+		e, ok := standing()
+		if !ok || e.Allowed || e.RetryAfter <= 0 || e.RetryAfter > denied.RetryAfter || e.Limit != 2 {
+			t.Fatalf("standing denial %+v %v after the denial %+v", e, ok, denied)
+		}
+		clock.Advance(50 * time.Second)
+		if _, ok := standing(); ok {
+			t.Fatal("a denial stands after its window ended")
+		}
+		if d := evaluated(t, b.Evaluate(ctx(t), req)); !d.Allowed {
+			t.Fatal("denied in the next window")
+		}
 	})
 	t.Run("sliding counter weighs the previous window", func(t *testing.T) {
 		p := SlidingCounter(4, time.Second)

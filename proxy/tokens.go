@@ -1,0 +1,89 @@
+package proxy
+
+import (
+	"context"
+	"net/http"
+	"time"
+
+	"github.com/edgegate/gateway/limiter"
+	"github.com/edgegate/gateway/subject"
+)
+
+// DefaultInvalidTokenPolicy is the budget of invalid bearer tokens a
+// client address has when Config.InvalidTokenPolicy is nil: 10 a minute.
+// It is one value for the life of the process, so a reload keeps its
+// counts and the denials the limiter remembers for it.
+var DefaultInvalidTokenPolicy = &limiter.Policy{
+	Name: "invalid-token", Algorithm: limiter.FixedWindow, Revision: 1,
+	Limit: 10, Window: time.Minute, MaxCost: 1,
+	CleanupGrace: limiter.DefaultCleanupGrace, MaxClockRegression: limiter.DefaultMaxClockRegression,
+	Dedup: limiter.DefaultDedup,
+}
+
+// tokenBudget charges the invalid bearer tokens a client sends to one
+// policy, its subject the client's address (subject.Resolver's
+// ClientSubject: one budget across routes, shared across instances on
+// Redis). A client over it is refused 429 before any of its next token is
+// decoded: the limiter's standing denial answers without a round trip, so
+// the refusal costs what any 429 costs. A valid token costs nothing here.
+type tokenBudget struct {
+	limiter  Limiter
+	limits   *limits
+	deadline time.Duration
+	evalIDs  *evaluationIDs
+}
+
+// tokenBudgetSpent is the error the gate ends Resolve with: the client is
+// over its budget of invalid tokens.
+type tokenBudgetSpent struct {
+	client   subject.Subject
+	decision limiter.Decision
+}
+
+func (e *tokenBudgetSpent) Error() string { return "over the budget of invalid tokens" }
+
+// AdmitToken refuses a client whose budget of invalid tokens stands
+// spent; it never charges.
+func (b *tokenBudget) AdmitToken(_ context.Context, client subject.Subject) error {
+	if client.Pseudonym == "" {
+		return nil
+	}
+	e, ok := b.limiter.StandingDenial(b.request(client.Pseudonym, time.Time{}))
+	if !ok || e.Allowed {
+		return nil
+	}
+	return &tokenBudgetSpent{client: client, decision: e.Decision}
+}
+
+func (b *tokenBudget) request(pseudonym string, start time.Time) limiter.Request {
+	req := limiter.Request{Policies: b.limits.policies, Subject: pseudonym, Cost: 1}
+	if !start.IsZero() {
+		req.EvaluationID, req.Deadline = b.evalIDs.next(), start.Add(b.deadline)
+	}
+	return req
+}
+
+// charge counts one invalid token of r's client and reports the denial
+// when the client is over its budget. A limiter that cannot decide
+// charges nothing and refuses nothing: the token is refused anyway.
+func (b *tokenBudget) charge(r *http.Request, resolver *subject.Resolver) (subject.Subject, limiter.Decision, bool) {
+	client := resolver.ClientSubject(r)
+	if client.Pseudonym == "" {
+		return client, limiter.Decision{}, false
+	}
+	o := b.limiter.Evaluate(r.Context(), b.request(client.Pseudonym, time.Now()))
+	e, ok := o.(limiter.Evaluated)
+	if !ok || e.Allowed {
+		return client, limiter.Decision{}, false
+	}
+	return client, e.Decision, true
+}
+
+// refuse answers a client over its budget of invalid tokens: 429 with the
+// policy's RateLimit headers, as any denial.
+func (b *tokenBudget) refuse(w http.ResponseWriter, client subject.Subject, d limiter.Decision, x *exchange) {
+	x.outcome, x.reason = "denied", "invalid_token_budget"
+	x.subjectKind, x.pseudonym = client.Kind, client.Pseudonym
+	setRateLimitHeaders(w.Header(), b.limits, d)
+	writeQuotaExceeded(w, b.limits.problem429, d.RetryAfter)
+}
