@@ -1,7 +1,9 @@
 package proxy
 
 import (
+	"bufio"
 	"io"
+	"net"
 	"net/http"
 	"net/textproto"
 	"strings"
@@ -14,13 +16,15 @@ import (
 // log and the metrics. httpsnoop keeps every optional interface of the
 // server's ResponseWriter (Flusher, Hijacker, ReaderFrom, Unwrap) on the
 // wrapper; the hooks it calls are built once per pooled capture, so that a
-// request pays only for httpsnoop's own wrapper.
+// request pays only for httpsnoop's own wrapper. A 101 is written on the
+// hijacked connection, past WriteHeader: the hijack is what records it.
 type capture struct {
 	header  http.Header  // the server's, for the 1xx the upstream sends
 	kept    []keptHeader // the gateway's headers across a 1xx
 	code    int
 	written int64
-	final   bool // a final status or body bytes went out
+	final   bool    // a final status or body bytes went out
+	tunnel  *tunnel // the client side of a 101's tunnel
 
 	hooks httpsnoop.Hooks
 	fw    forwardWriter // lent to the request's forwarding
@@ -29,18 +33,20 @@ type capture struct {
 	nextWrite       httpsnoop.WriteFunc
 	nextWriteString httpsnoop.WriteStringFunc
 	nextReadFrom    httpsnoop.ReadFromFunc
+	nextHijack      httpsnoop.HijackFunc
 
 	writeHeader httpsnoop.WriteHeaderFunc
 	write       httpsnoop.WriteFunc
 	writeString httpsnoop.WriteStringFunc
 	readFrom    httpsnoop.ReadFromFunc
+	hijack      httpsnoop.HijackFunc
 }
 
 var captures = sync.Pool{New: func() any { return newCapture() }}
 
 func newCapture() *capture {
 	c := &capture{}
-	c.writeHeader, c.write, c.writeString, c.readFrom = c.onWriteHeader, c.onWrite, c.onWriteString, c.onReadFrom
+	c.writeHeader, c.write, c.writeString, c.readFrom, c.hijack = c.onWriteHeader, c.onWrite, c.onWriteString, c.onReadFrom, c.onHijack
 	c.hooks = httpsnoop.Hooks{
 		WriteHeader: func(next httpsnoop.WriteHeaderFunc) httpsnoop.WriteHeaderFunc {
 			c.nextWriteHeader = next
@@ -58,6 +64,10 @@ func newCapture() *capture {
 			c.nextReadFrom = next
 			return c.readFrom
 		},
+		Hijack: func(next httpsnoop.HijackFunc) httpsnoop.HijackFunc {
+			c.nextHijack = next
+			return c.hijack
+		},
 	}
 	return c
 }
@@ -70,11 +80,32 @@ func (c *capture) wrap(w http.ResponseWriter) http.ResponseWriter {
 	return httpsnoop.Wrap(w, c.hooks)
 }
 
+// result is the status and the bytes to log and count: for a tunnel,
+// 101 and the bytes the upstream sent the client through it.
+func (c *capture) result() (code int, written int64) {
+	if c.tunnel != nil {
+		return http.StatusSwitchingProtocols, c.tunnel.written.Load()
+	}
+	return c.code, c.written
+}
+
 func (c *capture) done() {
-	c.nextWriteHeader, c.nextWrite, c.nextWriteString, c.nextReadFrom = nil, nil, nil, nil
+	c.nextWriteHeader, c.nextWrite, c.nextWriteString, c.nextReadFrom, c.nextHijack = nil, nil, nil, nil, nil
 	c.fw = forwardWriter{}
-	c.header, c.kept = nil, nil
+	c.header, c.kept, c.tunnel = nil, nil, nil
 	captures.Put(c)
+}
+
+// onHijack hands ReverseProxy the client's connection of a 101 as a
+// tunnel of the route: ReverseProxy hijacks only to switch protocols.
+func (c *capture) onHijack() (net.Conn, *bufio.ReadWriter, error) {
+	conn, brw, err := c.nextHijack()
+	if err != nil || c.fw.route == nil {
+		return conn, brw, err
+	}
+	c.tunnel = newTunnel(conn, c.fw.route.tunnels)
+	c.final = true
+	return c.tunnel, brw, nil
 }
 
 func (c *capture) onWriteHeader(code int) {

@@ -57,8 +57,9 @@ func (p *bufferPool) Put(b []byte) { p.pool.Put(&b) }
 // the upstream may believe about the client is the resolver's to say.
 //
 // Only the upgrades the route lists are forwarded as upgrades, and only
-// their 101 opens a tunnel, which closes after tunnels.idle without a byte.
-func newForwarder(rt *route, target *url.URL, resolver *subject.Resolver, transport http.RoundTripper, logger *slog.Logger, underscores bool, tunnels tunnelSettings) http.Handler {
+// their 101 opens a tunnel, which closes after rt.tunnels.idle without a
+// byte.
+func newForwarder(rt *route, target *url.URL, resolver *subject.Resolver, transport http.RoundTripper, logger *slog.Logger, underscores bool) http.Handler {
 	upgrades := rt.Upgrades
 	rules := &rt.responseRules
 	noRules := rules.empty()
@@ -84,7 +85,7 @@ func newForwarder(rt *route, target *url.URL, resolver *subject.Resolver, transp
 		},
 		ModifyResponse: func(res *http.Response) error {
 			if res.StatusCode == http.StatusSwitchingProtocols {
-				if err := checkSwitch(res, upgrades, tunnels); err != nil {
+				if err := checkSwitch(res, upgrades); err != nil {
 					return err
 				}
 			}

@@ -135,8 +135,7 @@ type Handler struct {
 
 	swap   sync.Mutex // one Swap at a time, and Close
 	checks *healthChecks
-	// tunnels are the upstream sides of the upgraded connections open now,
-	// across reloads.
+	// tunnels are the upgraded connections open now, across reloads.
 	tunnels *openTunnels
 }
 
@@ -162,6 +161,7 @@ type route struct {
 	responseRules headerRules
 	query         subject.Query // what the route asks the resolver
 	metrics       *routeMetrics // nil without metrics
+	tunnels       tunnelSettings
 }
 
 // NewHandler compiles cfg and returns a ready Handler.
@@ -206,11 +206,11 @@ func (h *Handler) Swap(cfg Config) error {
 }
 
 // Close stops the active health checks, closes idle upstream connections
-// and closes the upstream side of every upgraded tunnel still open (which
-// ends its copy and closes the client side too). Requests in flight
-// finish; the Handler serves on, without active checks. It is meant for
-// after the listeners' drain, which closes the tunnels client side; this
-// catches what is left.
+// and closes the client side of every upgraded tunnel still open (which
+// ends both its copies, and ReverseProxy then closes the upstream side).
+// Requests in flight finish; the Handler serves on, without active checks.
+// It is meant for after the listeners' drain, which closes the tunnels of
+// the public listeners; this catches what is left.
 func (h *Handler) Close() {
 	h.swap.Lock()
 	defer h.swap.Unlock()
@@ -339,7 +339,8 @@ func (h *Handler) compile(cfg Config, prev *compiled) (*compiled, []*http.Transp
 		if h.opts.Metrics != nil {
 			r.metrics = h.opts.Metrics.forRoute(r.OperationID)
 		}
-		r.forwards = newForwarders(r, cfg.Resolver, h.opts.Logger, cfg.AllowUnderscoreHeaders, tunnelSettings{idle: cfg.TunnelIdleTimeout, open: h.tunnels})
+		r.tunnels = tunnelSettings{idle: cfg.TunnelIdleTimeout, open: h.tunnels}
+		r.forwards = newForwarders(r, cfg.Resolver, h.opts.Logger, cfg.AllowUnderscoreHeaders)
 		routes = append(routes, r)
 	}
 	var unrouted *routeMetrics
@@ -394,12 +395,13 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			// ReverseProxy aborts a response cut off mid-body with a
 			// panic (http.ErrAbortHandler) that the server recovers: the
 			// request reached the upstream, and is counted and logged.
-			h.record(r, c, &x, cw.code, cw.written, start, true)
+			code, written := cw.result()
+			h.record(r, c, &x, code, written, start, true)
 		}
 	}()
 	h.serve(cw.wrap(w), cw, r, c, &x)
 	served = true
-	code, written := cw.code, cw.written
+	code, written := cw.result()
 	cw.done()
 	h.record(r, c, &x, code, written, start, false)
 }

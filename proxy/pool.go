@@ -250,6 +250,7 @@ func mayResend(r *http.Request) bool {
 // pooled capture, so that a request costs no allocation for it.
 type forwardWriter struct {
 	http.ResponseWriter
+	route     *route
 	resend    bool  // the request may go to another target
 	unreached error // set instead of an answer
 }
@@ -269,7 +270,7 @@ func (rt *route) forward(w http.ResponseWriter, r *http.Request, x *exchange) {
 		return
 	}
 	fw := x.fw
-	*fw = forwardWriter{ResponseWriter: w, resend: len(p.members) > 1 && mayResend(r)}
+	*fw = forwardWriter{ResponseWriter: w, route: rt, resend: len(p.members) > 1 && mayResend(r)}
 	for {
 		m := p.members[i]
 		x.target = m.name
@@ -303,10 +304,10 @@ func (m *member) serve(rp *httputil.ReverseProxy, w http.ResponseWriter, r *http
 // newForwarders builds the route's forwarder to each target of its pool.
 // Each answers errors as newForwarder does, except one that reached no
 // target when the request may go to another: that one is left to forward.
-func newForwarders(rt *route, resolver *subject.Resolver, logger *slog.Logger, underscores bool, tunnels tunnelSettings) []*httputil.ReverseProxy {
+func newForwarders(rt *route, resolver *subject.Resolver, logger *slog.Logger, underscores bool) []*httputil.ReverseProxy {
 	out := make([]*httputil.ReverseProxy, len(rt.pool.members))
 	for i, m := range rt.pool.members {
-		rp := newForwarder(rt, m.url, resolver, m, logger, underscores, tunnels).(*httputil.ReverseProxy)
+		rp := newForwarder(rt, m.url, resolver, m, logger, underscores).(*httputil.ReverseProxy)
 		answer := rp.ErrorHandler
 		rp.ErrorHandler = func(w http.ResponseWriter, r *http.Request, err error) {
 			var dialErr *dialError

@@ -3,6 +3,7 @@ package proxy
 import (
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"slices"
 	"strings"
@@ -55,16 +56,15 @@ func restrictUpgrade(out http.Header, allowed []string) {
 	}
 }
 
-// tunnelSettings are what a forwarder needs to open tunnels: the idle
-// timeout of the configuration, and the Handler's set of open tunnels.
+// tunnelSettings are what a route needs to open tunnels: the idle timeout
+// of the configuration, and the Handler's set of open tunnels.
 type tunnelSettings struct {
 	idle time.Duration
 	open *openTunnels
 }
 
-// openTunnels are the upstream sides of the tunnels open now, so that
-// Handler.Close can end them: the server forgot their client sides when
-// ReverseProxy hijacked them.
+// openTunnels are the tunnels open now, so that Handler.Close can end them:
+// the server forgot their connections when ReverseProxy hijacked them.
 type openTunnels struct {
 	mu     sync.Mutex
 	set    map[*tunnel]struct{}
@@ -101,54 +101,59 @@ func (o *openTunnels) closeAll() {
 }
 
 // checkSwitch is ModifyResponse for a 101: only a request forwarded as an
-// allowed upgrade may switch protocols, and the tunnel it opens closes
-// after the idle timeout of quiet, or when the Handler closes.
-func checkSwitch(res *http.Response, allowed []string, tunnels tunnelSettings) error {
+// allowed upgrade may switch protocols. The tunnel it opens is timed and
+// closed on the client's side (capture.onHijack): that is the side a stuck
+// copy blocks on.
+func checkSwitch(res *http.Response, allowed []string) error {
 	up := res.Request.Header.Get("Upgrade")
 	if up == "" || !upgradeAllowed(allowed, up) {
 		return errUnrequestedUpgrade
 	}
-	backend, ok := res.Body.(io.ReadWriteCloser)
-	if !ok {
+	if _, ok := res.Body.(io.ReadWriteCloser); !ok {
 		return errUnrequestedUpgrade
 	}
-	t := newTunnel(backend, tunnels.idle, tunnels.open)
-	if !tunnels.open.add(t) {
-		t.Close()
-	}
-	res.Body = t
 	return nil
 }
 
-// tunnel is the upstream side of an upgraded connection. ReverseProxy
-// copies it to the client and the client to it with no timeout of its own;
-// tunnel closes it once no byte went either way for idle, which ends the
-// copy in both directions and closes the client's connection (and frees its
-// place under the listener's connection caps).
+// tunnel is the client side of an upgraded connection. ReverseProxy copies
+// it to the upstream and the upstream to it with no timeout of its own,
+// and ends both copies (closing the upstream side) once either fails.
+// tunnel closes the client's connection once no byte went either way for
+// idle: a write the client does not read for that long counts as quiet, so
+// a client that stops reading cannot hold its tunnel, the copies'
+// goroutines and its place under the listener's connection caps. Every byte
+// the upstream sends the client passes through Write, and every byte the
+// client sends through Read.
 type tunnel struct {
-	io.ReadWriteCloser
-	idle  time.Duration
-	open  *openTunnels
-	start time.Time
-	last  atomic.Int64 // nanoseconds after start of the last byte either way
+	net.Conn
+	idle    time.Duration
+	open    *openTunnels
+	start   time.Time
+	last    atomic.Int64 // nanoseconds after start of the last byte either way
+	written atomic.Int64 // bytes written to the client
 
 	mu     sync.Mutex
 	timer  *time.Timer
 	closed bool
 }
 
-func newTunnel(backend io.ReadWriteCloser, idle time.Duration, open *openTunnels) *tunnel {
-	t := &tunnel{ReadWriteCloser: backend, idle: idle, open: open, start: time.Now()}
+// newTunnel times client and adds it to the open tunnels; when those are
+// closed already (the Handler is closing), it closes client at once.
+func newTunnel(client net.Conn, s tunnelSettings) *tunnel {
+	t := &tunnel{Conn: client, idle: s.idle, open: s.open, start: time.Now()}
 	t.mu.Lock()
-	t.timer = time.AfterFunc(idle, t.check)
+	t.timer = time.AfterFunc(s.idle, t.check)
 	t.mu.Unlock()
+	if !s.open.add(t) {
+		t.Close()
+	}
 	return t
 }
 
 func (t *tunnel) touch() { t.last.Store(int64(time.Since(t.start))) }
 
 func (t *tunnel) Read(p []byte) (int, error) {
-	n, err := t.ReadWriteCloser.Read(p)
+	n, err := t.Conn.Read(p)
 	if n > 0 {
 		t.touch()
 	}
@@ -156,8 +161,9 @@ func (t *tunnel) Read(p []byte) (int, error) {
 }
 
 func (t *tunnel) Write(p []byte) (int, error) {
-	n, err := t.ReadWriteCloser.Write(p)
+	n, err := t.Conn.Write(p)
 	if n > 0 {
+		t.written.Add(int64(n))
 		t.touch()
 	}
 	return n, err
@@ -176,11 +182,13 @@ func (t *tunnel) check() {
 	t.mu.Unlock()
 }
 
+// Close closes the client's connection, which unblocks a copy stuck on
+// it either way.
 func (t *tunnel) Close() error {
 	t.mu.Lock()
 	t.closed = true
 	t.timer.Stop()
 	t.mu.Unlock()
 	t.open.remove(t)
-	return t.ReadWriteCloser.Close()
+	return t.Conn.Close()
 }

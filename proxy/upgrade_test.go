@@ -2,6 +2,7 @@ package proxy_test
 
 import (
 	"bufio"
+	"encoding/json"
 	"io"
 	"net"
 	"net/http"
@@ -10,6 +11,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/edgegate/gateway/proxy"
 	"github.com/edgegate/gateway/subject"
@@ -180,5 +184,56 @@ func TestAListedUpgradeTunnelsAndClosesWhenIdle(t *testing.T) {
 	}
 	if took := time.Since(start); took < idle/2 {
 		t.Fatalf("closed after %v, before the idle timeout", took)
+	}
+}
+
+// Issue 18, defect 7: a 101 is logged and counted as 101, with the bytes
+// the upstream sent through the tunnel, not as a 200 of 0 bytes.
+func TestATunnelIsLoggedAndCountedAs101(t *testing.T) {
+	echo := func(c net.Conn, br *bufio.Reader) {
+		line, err := br.ReadString('\n')
+		if err != nil {
+			return
+		}
+		io.WriteString(c, "echo: "+line)
+	}
+	up := newRawUpstream(t, "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n", echo)
+	reg := prometheus.NewRegistry()
+	m := proxy.NewMetrics(reg)
+	g := newGateway(t, setup{routes: []proxy.Route{rawRoute(up, "websocket")}, metrics: m})
+	c, br, res := dialGateway(t, g, "GET /chat HTTP/1.1\r\nHost: gw.test\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n")
+	if res.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("status %d, want 101", res.StatusCode)
+	}
+	io.WriteString(c, "ping\n")
+	if line, err := br.ReadString('\n'); err != nil || line != "echo: ping\n" {
+		t.Fatalf("through the tunnel: %q %v", line, err)
+	}
+	// The upstream closed after its echo: the tunnel ends.
+	if _, err := br.ReadByte(); err != io.EOF {
+		t.Fatalf("after the upstream closed: %v, want EOF", err)
+	}
+	c.Close()
+	var rec struct {
+		Status int
+		Bytes  int64
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		for line := range strings.Lines(g.logs.String()) {
+			if strings.Contains(line, `"msg":"request"`) {
+				json.Unmarshal([]byte(line), &rec)
+			}
+		}
+		if rec.Status != 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if rec.Status != http.StatusSwitchingProtocols || rec.Bytes != int64(len("echo: ping\n")) {
+		t.Errorf("logged status %d with %d bytes, want 101 with %d:\n%s", rec.Status, rec.Bytes, len("echo: ping\n"), g.logs.String())
+	}
+	if n := testutil.ToFloat64(m.Requests.WithLabelValues("r", "unlimited", "101", "none")); n != 1 {
+		t.Errorf("gateway_requests_total{status=\"101\"} = %v, want 1", n)
 	}
 }
