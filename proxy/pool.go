@@ -259,6 +259,23 @@ type forwardWriter struct {
 // flushes and upgrades.
 func (f *forwardWriter) Unwrap() http.ResponseWriter { return f.ResponseWriter }
 
+// WriteHeader gives a 1xx the route's response header rules: ReverseProxy
+// relays an upstream's 1xx with its headers as they came, from a client
+// trace that ModifyResponse never sees. A final response the upstream sent
+// without a Content-Type goes without one: the server would sniff one from
+// the first bytes of the body when the header map has no Content-Type key,
+// and a key with no values stops it and writes nothing. So a route's rule
+// that removes Content-Type removes it.
+func (f *forwardWriter) WriteHeader(code int) {
+	h := f.ResponseWriter.Header()
+	if code >= 100 && code <= 199 {
+		f.route.responseRules.apply(h)
+	} else if _, ok := h["Content-Type"]; !ok {
+		h["Content-Type"] = nil
+	}
+	f.ResponseWriter.WriteHeader(code)
+}
+
 // forward sends r to a target of the route's pool, and once more to
 // another target when the first could not be reached and r may be sent
 // again. With no target in rotation, the answer is 502 at once.

@@ -2,6 +2,7 @@ package proxy_test
 
 import (
 	"context"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -208,6 +209,37 @@ func TestHeaderRulesTheGatewayManagesAreRefused(t *testing.T) {
 			r.ResponseHeaders = c.rules
 			if _, err := proxy.NewHandler(proxy.Options{}, proxy.Config{Routes: []proxy.Route{r}, Resolver: newResolver(t, nil), Limiter: m}); err == nil {
 				t.Fatal("NewHandler took it on the response")
+			}
+		})
+	}
+}
+
+// Issue 18, defect 7: a response the upstream sent without a Content-Type
+// reaches the client without one, not with one the server sniffed from
+// the body; and a rule that removes Content-Type removes it.
+func TestNoContentTypeIsSniffed(t *testing.T) {
+	for _, c := range []struct {
+		name, reply string
+		rules       proxy.HeaderRules
+	}{
+		{"when the upstream sends none", "HTTP/1.1 200 OK\r\nContent-Length: 11\r\n\r\nhello world", proxy.HeaderRules{}},
+		{"when a rule removes the upstream's", "HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: 11\r\n\r\nhello world", proxy.HeaderRules{Remove: []string{"Content-Type"}}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			up := newRawUpstream(t, c.reply, nil)
+			r := rawRoute(up)
+			r.ResponseHeaders = c.rules
+			g := newGateway(t, setup{routes: []proxy.Route{r}})
+			_, br, res := dialGateway(t, g, "GET / HTTP/1.1\r\nHost: gw.test\r\n\r\n")
+			if res.StatusCode != 200 {
+				t.Fatalf("status %d", res.StatusCode)
+			}
+			if v, ok := res.Header["Content-Type"]; ok {
+				t.Errorf("Content-Type: %q reached the client", v)
+			}
+			body := make([]byte, 11)
+			if _, err := io.ReadFull(br, body); err != nil || string(body) != "hello world" {
+				t.Errorf("body %q %v", body, err)
 			}
 		})
 	}
