@@ -2,6 +2,68 @@ package limiter
 
 import "time"
 
+// algorithmSpec is what the Go side knows of one algorithm: its name in
+// the configuration, its number in the script's ARGV (its Algorithm
+// value; lua.Algorithms lists the same names in the same order), which of
+// the policy's fields are its quota and period, how exact it is, and its
+// arithmetic, the memory backend's twin of its Lua function. A new
+// algorithm is an entry here, a decide function and a Lua file.
+type algorithmSpec struct {
+	name      string
+	certainty Certainty
+	// fields are the Policy fields it takes, and requires, by their
+	// configuration names.
+	fields []string
+	// quota is the most a subject may spend at once; period is the unit of
+	// time the algorithm counts in (ARGV's window or refill period).
+	quota  func(*Policy) int64
+	period func(*Policy) time.Duration
+	// quotaWindow is the time over which the quota applies.
+	quotaWindow func(*Policy) time.Duration
+	// keepsPrev: the state's Prev field is the algorithm's (the memory
+	// backend reads it from a second cache line only then).
+	keepsPrev bool
+	decide    func(p *Policy, st state, nowMillis, cost int64) step
+}
+
+var algorithms = [...]algorithmSpec{
+	FixedWindow: {name: "fixed-window", fields: windowFields, quota: limit, period: window, quotaWindow: window, decide: decideFixedWindow},
+	// The sliding counter weighs the previous window by the fraction that
+	// still overlaps; it never keeps a log of requests, so its decisions
+	// are estimates.
+	SlidingCounter: {name: "sliding-counter", fields: windowFields, certainty: Approximate, quota: limit, period: window, quotaWindow: window,
+		keepsPrev: true, decide: decideSlidingCounter},
+	TokenBucket: {name: "token-bucket", fields: []string{"capacity", "refill_tokens", "refill_period"}, quota: capacity, period: refillPeriod, quotaWindow: bucketFill,
+		decide: decideTokenBucket},
+}
+
+var windowFields = []string{"limit", "window"}
+
+func limit(p *Policy) int64                { return p.Limit }
+func window(p *Policy) time.Duration       { return p.Window }
+func capacity(p *Policy) int64             { return p.Capacity }
+func refillPeriod(p *Policy) time.Duration { return p.RefillPeriod }
+
+// bucketFill is the time a drained bucket takes to fill again.
+func bucketFill(p *Policy) time.Duration {
+	periods := (p.Capacity + p.RefillTokens - 1) / p.RefillTokens
+	return time.Duration(periods) * p.RefillPeriod
+}
+
+// unknownAlgorithm answers for an Algorithm value outside the table, so
+// that a policy built in code with one fails Validate rather than panics.
+var unknownAlgorithm = algorithmSpec{
+	name: "unknown", quota: limit, period: window, quotaWindow: window,
+	decide: func(*Policy, state, int64, int64) step { return step{} },
+}
+
+func (a Algorithm) spec() *algorithmSpec {
+	if a > 0 && int(a) < len(algorithms) {
+		return &algorithms[a]
+	}
+	return &unknownAlgorithm
+}
+
 // state is what one key holds, in milliseconds. The fields mean, per algorithm:
 //
 //	fixed-window:    Start = window start, Count = spent in it
@@ -41,14 +103,9 @@ func decide(p *Policy, st state, nowMillis, cost int64) step {
 		// runs backwards for a key, so the request is placed at the stored time.
 		nowMillis = st.Seen
 	}
-	switch p.Algorithm {
-	case FixedWindow:
-		return decideFixedWindow(p, st, nowMillis, cost)
-	case SlidingCounter:
-		return decideSlidingCounter(p, st, nowMillis, cost)
-	default:
-		return decideTokenBucket(p, st, nowMillis, cost)
-	}
+	res := p.Algorithm.spec().decide(p, st, nowMillis, cost)
+	res.decision.Certainty = p.Certainty()
+	return res
 }
 
 func decideFixedWindow(p *Policy, st state, now, cost int64) step {
@@ -105,14 +162,13 @@ func decideSlidingCounter(p *Policy, st state, now, cost int64) step {
 		return step{decision: Decision{
 			Limit: p.Limit, Remaining: max(p.Limit-estimate, 0),
 			ResetAfter: ms(max(reset, retry)), RetryAfter: ms(retry),
-			Certainty: Approximate,
 		}}
 	}
 	current += cost
 	return step{
 		decision: Decision{
 			Allowed: true, Limit: p.Limit, Remaining: p.Limit - estimate - cost,
-			ResetAfter: ms(2*window - elapsed), Certainty: Approximate,
+			ResetAfter: ms(2*window - elapsed),
 		},
 		next:      state{Valid: true, Start: start, Count: current, Prev: previous, Seen: now},
 		charged:   true,

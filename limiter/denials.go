@@ -11,7 +11,7 @@ import (
 // its limit is answered without a round trip until its denial can end.
 //
 // Only a denial that cannot turn into an allow before its retry time is
-// kept: a Certain decision (so never the sliding counter's estimate), for
+// kept: a Certain decision (never an estimate), for
 // the exact policy value (a reloaded policy is another pointer, so it never
 // meets the denials of its predecessor) and cost that were refused. The
 // retry time is counted from before the request was sent, so the entry
@@ -41,24 +41,35 @@ type denialShard struct {
 
 type denialKey struct {
 	policy *Policy
-	// set is the first element of a request's Policies, nil for one policy:
-	// a route with several policies is remembered as a whole.
+	// set is the first element of a request's Policies when it has more
+	// than one: a route with several policies is remembered as a whole.
 	set     **Policy
 	subject string
 	cost    int64
 }
 
+// newDenialKey is the key a request is remembered under. A policy value
+// stands for itself alone; a list of several, which may share its first
+// policy with another list, by its own first element.
+func newDenialKey(ps []*Policy, subject string, cost int64) denialKey {
+	k := denialKey{policy: ps[0], subject: subject, cost: cost}
+	if len(ps) > 1 {
+		k.set = &ps[0]
+	}
+	return k
+}
+
+// denial is a refused request as the backend decided it, each policy's
+// part by position.
 type denial struct {
-	retryAt, resetAt time.Time // as the backend said, for the answer
-	until            time.Time // when the entry stops answering
-	remaining        int64
-	each             []denialPart // one per policy, for several
+	until time.Time // when the entry stops answering
+	each  []denialPart
 }
 
 type denialPart struct {
 	allowed          bool
 	remaining        int64
-	retryAt, resetAt time.Time
+	retryAt, resetAt time.Time // as the backend said, for the answer
 }
 
 func newDenials(entries int) *denials {
@@ -101,73 +112,59 @@ func (d *denials) store(k denialKey, e denial) {
 	s.mu.Unlock()
 }
 
-// get returns the decision a remembered denial still stands for at now.
-func (d *denials) get(k denialKey, now time.Time) (Decision, bool) {
-	e, ok := d.standing(k, now)
-	if !ok {
-		return Decision{}, false
-	}
-	return Decision{
-		Allowed: false, Limit: k.policy.Quota(), Remaining: e.remaining,
-		ResetAfter: max(e.resetAt.Sub(now), 0), RetryAfter: e.retryAt.Sub(now), Certainty: Certain,
-	}, true
-}
-
-// put remembers dec, decided for a request sent at sent, when it is a
-// denial that is certain to stand until its retry time.
-func (d *denials) put(k denialKey, dec Decision, sent time.Time) {
-	if dec.Allowed || dec.Certainty != Certain || dec.RetryAfter <= 0 {
-		return
-	}
-	// The scripts count whole milliseconds, rounded down: the backend's
-	// "now" can be up to a millisecond before sent, and its retry time as
-	// much later. One millisecond off keeps the entry within the denial.
-	if dec.RetryAfter <= time.Millisecond {
-		return
-	}
-	e := denial{retryAt: sent.Add(dec.RetryAfter), resetAt: sent.Add(dec.ResetAfter),
-		until: sent.Add(dec.RetryAfter - time.Millisecond), remaining: dec.Remaining}
-	d.store(k, e)
-}
-
-// getAll is get for a request with several policies: the whole decision
-// as it was, each policy's times counted down to now.
-func (d *denials) getAll(k denialKey, ps []*Policy, now time.Time) (Evaluated, bool) {
+// get returns the outcome a remembered denial still stands for at now: the
+// whole decision as it was, each policy's times counted down to now.
+func (d *denials) get(k denialKey, ps []*Policy, now time.Time) (Evaluated, bool) {
 	e, ok := d.standing(k, now)
 	if !ok || len(e.each) != len(ps) {
 		return Evaluated{}, false
 	}
-	each := make([]Decision, len(ps))
+	var eachOn [scratchPolicies]Decision
+	each := eachOn[:0]
 	for i, p := range ps {
 		part := e.each[i]
-		certainty := Certain
-		if p.Algorithm == SlidingCounter {
-			certainty = Approximate
-		}
-		each[i] = Decision{Allowed: part.allowed, Limit: p.Quota(), Remaining: part.remaining,
-			ResetAfter: max(part.resetAt.Sub(now), 0), RetryAfter: max(part.retryAt.Sub(now), 0), Certainty: certainty}
+		each = append(each, p.decision(part.allowed, part.remaining,
+			max(part.resetAt.Sub(now), 0), max(part.retryAt.Sub(now), 0)))
 	}
-	return evaluatedAll(ps, each), true
+	return evaluated(ps, each), true
 }
 
-// putAll remembers a refused request with several policies for as long as
-// one of its enforced policies' denials is certain to stand: while one
-// does, the route refuses whatever the others would say.
-func (d *denials) putAll(k denialKey, ps []*Policy, o Evaluated, sent time.Time) {
-	if o.Allowed {
-		return
+// put remembers o, decided for a request sent at sent, while it is certain
+// to stand. Nothing was charged for either kind of request it keeps: a
+// refused one, kept while one of its enforced policies' certain denials
+// stands (while one does, the request is refused whatever the others
+// say), and one that every policy denied, all of them shadow ones, kept
+// while every denial is certain and stands.
+func (d *denials) put(k denialKey, ps []*Policy, o Evaluated, sent time.Time) {
+	refused := false
+	for i, p := range ps {
+		if !p.Shadow && !o.PolicyDecision(i).Allowed {
+			refused = true
+		}
 	}
 	var stands time.Duration
 	for i, p := range ps {
-		if dec := o.Policies[i]; !p.Shadow && !dec.Allowed && dec.Certainty == Certain {
-			stands = max(stands, dec.RetryAfter)
+		dec := o.PolicyDecision(i)
+		switch {
+		case refused:
+			if !p.Shadow && !dec.Allowed && dec.Certainty == Certain {
+				stands = max(stands, dec.RetryAfter)
+			}
+		case dec.Allowed || dec.Certainty != Certain:
+			return
+		case i == 0 || dec.RetryAfter < stands:
+			stands = dec.RetryAfter
 		}
 	}
-	if stands <= time.Millisecond { // see put
+	// The scripts count whole milliseconds, rounded down: the backend's
+	// "now" can be up to a millisecond before sent, and its retry time as
+	// much later. One millisecond off keeps the entry within the denial.
+	if stands <= time.Millisecond {
 		return
 	}
 	e := denial{until: sent.Add(stands - time.Millisecond), each: make([]denialPart, len(ps))}
-	for i, dec := range o.Policies {
+	for i := range ps {
+		dec := o.PolicyDecision(i)
 		e.each[i] = denialPart{allowed: dec.Allowed, remaining: dec.Remaining,
 			retryAt: sent.Add(dec.RetryAfter), resetAt: sent.Add(dec.ResetAfter)}
 	}

@@ -23,11 +23,7 @@ var ClassifyRedisError = classifyRedisError
 // that a test can make keys share their first half. The evaluation ID is
 // hashed as usual.
 func (m *Memory) EvaluateKeyed(req Request, key [16]byte) Outcome {
-	var id evaluationKey
-	if req.Policy.Dedup.Enabled && req.EvaluationID != "" {
-		id = m.sumString(req.EvaluationID)
-	}
-	return m.evaluate(req, key, id)
+	return m.evaluate(req, []memoryKey{key})
 }
 
 // RecordsScanned is the longest queue of remembered evaluations a key keeps

@@ -30,7 +30,7 @@ type fallback struct {
 	// pointer, so a policy scaled again finds its budget where it was.
 	mu     sync.Mutex
 	scaled map[*Policy]*Policy
-	sets   map[**Policy][]*Policy // scaled Request.Policies, by first element
+	sets   map[**Policy][]*Policy // scaled Request.Policies, by their first element
 }
 
 const maxScaled = 4096
@@ -46,15 +46,11 @@ func (f *fallback) Evaluate(ctx context.Context, req Request) Outcome {
 	default:
 		return o
 	}
-	if ctx.Err() != nil || (req.Policy == nil && len(req.Policies) == 0) {
+	if ctx.Err() != nil || len(req.Policies) == 0 {
 		return o // the client went away; nobody needs a decision
 	}
 	local := req
-	if len(req.Policies) > 0 {
-		local.Policies = f.scaleAll(req.Policies)
-	} else {
-		local.Policy = f.scale(req.Policy)
-	}
+	local.Policies = f.scaleAll(req.Policies)
 	local.Deadline = time.Time{}
 	lo := f.local.Evaluate(context.WithoutCancel(ctx), local)
 	e, ok := lo.(Evaluated)

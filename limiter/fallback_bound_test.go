@@ -30,7 +30,7 @@ func TestFallbackScaledPoliciesStayBoundedAcrossReloads(t *testing.T) {
 		if err := p.Validate(); err != nil {
 			t.Fatal(err)
 		}
-		o := f.Evaluate(context.Background(), Request{Policy: p, Subject: "s", Cost: 1})
+		o := f.Evaluate(context.Background(), Request{Policies: []*Policy{p}, Subject: "s", Cost: 1})
 		e, ok := o.(Evaluated)
 		if !ok || !e.Fallback {
 			t.Fatalf("reload %d: %#v, want a fallback decision", reload, o)

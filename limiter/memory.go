@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"hash/maphash"
 	"math"
+	"math/bits"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -270,118 +271,56 @@ func (m *Memory) Evaluate(ctx context.Context, req Request) Outcome {
 	if o := admit(ctx, req); o != nil {
 		return o
 	}
-	if len(req.Policies) > 1 {
-		return m.evaluateAll(req)
-	}
-	if len(req.Policies) == 1 {
-		req.Policy = req.Policies[0]
-	}
+	var keysOn [scratchPolicies]memoryKey
+	keys := keysOn[:0]
 	var keyBuf [160]byte
-	key := m.sum(appendMemoryKey(keyBuf[:0], req.Policy, req.Subject))
-	var id evaluationKey
-	if req.Policy.Dedup.Enabled && req.EvaluationID != "" {
-		id = m.sumString(req.EvaluationID)
+	for _, p := range req.Policies {
+		keys = append(keys, m.sum(appendMemoryKey(keyBuf[:0], p, req.Subject)))
 	}
-	return m.evaluate(req, key, id)
+	return m.evaluate(req, keys)
 }
 
-// evaluate decides an admitted request for the key and evaluation ID it
-// hashes to.
-func (m *Memory) evaluate(req Request, key memoryKey, id evaluationKey) Outcome {
-	p := req.Policy
-	nowMillis := m.clock.Now().UnixMilli()
-	m.wakeSweeperIfDue(nowMillis)
-	dedup := p.Dedup.Enabled && req.EvaluationID != ""
-	s := &m.shards[key[0]%memoryShards]
+// scratchPolicies is how many policies a request may have before a
+// decision's per-policy scratch leaves the stack.
+const scratchPolicies = 4
 
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	i, e := s.find(key)
-	if i != 0 {
-		if e.expiresAt <= nowMillis {
-			s.remove(i)
-			i, e = 0, nil
-		}
-	}
-	if e != nil && dedup {
-		if d, ok := s.recall(i, e, id, nowMillis, p); ok {
-			s.touch(i, e)
-			return Evaluated{Decision: d}
-		}
-	}
-	var st state
-	if e != nil {
-		st = e.state(p.Algorithm)
-	}
-	res := decide(p, st, nowMillis, req.Cost)
-	if res.clockUnsafe {
-		return Unavailable{Category: ClockUnsafe}
-	}
-	if !res.charged && !dedup {
-		if e != nil {
-			s.touch(i, e)
-		}
-		return Evaluated{Decision: res.decision}
-	}
-	if e == nil {
-		i, e = s.insert(key, &m.evictions, nowMillis)
-	} else {
-		s.touch(i, e)
-	}
-	if res.charged {
-		e.setState(res.next)
-		e.expiresAt = max(e.expiresAt, nowMillis+res.ttlMillis)
-	}
-	if dedup {
-		s.remember(i, e, id, len(req.EvaluationID), res.decision, nowMillis, p.Dedup)
-		e.expiresAt = max(e.expiresAt, nowMillis+p.Dedup.TTL.Milliseconds())
-	}
-	return Evaluated{Decision: res.decision}
-}
-
-// evaluateAll decides a request with several policies under the locks of
-// every shard its keys live in, taken in shard order, so the decision is
-// atomic: no other evaluation sees some of its charges and not the others.
-// With de-duplication each key remembers its own policy's decision under
-// the evaluation ID; a retry is a replay only when every key still does.
-func (m *Memory) evaluateAll(req Request) Outcome {
+// evaluate decides an admitted request whose policies' keys are keys,
+// under the locks of every shard they live in, taken in shard order, so
+// the decision is atomic: no other evaluation sees some of its charges and
+// not the others. With de-duplication each key remembers its own policy's
+// decision under the evaluation ID; a retry is a replay only when every
+// key still does.
+func (m *Memory) evaluate(req Request, keys []memoryKey) Outcome {
 	ps := req.Policies
 	n := len(ps)
-	var keyBuf [160]byte
-	// Up to four policies, the per-policy scratch lives on the stack.
 	var (
-		keysOn  [4]memoryKey
-		idxOn   [4]uint32
-		slotsOn [4]*memorySlot
-		stepsOn [4]step
+		idxOn   [scratchPolicies]uint32
+		slotsOn [scratchPolicies]*memorySlot
+		stepsOn [scratchPolicies]step
+		eachOn  [scratchPolicies]Decision
 	)
-	keys, idx, slots, steps := keysOn[:0], idxOn[:0], slotsOn[:0], stepsOn[:0]
-	if n > len(keysOn) {
-		keys, idx, slots, steps = make([]memoryKey, 0, n), make([]uint32, 0, n), make([]*memorySlot, 0, n), make([]step, 0, n)
+	idx, slots, steps, each := idxOn[:0], slotsOn[:0], stepsOn[:0], eachOn[:0]
+	if n > scratchPolicies {
+		idx, slots, steps, each = make([]uint32, 0, n), make([]*memorySlot, 0, n), make([]step, 0, n), make([]Decision, 0, n)
 	}
-	keys, idx, slots, steps = keys[:n], idx[:n], slots[:n], steps[:n]
-	var locked uint64 // one bit per shard; memoryShards is 64
-	for i, p := range ps {
-		keys[i] = m.sum(appendMemoryKey(keyBuf[:0], p, req.Subject))
-		locked |= 1 << (keys[i][0] % memoryShards)
-	}
-	for j := range memoryShards {
-		if locked&(1<<j) != 0 {
-			m.shards[j].mu.Lock()
-		}
-	}
-	defer func() {
-		for j := range memoryShards {
-			if locked&(1<<j) != 0 {
-				m.shards[j].mu.Unlock()
-			}
-		}
-	}()
+	idx, slots, steps, each = idx[:n], slots[:n], steps[:n], each[:n]
 	dedup := ps[0].Dedup.Enabled && req.EvaluationID != ""
 	var id evaluationKey
 	if dedup {
 		id = m.sumString(req.EvaluationID)
 	}
+	var locked uint64 // one bit per shard; memoryShards is 64
+	for _, k := range keys {
+		locked |= 1 << (k[0] % memoryShards)
+	}
+	for l := locked; l != 0; l &= l - 1 {
+		m.shards[bits.TrailingZeros64(l)].mu.Lock()
+	}
+	defer func() {
+		for l := locked; l != 0; l &= l - 1 {
+			m.shards[bits.TrailingZeros64(l)].mu.Unlock()
+		}
+	}()
 	nowMillis := m.clock.Now().UnixMilli()
 	m.wakeSweeperIfDue(nowMillis)
 	for k := range ps {
@@ -397,7 +336,6 @@ func (m *Memory) evaluateAll(req Request) Outcome {
 		}
 		idx[k], slots[k] = i, e
 	}
-	each := make([]Decision, n)
 	if dedup {
 		replay := true
 		for k, p := range ps {
@@ -414,7 +352,7 @@ func (m *Memory) evaluateAll(req Request) Outcome {
 			each[k] = d
 		}
 		if replay {
-			return evaluatedAll(ps, each)
+			return evaluated(ps, each)
 		}
 	}
 	for k, p := range ps {
@@ -460,7 +398,7 @@ func (m *Memory) evaluateAll(req Request) Outcome {
 			e.expiresAt = max(e.expiresAt, nowMillis+ps[0].Dedup.TTL.Milliseconds())
 		}
 	}
-	return evaluatedAll(ps, each)
+	return evaluated(ps, each)
 }
 
 // appendMemoryKey carries the policy revision, so a changed policy starts
@@ -486,10 +424,10 @@ func (m *Memory) sumString(s string) (k evaluationKey) {
 }
 
 // state is the key's state under algorithm a, which leaves Prev zero unless
-// it is the sliding counter.
+// the algorithm keeps it.
 func (e *memorySlot) state(a Algorithm) state {
 	st := state{Valid: e.flags&stateValid != 0, Start: e.start, Count: e.count, Seen: e.seen}
-	if a == SlidingCounter {
+	if a.spec().keepsPrev {
 		st.Prev = e.prev
 	}
 	return st
@@ -563,14 +501,7 @@ func (s *memoryShard) recall(i uint32, e *memorySlot, id evaluationKey, now int6
 }
 
 func (r rememberedDecision) decision(p *Policy, allowed bool) Decision {
-	certainty := Certain
-	if p.Algorithm == SlidingCounter {
-		certainty = Approximate
-	}
-	return Decision{
-		Allowed: allowed, Limit: p.Quota(), Remaining: r.remaining,
-		ResetAfter: r.resetAfter, RetryAfter: r.retryAfter, Certainty: certainty,
-	}
+	return p.decision(allowed, r.remaining, r.resetAfter, r.retryAfter)
 }
 
 // remember keeps d under id for the policy's dedup TTL, within its bounds on

@@ -31,7 +31,7 @@ func TestMemoryEvictsLeastRecentlyUsedWhenFull(t *testing.T) {
 	t.Cleanup(func() { m.Close() })
 	p := limitertest.FixedWindow(1, time.Minute)
 	for i := 0; i < 1000; i++ {
-		m.Evaluate(context.Background(), limiter.Request{Policy: p, Subject: fmt.Sprint("s", i), Cost: 1})
+		m.Evaluate(context.Background(), limiter.Request{Policies: []*limiter.Policy{p}, Subject: fmt.Sprint("s", i), Cost: 1})
 	}
 	if n := m.Len(); n > 64 {
 		t.Fatalf("%d keys held, cap is 64", n)
@@ -54,13 +54,13 @@ func TestMemorySweepsOnTheInjectedClock(t *testing.T) {
 	long := limitertest.FixedWindow(1, 24*time.Hour)
 	long.Dedup = limiter.Dedup{}
 	for i := range 10 {
-		m.Evaluate(context.Background(), limiter.Request{Policy: short, Subject: fmt.Sprint("s", i), Cost: 1})
+		m.Evaluate(context.Background(), limiter.Request{Policies: []*limiter.Policy{short}, Subject: fmt.Sprint("s", i), Cost: 1})
 	}
 	if n := m.Len(); n != 10 {
 		t.Fatalf("%d keys, want 10", n)
 	}
 	clock.Advance(time.Hour)
-	m.Evaluate(context.Background(), limiter.Request{Policy: long, Subject: "kept", Cost: 1})
+	m.Evaluate(context.Background(), limiter.Request{Policies: []*limiter.Policy{long}, Subject: "kept", Cost: 1})
 	for deadline := time.Now().Add(10 * time.Second); m.Len() != 1; time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("%d keys an hour of the backend's clock after they expired, want 1 (the live one)", m.Len())
@@ -69,7 +69,7 @@ func TestMemorySweepsOnTheInjectedClock(t *testing.T) {
 	// The next sweep is due an hour later on that clock, and not before:
 	// the other key, whose day-long window has ended by then, is swept.
 	clock.Advance(24 * time.Hour)
-	m.Evaluate(context.Background(), limiter.Request{Policy: short, Subject: "fresh", Cost: 1})
+	m.Evaluate(context.Background(), limiter.Request{Policies: []*limiter.Policy{short}, Subject: "fresh", Cost: 1})
 	for deadline := time.Now().Add(10 * time.Second); m.Len() != 1; time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("%d keys after the second sweep was due, want 1 (the fresh one)", m.Len())
@@ -84,7 +84,7 @@ func TestMemorySweepDropsExpiredKeys(t *testing.T) {
 	p := limitertest.FixedWindow(1, time.Second)
 	p.Dedup = limiter.Dedup{}
 	for i := 0; i < 100; i++ {
-		m.Evaluate(context.Background(), limiter.Request{Policy: p, Subject: fmt.Sprint("s", i), Cost: 1})
+		m.Evaluate(context.Background(), limiter.Request{Policies: []*limiter.Policy{p}, Subject: fmt.Sprint("s", i), Cost: 1})
 	}
 	clock.Advance(time.Second + p.CleanupGrace - time.Millisecond)
 	m.Sweep()
@@ -145,7 +145,7 @@ func TestMemoryKeepsKeysApartThatShareTheFirstHalfOfTheirHash(t *testing.T) {
 			remaining := []int64{10, 10, 10, 10}
 			evaluate := func(k int, cost int64) {
 				t.Helper()
-				o := m.EvaluateKeyed(limiter.Request{Policy: policies[k], Subject: "ignored", Cost: cost, EvaluationID: fmt.Sprint(k, "-", remaining[k])}, keys[k])
+				o := m.EvaluateKeyed(limiter.Request{Policies: []*limiter.Policy{policies[k]}, Subject: "ignored", Cost: cost, EvaluationID: fmt.Sprint(k, "-", remaining[k])}, keys[k])
 				remaining[k] -= cost
 				if e, ok := o.(limiter.Evaluated); !ok || e.Remaining != remaining[k] {
 					t.Fatalf("key %d: got %#v, want %d remaining", k, o, remaining[k])
@@ -402,7 +402,7 @@ func TestMemoryStaysConsistentUnderConcurrentEvictionExpiryAndRetries(t *testing
 				if rng.IntN(4) == 0 {
 					id = fmt.Sprint(g, "-", max(i-rng.IntN(8), 0))
 				}
-				o := m.Evaluate(context.Background(), limiter.Request{Policy: p, Subject: subjects[rng.IntN(len(subjects))], Cost: 1, EvaluationID: id})
+				o := m.Evaluate(context.Background(), limiter.Request{Policies: []*limiter.Policy{p}, Subject: subjects[rng.IntN(len(subjects))], Cost: 1, EvaluationID: id})
 				// A goroutine that read the clock before others moved it on
 				// may find the state further ahead than the bound allows.
 				if u, ok := o.(limiter.Unavailable); ok && u.Category == limiter.ClockUnsafe {
@@ -432,7 +432,7 @@ func TestMemoryStaysConsistentUnderConcurrentEvictionExpiryAndRetries(t *testing
 
 func evaluateMemory(t *testing.T, m *limiter.Memory, p *limiter.Policy, subject string, cost int64, id string) limiter.Decision {
 	t.Helper()
-	o := m.Evaluate(context.Background(), limiter.Request{Policy: p, Subject: subject, Cost: cost, EvaluationID: id})
+	o := m.Evaluate(context.Background(), limiter.Request{Policies: []*limiter.Policy{p}, Subject: subject, Cost: cost, EvaluationID: id})
 	e, ok := o.(limiter.Evaluated)
 	if !ok {
 		t.Fatalf("outcome %#v, want Evaluated", o)
@@ -467,10 +467,11 @@ func BenchmarkMemory(b *testing.B) {
 				for i := range ids {
 					ids[i] = fmt.Sprint("eval-", i)
 				}
+				ps := []*limiter.Policy{&q}
 				b.ReportAllocs()
 				i := 0
 				for b.Loop() {
-					o := m.Evaluate(ctx, limiter.Request{Policy: &q, Subject: subjects[i%len(subjects)], Cost: 1, EvaluationID: ids[i%len(ids)]})
+					o := m.Evaluate(ctx, limiter.Request{Policies: ps, Subject: subjects[i%len(subjects)], Cost: 1, EvaluationID: ids[i%len(ids)]})
 					if e, ok := o.(limiter.Evaluated); !ok || !e.Allowed {
 						b.Fatalf("outcome %#v", o)
 					}
@@ -489,10 +490,11 @@ func BenchmarkMemoryParallel(b *testing.B) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
 	defer cancel()
 	b.ReportAllocs()
+	ps := []*limiter.Policy{p}
 	b.RunParallel(func(pb *testing.PB) {
 		s := limitertest.Subject()
 		for pb.Next() {
-			m.Evaluate(ctx, limiter.Request{Policy: p, Subject: s, Cost: 1})
+			m.Evaluate(ctx, limiter.Request{Policies: ps, Subject: s, Cost: 1})
 		}
 	})
 }
@@ -517,12 +519,13 @@ func BenchmarkMemoryFreshEvaluations(b *testing.B) {
 	defer cancel()
 	var id []byte
 	i := 0
+	ps := []*limiter.Policy{p}
 	evaluate := func() {
 		if i%100 == 0 {
 			clock.Advance(100 * time.Second / subjects)
 		}
 		id = strconv.AppendUint(append(id[:0], "5f0c2a9e4b7d13e8a6c0f921-"...), uint64(i), 36)
-		o := m.Evaluate(ctx, limiter.Request{Policy: p, Subject: names[i%subjects], Cost: 1, EvaluationID: string(id)})
+		o := m.Evaluate(ctx, limiter.Request{Policies: ps, Subject: names[i%subjects], Cost: 1, EvaluationID: string(id)})
 		if e, ok := o.(limiter.Evaluated); !ok || !e.Allowed {
 			b.Fatalf("outcome %#v", o)
 		}
@@ -559,7 +562,7 @@ func BenchmarkMemoryMillionSubjects(b *testing.B) {
 		// The cap is split over shards; room to spare keeps every subject.
 		m := limiter.NewMemory(limiter.MemoryOptions{Clock: clock, MaxEntries: 2 * subjects})
 		for i := range subjects {
-			o := m.Evaluate(ctx, limiter.Request{Policy: p, Subject: pseudonym(i), Cost: 1, EvaluationID: evaluationID(i)})
+			o := m.Evaluate(ctx, limiter.Request{Policies: []*limiter.Policy{p}, Subject: pseudonym(i), Cost: 1, EvaluationID: evaluationID(i)})
 			if e, ok := o.(limiter.Evaluated); !ok || !e.Allowed {
 				b.Fatalf("subject %d: outcome %#v", i, o)
 			}

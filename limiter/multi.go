@@ -1,7 +1,9 @@
 package limiter
 
+import "slices"
+
 // admitted reports whether every enforced policy allowed: the rule that
-// decides a request with several policies.
+// decides a request.
 func admitted(policies []*Policy, each []Decision) bool {
 	for i, p := range policies {
 		if !p.Shadow && !each[i].Allowed {
@@ -49,9 +51,14 @@ func summary(policies []*Policy, each []Decision) Decision {
 	return d
 }
 
-// evaluatedAll wraps the policies' decisions in an outcome.
-func evaluatedAll(policies []*Policy, each []Decision) Evaluated {
-	return Evaluated{Decision: summary(policies, each), Policies: each}
+// evaluated is the outcome of a request whose policies decided each (see
+// Evaluated): one policy's decision as it is, or for several their
+// summary and a copy of each, which may be the caller's scratch.
+func evaluated(policies []*Policy, each []Decision) Evaluated {
+	if len(policies) == 1 {
+		return Evaluated{Decision: each[0]}
+	}
+	return Evaluated{Decision: summary(policies, each), Policies: slices.Clone(each)}
 }
 
 // uncharged corrects, for a refused request, the decisions of the policies

@@ -14,16 +14,26 @@ type Outcome interface {
 
 // Evaluated means the limiter decided. Allowed or denied is in the Decision.
 //
-// For a request with several policies (Request.Policies), Policies holds
-// each policy's own decision, in the request's order, and the embedded
-// Decision sums them up: Allowed when every enforced policy allowed (then
-// every policy that allowed was charged, shadow ones included; otherwise
-// none was), and for a denial the longest RetryAfter and ResetAfter among
-// the enforced policies that denied, with the Limit and Remaining of the
-// first of them. For a one-policy request Policies is nil.
+// For a request with several policies, Policies holds each policy's own
+// decision, in the request's order, and the embedded Decision sums them
+// up: Allowed when every enforced policy allowed (then every policy that
+// allowed was charged, shadow ones included; otherwise none was), and for
+// a denial the longest RetryAfter and ResetAfter among the enforced
+// policies that denied, with the Limit and Remaining of the first of them.
+// For a one-policy request Policies is nil and the Decision is the
+// policy's own, a shadow policy's denial included. PolicyDecision reads
+// either alike.
 type Evaluated struct {
 	Decision
 	Policies []Decision
+}
+
+// PolicyDecision is the decision of the request's i-th policy.
+func (e Evaluated) PolicyDecision(i int) Decision {
+	if e.Policies == nil {
+		return e.Decision
+	}
+	return e.Policies[i]
 }
 
 // Unavailable means no decision was made and, as far as the limiter knows,
@@ -108,8 +118,8 @@ type Certainty uint8
 
 const (
 	Certain Certainty = iota
-	// Approximate: the sliding counter weighs the previous window by the
-	// fraction that still overlaps; it never keeps a log of requests.
+	// Approximate: an estimate, as the sliding counter's are (Policy.Certainty
+	// says which algorithms estimate).
 	Approximate
 )
 
@@ -142,13 +152,12 @@ type Decision struct {
 // Request is one question to the limiter. Subject is a pseudonym, never a
 // raw identity.
 type Request struct {
-	Policy *Policy
-	// Policies, when it holds more than one, replaces Policy: all of them
-	// are decided at once, atomically, for the same subject and cost. The
-	// request is admitted when every enforced (not Shadow) policy allows,
-	// and then each policy that allows is charged; when any enforced one
-	// denies, none is charged. De-duplication follows the first policy's
-	// Dedup. Backends keep the slice; it must not change.
+	// Policies are decided at once, atomically, for the same subject and
+	// cost; there is at least one. The request is admitted when every
+	// enforced (not Shadow) policy allows, and then each policy that allows
+	// is charged; when any enforced one denies, none is charged.
+	// De-duplication follows the first policy's Dedup. Backends keep the
+	// slice (a route's, made once): it must not change.
 	Policies     []*Policy
 	Subject      string
 	Cost         int64
@@ -166,19 +175,16 @@ const DefaultDeadline = 750 * time.Millisecond
 // It returns nil when the request may be evaluated. The deadline is wall-clock
 // time, whatever clock the algorithms read.
 func admit(ctx context.Context, req Request) Outcome {
-	if len(req.Policies) > 0 {
-		for _, p := range req.Policies {
-			if p == nil {
-				return Incompatible{Reason: UnknownPolicy}
-			}
-			if req.Cost < 1 || req.Cost > p.MaxCost {
-				return Incompatible{Reason: CostOutOfRange}
-			}
-		}
-	} else if req.Policy == nil {
+	if len(req.Policies) == 0 {
 		return Incompatible{Reason: UnknownPolicy}
-	} else if req.Cost < 1 || req.Cost > req.Policy.MaxCost {
-		return Incompatible{Reason: CostOutOfRange}
+	}
+	for _, p := range req.Policies {
+		if p == nil {
+			return Incompatible{Reason: UnknownPolicy}
+		}
+		if req.Cost < 1 || req.Cost > p.MaxCost {
+			return Incompatible{Reason: CostOutOfRange}
+		}
 	}
 	if err := ctx.Err(); err != nil {
 		return Unavailable{Category: AdmissionRejected, Err: err}

@@ -17,17 +17,7 @@ const (
 	TokenBucket
 )
 
-func (a Algorithm) String() string {
-	switch a {
-	case FixedWindow:
-		return "fixed-window"
-	case SlidingCounter:
-		return "sliding-counter"
-	case TokenBucket:
-		return "token-bucket"
-	}
-	return "unknown"
-}
+func (a Algorithm) String() string { return a.spec().name }
 
 // ParseAlgorithm maps a configuration name to an Algorithm.
 func ParseAlgorithm(s string) (Algorithm, bool) {
@@ -103,21 +93,25 @@ const (
 
 // Quota is the most a subject may spend at once: the window's limit or the
 // bucket's capacity.
-func (p *Policy) Quota() int64 {
-	if p.Algorithm == TokenBucket {
-		return p.Capacity
-	}
-	return p.Limit
-}
+func (p *Policy) Quota() int64 { return p.Algorithm.spec().quota(p) }
+
+// Period is the unit of time the algorithm counts in: the window, or the
+// bucket's refill period.
+func (p *Policy) Period() time.Duration { return p.Algorithm.spec().period(p) }
+
+// Certainty is how exact the policy's decisions are.
+func (p *Policy) Certainty() Certainty { return p.Algorithm.spec().certainty }
 
 // QuotaWindow is the time over which Quota applies: the window, or the time a
 // drained bucket takes to fill again.
-func (p *Policy) QuotaWindow() time.Duration {
-	if p.Algorithm == TokenBucket {
-		periods := (p.Capacity + p.RefillTokens - 1) / p.RefillTokens
-		return time.Duration(periods) * p.RefillPeriod
-	}
-	return p.Window
+func (p *Policy) QuotaWindow() time.Duration { return p.Algorithm.spec().quotaWindow(p) }
+
+// decision is the Decision a backend reports from the numbers it keeps (a
+// script's reply, a remembered evaluation): the limit and the certainty
+// follow from the policy.
+func (p *Policy) decision(allowed bool, remaining int64, resetAfter, retryAfter time.Duration) Decision {
+	return Decision{Allowed: allowed, Limit: p.Quota(), Remaining: remaining,
+		ResetAfter: resetAfter, RetryAfter: retryAfter, Certainty: p.Certainty()}
 }
 
 // FieldError is one problem with one field of a Policy, named as the
@@ -136,16 +130,17 @@ const maxExactInLua = 1 << 53
 
 // Algorithms are every Algorithm there is, in the order the documentation
 // lists them.
-func Algorithms() []Algorithm { return []Algorithm{FixedWindow, SlidingCounter, TokenBucket} }
+func Algorithms() []Algorithm {
+	all := make([]Algorithm, 0, len(algorithms)-1)
+	for a := range algorithms[1:] {
+		all = append(all, Algorithm(a+1))
+	}
+	return all
+}
 
 // Fields are the fields the algorithm takes, and requires, by their
 // configuration names.
-func (a Algorithm) Fields() []string {
-	if a == TokenBucket {
-		return []string{"capacity", "refill_tokens", "refill_period"}
-	}
-	return []string{"limit", "window"}
-}
+func (a Algorithm) Fields() []string { return a.spec().fields }
 
 // Validate reports every problem of p, each a *FieldError (joined). The
 // fields are checked one by one first; only when each is fine are they
@@ -232,10 +227,7 @@ func (p *Policy) Validate() error {
 // tests use such policies as "no limit"); a configuration file may not
 // hold one. p must be valid.
 func (p *Policy) Exact() error {
-	period := p.Window
-	if p.Algorithm == TokenBucket {
-		period = p.RefillPeriod
-	}
+	period := p.Period()
 	if p.Quota() > maxExactInLua/max(period.Milliseconds(), 1)/4 {
 		return p.joined([]error{&FieldError{Summary: "Policy too large",
 			Detail: "The quota times the window in milliseconds must stay below 2^51 so every backend counts exactly."}})

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/edgegate/gateway/limiter"
+	"github.com/edgegate/gateway/lua"
 )
 
 // A policy built in code is held to what the headers can carry, as one
@@ -62,4 +63,19 @@ func joined(err error) []error {
 		err = errors.Unwrap(err)
 	}
 	return nil
+}
+
+// The script picks an algorithm's function by the number the Go side
+// sends: the two number them alike.
+func TestTheScriptNumbersTheAlgorithmsAsTheGoSideDoes(t *testing.T) {
+	names := lua.Algorithms()
+	for i, name := range names {
+		a, ok := limiter.ParseAlgorithm(name)
+		if !ok || a != limiter.Algorithm(i+1) {
+			t.Errorf("the script's algorithm %d is %q, which the Go side numbers %d", i+1, name, a)
+		}
+	}
+	if a := limiter.Algorithm(len(names) + 1); a.String() != "unknown" {
+		t.Errorf("the Go side knows algorithm %d (%s), which the script does not", a, a)
+	}
 }

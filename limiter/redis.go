@@ -93,11 +93,10 @@ type Redis struct {
 	slotsAsked atomic.Int64
 	prefix     string
 	clock      Clock
-	scripts    map[Algorithm]*script
+	script     *script
 	// policies holds a *compiledPolicy per *Policy; compiledCount bounds it.
 	policies      sync.Map
 	compiledCount atomic.Int64
-	multi         *script  // several policies at once
 	denials       *denials // nil: off
 
 	batching bool
@@ -184,7 +183,8 @@ func NewRedis(ctx context.Context, opts RedisOptions) (*Redis, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	r := &Redis{mode: opts.Mode, prefix: opts.KeyPrefix, clock: opts.Clock, scripts: map[Algorithm]*script{},
+	r := &Redis{mode: opts.Mode, prefix: opts.KeyPrefix, clock: opts.Clock,
+		script:   &script{name: "ratelimit", src: lua.Script, sha: redis.NewScript(lua.Script).Hash()},
 		batching: !opts.DisableBatching, breakers: opts.Breaker, logger: opts.Logger,
 		loading: make(chan struct{}, 1)}
 	r.nodes.Store(&map[*redis.Client]*node{})
@@ -194,10 +194,6 @@ func NewRedis(ctx context.Context, opts RedisOptions) (*Redis, error) {
 	case opts.DenialCacheEntries > 0:
 		r.denials = newDenials(opts.DenialCacheEntries)
 	}
-	for alg, src := range map[Algorithm]string{FixedWindow: lua.FixedWindow, SlidingCounter: lua.SlidingCounter, TokenBucket: lua.TokenBucket} {
-		r.scripts[alg] = &script{name: alg.String(), src: src, sha: redis.NewScript(src).Hash()}
-	}
-	r.multi = &script{name: "multi", src: lua.Multi, sha: redis.NewScript(lua.Multi).Hash()}
 	// One set of client options for every mode: no retries inside go-redis
 	// (a retry could charge twice), deadlines from the context, one dial
 	// attempt, and timeouts well inside the decision deadline.
@@ -468,14 +464,13 @@ func (r *Redis) load(ctx context.Context, seenGen uint64) error {
 	if r.loadGen.Load() > seenGen {
 		return nil
 	}
-	for _, s := range []*script{r.scripts[FixedWindow], r.scripts[SlidingCounter], r.scripts[TokenBucket], r.multi} {
-		sha, err := r.client.ScriptLoad(ctx, s.src).Result()
-		if err != nil {
-			return fmt.Errorf("load script %s: %w", s.name, err)
-		}
-		if sha != s.sha {
-			return fmt.Errorf("load script %s: server says sha %s, expected %s: %w", s.name, sha, s.sha, errScriptMismatch)
-		}
+	s := r.script
+	sha, err := r.client.ScriptLoad(ctx, s.src).Result()
+	if err != nil {
+		return fmt.Errorf("load script %s: %w", s.name, err)
+	}
+	if sha != s.sha {
+		return fmt.Errorf("load script %s: server says sha %s, expected %s: %w", s.name, sha, s.sha, errScriptMismatch)
 	}
 	if seenGen > 0 {
 		// A load after one that worked: the server lost the scripts.
@@ -499,12 +494,12 @@ func (r *Redis) checkTopology(ctx context.Context) error {
 	return nil
 }
 
-var canaryPolicy = &Policy{Name: "canary", Algorithm: FixedWindow, Revision: 1, Limit: 1 << 40, Window: time.Second,
-	MaxCost: 1, CleanupGrace: time.Second, Clock: ClockBackend}
+var canaryPolicies = []*Policy{{Name: "canary", Algorithm: FixedWindow, Revision: 1, Limit: 1 << 40, Window: time.Second,
+	MaxCost: 1, CleanupGrace: time.Second, Clock: ClockBackend}}
 
 func (r *Redis) canary(ctx context.Context, tag string) error {
 	key := r.prefix + "{canary:" + tag + "}"
-	_, err := r.evalsha(ctx, r.scripts[canaryPolicy.Algorithm], []string{key}, r.args(canaryPolicy, 1))
+	_, err := r.evalsha(ctx, r.script, []string{key}, r.args(canaryPolicies, 1))
 	if err != nil {
 		if _, moved := redis.IsMovedError(err); moved && r.mode != RedisCluster {
 			return fmt.Errorf("redis at %s is a Cluster node, but mode is %s: %w: %w", key, r.mode, errTopology, err)
@@ -540,12 +535,21 @@ func (r *Redis) key(p *Policy, subject string) string {
 }
 
 // compiledPolicy is what every call of one policy shares, made once: the
-// end of its keys and the script arguments that do not change per call.
+// end of its keys and its script arguments, boxed once.
 type compiledPolicy struct {
 	policy  Policy // what it was made from: a policy changed in place is made again
 	keyTail string // "}:" + name + ":" + revision
-	args    [10]any
+	args    [argsPerPolicy]any
+	dedup   [3]any // ARGV 3 to 5, when it is a request's first policy
 }
+
+// The script's ARGV (lua/prelude.lua): argsHead values for the request,
+// then argsPerPolicy for each policy, of which argNow is the clock.
+const (
+	argsHead      = 5
+	argsPerPolicy = 8
+	argNow        = 1
+)
 
 // maxCompiled bounds the compiled policies kept: every reload brings new
 // ones, and the old ones are not told apart from those still in use.
@@ -558,15 +562,15 @@ func (r *Redis) compiled(p *Policy) *compiledPolicy {
 		}
 	}
 	c := &compiledPolicy{policy: *p, keyTail: "}:" + p.Name + ":" + strconv.FormatInt(p.Revision, 10)}
-	period, refill := p.Window, int64(0)
-	if p.Algorithm == TokenBucket {
-		period, refill = p.RefillPeriod, p.RefillTokens
+	shadow := 0
+	if p.Shadow {
+		shadow = 1
 	}
-	c.args = [10]any{
-		"", int64(0), p.Quota(), period.Milliseconds(), refill,
-		p.CleanupGrace.Milliseconds(), p.MaxClockRegression.Milliseconds(),
-		p.Dedup.TTL.Milliseconds(), p.Dedup.MaxEntries, p.Dedup.MaxBytes,
+	c.args = [argsPerPolicy]any{
+		int(p.Algorithm), "", p.Quota(), p.Period().Milliseconds(), p.RefillTokens,
+		p.CleanupGrace.Milliseconds(), p.MaxClockRegression.Milliseconds(), shadow,
 	}
+	c.dedup = [3]any{p.Dedup.TTL.Milliseconds(), p.Dedup.MaxEntries, p.Dedup.MaxBytes}
 	if r.compiledCount.Add(1) > maxCompiled {
 		r.policies.Clear()
 		r.compiledCount.Store(1)
@@ -575,33 +579,70 @@ func (r *Redis) compiled(p *Policy) *compiledPolicy {
 	return c
 }
 
-// keys are the keys of one call of a single policy: the subject's state
-// and, with de-duplication (evaluationID not empty), the evaluation's
-// record and the list of remembered IDs, all three cut from one string.
-// The record and the list share the state key's hash tag: one Cluster
-// slot. See lua/prelude.lua.
-func (r *Redis) keys(p *Policy, subject, evaluationID string) []string {
-	tail := r.compiled(p).keyTail
-	if evaluationID == "" {
-		return []string{r.prefix + "{" + subject + tail}
+// keys are the keys of one call: each policy's state and, with
+// de-duplication (evaluationID not empty), the evaluation's record and the
+// list of remembered IDs, all cut from one string. They share the
+// subject's hash tag: one Cluster slot. See lua/prelude.lua.
+func (r *Redis) keys(ps []*Policy, subject, evaluationID string) []string {
+	var tailsOn [scratchPolicies]string
+	tails := tailsOn[:0]
+	head := len(r.prefix) + 1 + len(subject)
+	size := 0
+	for _, p := range ps {
+		t := r.compiled(p).keyTail
+		tails = append(tails, t)
+		size += head + len(t)
 	}
-	n := len(r.prefix) + 1 + len(subject) + len(tail)
-	record := n + len(":e:") + len(evaluationID)
+	first := head + len(tails[0])
+	record := first + len(":e:") + len(evaluationID)
+	if evaluationID != "" {
+		size += record + first + len(":q")
+	}
 	var b strings.Builder
-	b.Grow(n + record + n + len(":q"))
-	for i := range 3 {
+	b.Grow(size)
+	key := func(tail, suffix, id string) {
 		b.WriteString(r.prefix)
 		b.WriteByte('{')
 		b.WriteString(subject)
 		b.WriteString(tail)
-		if i == 1 {
-			b.WriteString(":e:")
-			b.WriteString(evaluationID)
+		b.WriteString(suffix)
+		b.WriteString(id)
+	}
+	for _, t := range tails {
+		key(t, "", "")
+	}
+	if evaluationID != "" {
+		key(tails[0], ":e:", evaluationID)
+		key(tails[0], ":q", "")
+	}
+	all := b.String()
+	keys := make([]string, 0, len(ps)+2)
+	at := 0
+	for _, t := range tails {
+		keys = append(keys, all[at:at+head+len(t)])
+		at += head + len(t)
+	}
+	if evaluationID != "" {
+		keys = append(keys, all[at:at+record], all[at+record:])
+	}
+	return keys
+}
+
+// args is the script's ARGV for a request of cost over ps.
+func (r *Redis) args(ps []*Policy, cost int64) []any {
+	args := make([]any, argsHead, argsHead+argsPerPolicy*len(ps))
+	for i, p := range ps {
+		c := r.compiled(p)
+		if i == 0 {
+			args[0], args[1] = len(ps), cost
+			copy(args[2:argsHead], c.dedup[:])
+		}
+		args = append(args, c.args[:]...)
+		if p.Clock == ClockGateway {
+			args[len(args)-argsPerPolicy+argNow] = strconv.FormatInt(r.clock.Now().UnixMilli(), 10)
 		}
 	}
-	b.WriteString(":q")
-	all := b.String()
-	return []string{all[:n], all[n : n+record], all[n+record:]}
+	return args
 }
 
 // withDeadline bounds ctx by deadline, unless it is zero.
@@ -612,46 +653,43 @@ func withDeadline(ctx context.Context, deadline time.Time) (context.Context, con
 	return context.WithDeadline(ctx, deadline)
 }
 
-// Evaluate decides one request.
+// Evaluate decides one request, in one script call over the keys of all
+// its policies (one hash tag, one slot). A denial the instance remembers
+// for the same policies, subject and cost answers without Redis; a lost
+// reply is retried once under the same evaluation ID when the first policy
+// de-duplicates.
 func (r *Redis) Evaluate(ctx context.Context, req Request) Outcome {
 	if o := admit(ctx, req); o != nil {
 		return o
 	}
-	if len(req.Policies) == 1 {
-		req.Policy = req.Policies[0]
-	}
-	if len(req.Policies) > 1 {
-		ctx, cancel := withDeadline(ctx, req.Deadline)
-		defer cancel()
-		return r.evaluateAll(ctx, req)
-	}
-	p := req.Policy
-	dk := denialKey{policy: p, subject: req.Subject, cost: req.Cost}
-	sent := r.now(p)
+	ps := req.Policies
+	dk := newDenialKey(ps, req.Subject, req.Cost)
+	sent := r.now(ps[0])
 	if r.denials != nil {
-		if d, ok := r.denials.get(dk, sent); ok {
+		if e, ok := r.denials.get(dk, ps, sent); ok {
 			r.m.cached.Inc()
-			return Evaluated{Decision: d}
+			return e
 		}
 	}
 	// After the cache: a deadline costs a timer, and a remembered denial
 	// needs none.
 	ctx, cancel := withDeadline(ctx, req.Deadline)
 	defer cancel()
-	dedup := p.Dedup.Enabled && req.EvaluationID != ""
+	dedup := ps[0].Dedup.Enabled && req.EvaluationID != ""
 	id := ""
 	if dedup {
 		id = req.EvaluationID
 	}
-	keys := r.keys(p, req.Subject, id)
-	o := r.decide(ctx, p, keys, req.Cost)
+	keys := r.keys(ps, req.Subject, id)
+	args := r.args(ps, req.Cost)
+	o := r.decide(ctx, ps, keys, args)
 	if _, ambiguous := o.(Indeterminate); ambiguous && dedup && ctx.Err() == nil {
 		// The first call may have been charged; the same evaluation ID makes
 		// a repeat return that first result instead of charging again.
-		o = r.decide(ctx, p, keys, req.Cost)
+		o = r.decide(ctx, ps, keys, args)
 	}
 	if e, ok := o.(Evaluated); ok && r.denials != nil {
-		r.denials.put(dk, e.Decision, sent)
+		r.denials.put(dk, ps, e, sent)
 	}
 	return o
 }
@@ -666,83 +704,28 @@ func (r *Redis) now(p *Policy) time.Time {
 	return time.Now()
 }
 
-func (r *Redis) decide(ctx context.Context, p *Policy, keys []string, cost int64) Outcome {
-	reply, err := r.evalsha(ctx, r.scripts[p.Algorithm], keys, r.args(p, cost))
+func (r *Redis) decide(ctx context.Context, ps []*Policy, keys []string, args []any) Outcome {
+	reply, err := r.evalsha(ctx, r.script, keys, args)
 	if err != nil {
 		return r.classify(err)
 	}
-	return decodeReply(p, reply)
+	return decodeReply(ps, reply)
 }
 
-// evaluateAll decides a request with several policies in one call of the
-// multi script over all of their keys (one hash tag, one slot). A denial
-// the instance remembers for the same policies, subject and cost answers
-// without Redis; a lost reply is retried once under the same evaluation ID
-// when the first policy de-duplicates, as for one policy.
-func (r *Redis) evaluateAll(ctx context.Context, req Request) Outcome {
-	ps := req.Policies
-	dk := denialKey{policy: ps[0], set: &ps[0], subject: req.Subject, cost: req.Cost}
-	sent := r.now(ps[0])
-	if r.denials != nil {
-		if e, ok := r.denials.getAll(dk, ps, sent); ok {
-			r.m.cached.Inc()
-			return e
-		}
-	}
-	keys := make([]string, len(ps), len(ps)+2)
-	for i, p := range ps {
-		keys[i] = r.key(p, req.Subject)
-	}
-	dedup := ps[0].Dedup.Enabled && req.EvaluationID != ""
-	if dedup {
-		keys = append(keys, keys[0]+":e:"+req.EvaluationID, keys[0]+":q")
-	}
-	args := r.argsAll(ps, req.Cost)
-	o := r.decideAll(ctx, ps, keys, args)
-	if _, ambiguous := o.(Indeterminate); ambiguous && dedup && ctx.Err() == nil {
-		o = r.decideAll(ctx, ps, keys, args)
-	}
-	if e, ok := o.(Evaluated); ok && r.denials != nil {
-		r.denials.putAll(dk, ps, e, sent)
-	}
-	return o
-}
+var errMalformedReply = errors.New("redis: malformed script reply")
 
-func (r *Redis) decideAll(ctx context.Context, ps []*Policy, keys []string, args []any) Outcome {
-	reply, err := r.evalsha(ctx, r.multi, keys, args)
-	if err != nil {
-		return r.classify(err)
-	}
-	return decodeReplyAll(ps, reply)
-}
+// Script reply statuses; see lua/prelude.lua.
+const (
+	replyDecided     = 0
+	replyClockUnsafe = 1
+	replyUnreadable  = 2
+	replyReplayed    = 3
+)
 
-// argsAll is the multi script's ARGV; see lua/multi.lua.
-func (r *Redis) argsAll(ps []*Policy, cost int64) []any {
-	d := ps[0].Dedup
-	args := make([]any, 0, 5+8*len(ps))
-	args = append(args, len(ps), cost, d.TTL.Milliseconds(), d.MaxEntries, d.MaxBytes)
-	for _, p := range ps {
-		now := ""
-		if p.Clock == ClockGateway {
-			now = strconv.FormatInt(r.clock.Now().UnixMilli(), 10)
-		}
-		period, refill := p.Window, int64(0)
-		if p.Algorithm == TokenBucket {
-			period, refill = p.RefillPeriod, p.RefillTokens
-		}
-		shadow := 0
-		if p.Shadow {
-			shadow = 1
-		}
-		args = append(args, int(p.Algorithm), now, p.Quota(), period.Milliseconds(), refill,
-			p.CleanupGrace.Milliseconds(), p.MaxClockRegression.Milliseconds(), shadow)
-	}
-	return args
-}
-
-// decodeReplyAll reads the multi script's reply.
-func decodeReplyAll(ps []*Policy, reply []any) Outcome {
-	if len(reply) < 2 {
+// decodeReply reads the script's reply: a status, then four numbers per
+// policy.
+func decodeReply(ps []*Policy, reply []any) Outcome {
+	if len(reply) == 0 {
 		return Indeterminate{Err: errMalformedReply}
 	}
 	status, ok := reply[0].(int64)
@@ -758,27 +741,23 @@ func decodeReplyAll(ps []*Policy, reply []any) Outcome {
 	default:
 		return Indeterminate{Err: errMalformedReply}
 	}
-	if len(reply) != 2+4*len(ps) {
+	if len(reply) != 1+4*len(ps) {
 		return Indeterminate{Err: errMalformedReply}
 	}
-	each := make([]Decision, len(ps))
+	var eachOn [scratchPolicies]Decision
+	each := eachOn[:0]
 	for i, p := range ps {
 		var n [4]int64
 		for j := range n {
-			x, ok := reply[2+4*i+j].(int64)
+			x, ok := reply[1+4*i+j].(int64)
 			if !ok {
 				return Indeterminate{Err: errMalformedReply}
 			}
 			n[j] = x
 		}
-		certainty := Certain
-		if p.Algorithm == SlidingCounter {
-			certainty = Approximate
-		}
-		each[i] = Decision{Allowed: n[0] == 1, Limit: p.Quota(), Remaining: n[1],
-			ResetAfter: ms(n[2]), RetryAfter: ms(n[3]), Certainty: certainty}
+		each = append(each, p.decision(n[0] == 1, n[1], ms(n[2]), ms(n[3])))
 	}
-	return evaluatedAll(ps, each)
+	return evaluated(ps, each)
 }
 
 // evalsha sends one EVALSHA; on NOSCRIPT it loads the scripts and sends once
@@ -911,57 +890,6 @@ func (r *Redis) nodeFor(ctx context.Context, key string) (*redis.Client, error) 
 		return r.cluster.MasterForKey(ctx, key)
 	}
 	return r.client.(*redis.Client), nil
-}
-
-func (r *Redis) args(p *Policy, cost int64) []any {
-	args := make([]any, 10)
-	copy(args, r.compiled(p).args[:])
-	if p.Clock == ClockGateway {
-		args[0] = strconv.FormatInt(r.clock.Now().UnixMilli(), 10)
-	}
-	args[1] = cost
-	return args
-}
-
-var errMalformedReply = errors.New("redis: malformed script reply")
-
-// Script reply statuses; see lua/prelude.lua.
-const (
-	replyDecided     = 0
-	replyClockUnsafe = 1
-	replyUnreadable  = 2
-	replyReplayed    = 3
-)
-
-func decodeReply(p *Policy, reply []any) Outcome {
-	if len(reply) != 5 {
-		return Indeterminate{Err: errMalformedReply}
-	}
-	var n [5]int64
-	for i, v := range reply {
-		x, ok := v.(int64)
-		if !ok {
-			return Indeterminate{Err: errMalformedReply}
-		}
-		n[i] = x
-	}
-	switch n[0] {
-	case replyClockUnsafe:
-		return Unavailable{Category: ClockUnsafe}
-	case replyUnreadable:
-		return Incompatible{Reason: StateUnreadable}
-	case replyDecided, replyReplayed:
-	default:
-		return Indeterminate{Err: errMalformedReply}
-	}
-	certainty := Certain
-	if p.Algorithm == SlidingCounter {
-		certainty = Approximate
-	}
-	return Evaluated{Decision: Decision{
-		Allowed: n[1] == 1, Limit: p.Quota(), Remaining: n[2],
-		ResetAfter: ms(n[3]), RetryAfter: ms(n[4]), Certainty: certainty,
-	}}
 }
 
 // classify maps an error to an outcome by cause. Only errors that prove the

@@ -34,7 +34,7 @@ func TestConcurrentDecisionsShareWritesAndStayExact(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			<-start
-			o := r.Evaluate(context.Background(), limiter.Request{Policy: p, Subject: subject, Cost: 1,
+			o := r.Evaluate(context.Background(), limiter.Request{Policies: []*limiter.Policy{p}, Subject: subject, Cost: 1,
 				EvaluationID: "e" + strconv.Itoa(i), Deadline: time.Now().Add(5 * time.Second)})
 			switch o := o.(type) {
 			case limiter.Evaluated:

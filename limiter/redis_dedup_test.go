@@ -2,6 +2,7 @@ package limiter_test
 
 import (
 	"context"
+	"regexp"
 	"strconv"
 	"testing"
 	"time"
@@ -70,5 +71,35 @@ func TestRedisDedupMemoryStaysWithinItsBounds(t *testing.T) {
 				t.Fatalf("pushed-out ID: remaining %d, want %d", d.Remaining, 1000-n-1)
 			}
 		})
+	}
+}
+
+// During a rolling upgrade instances of two releases share one Redis, so
+// the keys, the state's fields and a one-policy request's record keep the
+// layout the release before wrote (it reads them under the same names).
+func TestRedisKeepsTheKeyLayoutOfTheReleaseBefore(t *testing.T) {
+	s := redistest.Start(t)
+	r := redistest.NewLimiter(t, limiter.RedisOptions{Addrs: []string{s.Addr}, KeyPrefix: "rl:"})
+	admin := s.Client(t)
+	ctx := context.Background()
+	p := limitertest.FixedWindow(10, time.Minute)
+	p.Clock = limiter.ClockBackend
+	subject := limitertest.Subject()
+	mustAllow(t, first(evaluate(r, p, subject, "eval-1")))
+
+	key := r.Key(p, subject)
+	if want := "rl:{" + subject + "}:" + p.Name + ":" + strconv.FormatInt(p.Revision, 10); key != want {
+		t.Fatalf("state key %s, want %s", key, want)
+	}
+	fields := admin.HGetAll(ctx, key).Val()
+	if len(fields) != 5 || fields["c"] != "1" || fields["p"] != "0" || fields["s"] == "" || fields["t"] == "" || fields["eb"] == "" {
+		t.Fatalf("state %v, want the fields s, c, p, t and eb", fields)
+	}
+	record := admin.Get(ctx, key+":e:eval-1").Val()
+	if !regexp.MustCompile(`^\d+,1,9,\d+,0$`).MatchString(record) {
+		t.Fatalf("record %q, want expires,allowed,remaining,reset,retry", record)
+	}
+	if ids := admin.LRange(ctx, key+":q", 0, -1).Val(); len(ids) != 1 || ids[0] != "eval-1" {
+		t.Fatalf("remembered IDs %v, want [eval-1]", ids)
 	}
 }

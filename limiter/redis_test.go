@@ -94,11 +94,12 @@ func BenchmarkRedis(b *testing.B) {
 				subject := limitertest.Subject()
 				ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
 				defer cancel()
+				ps := []*limiter.Policy{&q}
 				calls, usec := evalshaStats(b, s)
 				b.ReportAllocs()
 				n := 0
 				for b.Loop() {
-					o := r.Evaluate(ctx, limiter.Request{Policy: &q, Subject: subject, Cost: 1, EvaluationID: "e" + strconv.Itoa(n)})
+					o := r.Evaluate(ctx, limiter.Request{Policies: ps, Subject: subject, Cost: 1, EvaluationID: "e" + strconv.Itoa(n)})
 					if e, ok := o.(limiter.Evaluated); !ok || !e.Allowed {
 						b.Fatalf("outcome %#v", o)
 					}
@@ -149,9 +150,10 @@ func BenchmarkRedisParallel(b *testing.B) {
 			cpu := cpuTime(b)
 			b.ReportAllocs()
 			b.SetParallelism(32)
+			ps := []*limiter.Policy{p}
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
-					o := r.Evaluate(context.Background(), limiter.Request{Policy: p, Subject: subject, Cost: 1,
+					o := r.Evaluate(context.Background(), limiter.Request{Policies: ps, Subject: subject, Cost: 1,
 						EvaluationID: "e" + strconv.FormatInt(ids.Add(1), 10), Deadline: time.Now().Add(time.Second)})
 					if e, ok := o.(limiter.Evaluated); !ok || !e.Allowed {
 						b.Errorf("outcome %#v", o)
@@ -211,7 +213,7 @@ func BenchmarkRedisMemoryPerSubject(b *testing.B) {
 			for b.Loop() {
 				// A pseudonym as the gateway makes them: v1: and 64 hex digits.
 				subject := fmt.Sprintf("v1:%064x", n)
-				r.Evaluate(ctx, limiter.Request{Policy: p, Subject: subject, Cost: 1, EvaluationID: fmt.Sprintf("%024x-%x", 1, n)})
+				r.Evaluate(ctx, limiter.Request{Policies: []*limiter.Policy{p}, Subject: subject, Cost: 1, EvaluationID: fmt.Sprintf("%024x-%x", 1, n)})
 				n++
 			}
 			b.ReportMetric((used()-before)/float64(n), "redis-bytes/subject")

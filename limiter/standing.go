@@ -9,13 +9,10 @@ package limiter
 // backend's own state, without charging anything. A request with several
 // policies is not looked up (false).
 func (m *Memory) StandingDenial(req Request) (Evaluated, bool) {
-	p := req.Policy
-	if len(req.Policies) == 1 {
-		p = req.Policies[0]
-	}
-	if p == nil || len(req.Policies) > 1 || req.Cost < 1 {
+	if len(req.Policies) != 1 || req.Policies[0] == nil || req.Cost < 1 {
 		return Evaluated{}, false
 	}
+	p := req.Policies[0]
 	var keyBuf [160]byte
 	key := m.sum(appendMemoryKey(keyBuf[:0], p, req.Subject))
 	nowMillis := m.clock.Now().UnixMilli()
@@ -37,19 +34,16 @@ func (m *Memory) StandingDenial(req Request) (Evaluated, bool) {
 // (see denials), without a Redis call. Without the cache, or for a
 // request with several policies, it reports none.
 func (r *Redis) StandingDenial(req Request) (Evaluated, bool) {
-	p := req.Policy
-	if len(req.Policies) == 1 {
-		p = req.Policies[0]
-	}
-	if r.denials == nil || p == nil || len(req.Policies) > 1 {
+	ps := req.Policies
+	if r.denials == nil || len(ps) != 1 || ps[0] == nil {
 		return Evaluated{}, false
 	}
-	d, ok := r.denials.get(denialKey{policy: p, subject: req.Subject, cost: req.Cost}, r.now(p))
+	e, ok := r.denials.get(newDenialKey(ps, req.Subject, req.Cost), ps, r.now(ps[0]))
 	if !ok {
 		return Evaluated{}, false
 	}
 	r.m.cached.Inc()
-	return Evaluated{Decision: d}, true
+	return e, true
 }
 
 // StandingDenial is the shared backend's: the fallback's own state is of

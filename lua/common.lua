@@ -1,8 +1,8 @@
--- Shared by every script: the algorithms' arithmetic helper. Each
--- algorithm below is a function of (now, cost, limit, window, refill,
--- grace, valid, st_start, st_count, st_prev) that returns allowed (0/1),
--- remaining, reset_ms, retry_ms, and, when it would charge, the new start,
--- count, previous count and the TTL the state needs. It writes nothing.
+-- The algorithms' arithmetic helper. Each algorithm below is a function of
+-- (now, cost, limit, window, refill, grace, valid, st_start, st_count,
+-- st_prev) that returns allowed (0/1), remaining, reset_ms, retry_ms, and,
+-- when it would charge, the new start, count, previous count and the TTL
+-- the state needs. It writes nothing.
 local function idiv(a, b)
   return math.floor(a / b)
 end

@@ -1,53 +1,104 @@
--- Shared tail: one write of the state, the evaluation's record, one TTL.
-local allowed, remaining, reset, retry, n_start, n_count, n_prev, ttl =
-  decide(now, cost, limit, window, refill, grace, valid, st_start, st_count, st_prev)
-
-local fields = {}
-local keep = 0
-if allowed == 1 then
-  fields = {'s', n_start, 'c', n_count, 'p', n_prev, 't', now}
-  keep = ttl
+-- The rate-limit script's tail: read and decide every policy, then write.
+local reply = {0}
+local state = {}
+local admitted = true
+for i = 1, n do
+  local at = 5 + (i - 1) * per_policy
+  local now = clock(ARGV[at + 2])
+  local ok, raw = pcall(redis.call, 'HMGET', KEYS[i], 's', 'c', 'p', 't', 'eb')
+  if not ok then
+    return {2}
+  end
+  local valid = raw[1] ~= false
+  local st_start, st_count, st_prev, st_seen = 0, 0, 0, 0
+  if valid then
+    st_start, st_count = tonumber(raw[1]), tonumber(raw[2])
+    st_prev, st_seen = tonumber(raw[3] or '0'), tonumber(raw[4])
+    if not (st_start and st_count and st_prev and st_seen) then
+      return {2}
+    end
+    if st_seen > now then
+      if st_seen - now > tonumber(ARGV[at + 7]) then
+        return {1}
+      end
+      -- Behind the stored reading but within the bound: time never runs
+      -- backwards for a key.
+      now = st_seen
+    end
+  end
+  local allowed, remaining, reset, retry, n_start, n_count, n_prev, ttl = decide_by[tonumber(ARGV[at + 1])](
+    now, cost, tonumber(ARGV[at + 3]), tonumber(ARGV[at + 4]), tonumber(ARGV[at + 5]), tonumber(ARGV[at + 6]),
+    valid, st_start, st_count, st_prev)
+  if allowed == 0 and ARGV[at + 8] == '0' then
+    admitted = false
+  end
+  state[i] = {now = now, exists = raw[4] ~= false or raw[5] ~= false, eb = raw[5],
+    fields = {'s', n_start, 'c', n_count, 'p', n_prev, 't', now}, ttl = ttl}
+  reply[#reply + 1] = allowed
+  reply[#reply + 1] = remaining
+  reply[#reply + 1] = reset
+  reply[#reply + 1] = retry
 end
-
-if record then
-  local dedup_ttl = tonumber(ARGV[8])
-  local max_entries = tonumber(ARGV[9])
-  local max_bytes = tonumber(ARGV[10])
-  local id = string.sub(record, #key + 4)
-  -- What a record costs Redis, roughly: its key, its value, its place in
-  -- the list and the bookkeeping of a key with a TTL.
-  local size = #record + #id + 128
-  if size <= max_bytes then
-    local expires = now + dedup_ttl
-    redis.call('SET', record, string.format('%d,%d,%d,%d,%d', expires, allowed, remaining, reset, retry), 'PX', dedup_ttl)
-    local entries = redis.call('RPUSH', queue, id)
-    local bytes = size
-    if entries > 1 then
-      bytes = tonumber(raw[5] or '0') + size
+if not admitted then
+  for i = 1, n do
+    if reply[2 + (i - 1) * 4] == 1 then
+      reply[3 + (i - 1) * 4] = reply[3 + (i - 1) * 4] + cost
     end
-    -- Oldest first out, until both bounds hold: a retry follows its first
-    -- try closely, so the newest records are the ones worth keeping.
-    while entries > max_entries or bytes > max_bytes do
-      local old = redis.call('LPOP', queue)
-      redis.call('DEL', key .. ':e:' .. old)
-      bytes = bytes - (#key + 3 + 2 * #old + 128)
-      entries = entries - 1
-    end
-    redis.call('PEXPIRE', queue, dedup_ttl)
-    fields[#fields + 1] = 'eb'
-    fields[#fields + 1] = bytes
-    keep = math.max(keep, dedup_ttl + grace)
   end
 end
 
-if #fields > 0 then
-  redis.call('HSET', key, unpack(fields))
-  if exists then
-    redis.call('PEXPIRE', key, keep, 'GT')
-  else
-    -- A new key has no TTL, and GT takes that for an endless one.
-    redis.call('PEXPIRE', key, keep)
+-- One write of each key's state, the evaluation's record, one TTL each.
+for i = 1, n do
+  local key = KEYS[i]
+  local s = state[i]
+  local fields = {}
+  local keep = 0
+  if admitted and reply[2 + (i - 1) * 4] == 1 then
+    fields = s.fields
+    keep = s.ttl
+  end
+  if i == 1 and record then
+    local dedup_ttl = tonumber(ARGV[3])
+    local max_entries = tonumber(ARGV[4])
+    local max_bytes = tonumber(ARGV[5])
+    local id = string.sub(record, #key + 4)
+    -- What a record costs Redis, roughly: its key, its value, its place in
+    -- the list and the bookkeeping of a key with a TTL.
+    local size = #record + #id + 128
+    if size <= max_bytes then
+      local parts = {string.format('%d', s.now + dedup_ttl)}
+      for j = 2, #reply do
+        parts[j] = string.format('%d', reply[j])
+      end
+      redis.call('SET', record, table.concat(parts, ','), 'PX', dedup_ttl)
+      local entries = redis.call('RPUSH', queue, id)
+      local bytes = size
+      if entries > 1 then
+        bytes = tonumber(s.eb or '0') + size
+      end
+      -- Oldest first out, until both bounds hold: a retry follows its first
+      -- try closely, so the newest records are the ones worth keeping.
+      while entries > max_entries or bytes > max_bytes do
+        local old = redis.call('LPOP', queue)
+        redis.call('DEL', key .. ':e:' .. old)
+        bytes = bytes - (#key + 3 + 2 * #old + 128)
+        entries = entries - 1
+      end
+      redis.call('PEXPIRE', queue, dedup_ttl)
+      fields[#fields + 1] = 'eb'
+      fields[#fields + 1] = bytes
+      keep = math.max(keep, dedup_ttl + tonumber(ARGV[5 + 6])) -- the first policy's grace
+    end
+  end
+  if #fields > 0 then
+    redis.call('HSET', key, unpack(fields))
+    if s.exists then
+      redis.call('PEXPIRE', key, keep, 'GT')
+    else
+      -- A new key has no TTL, and GT takes that for an endless one.
+      redis.call('PEXPIRE', key, keep)
+    end
   end
 end
 
-return {0, allowed, remaining, reset, retry}
+return reply

@@ -1,14 +1,15 @@
-// Package lua holds the rate-limit scripts the Redis backend runs. A
-// one-policy script is the shared prelude, the algorithms' common helper,
-// one algorithm and the shared epilogue, and touches one subject's keys
-// (KEYS[1] and, with de-duplication, two more under its hash tag). The
-// several-policy script holds every algorithm and decides all of a route's
-// policies in one call, over keys that share the subject's hash tag; so
-// every script runs on Redis Cluster. prelude.lua documents the key layout,
-// ARGV and the reply; multi.lua its own.
+// Package lua holds the rate-limit script the Redis backend runs. It is
+// one script for any number of policies: the prelude (keys, ARGV, reply and
+// de-duplication replays; prelude.lua documents them), the algorithms'
+// common helper, one file per algorithm, the table that numbers them, and
+// the epilogue, which decides every policy and writes. Its keys share the
+// subject's hash tag, so it runs on Redis Cluster.
 package lua
 
-import _ "embed"
+import (
+	_ "embed"
+	"strings"
+)
 
 var (
 	//go:embed prelude.lua
@@ -23,15 +24,46 @@ var (
 	slidingCounter string
 	//go:embed token_bucket.lua
 	tokenBucket string
-	//go:embed multi.lua
-	multi string
 )
 
-// The scripts, whole.
-var (
-	FixedWindow    = prelude + common + fixedWindow + "local decide = fixed_window\n" + epilogue
-	SlidingCounter = prelude + common + slidingCounter + "local decide = sliding_counter\n" + epilogue
-	TokenBucket    = prelude + common + tokenBucket + "local decide = token_bucket\n" + epilogue
-	// Multi decides several policies at once; see multi.lua.
-	Multi = common + fixedWindow + slidingCounter + tokenBucket + multi
-)
+// An algorithm is one Lua file that defines a function of the signature
+// common.lua states.
+type algorithm struct {
+	Name     string // as configured, and as package limiter names it
+	function string
+	src      string
+}
+
+// algorithms in the order of their numbers in ARGV, from 1: package
+// limiter's Algorithm values, which its tests hold to this list.
+var algorithms = []algorithm{
+	{"fixed-window", "fixed_window", fixedWindow},
+	{"sliding-counter", "sliding_counter", slidingCounter},
+	{"token-bucket", "token_bucket", tokenBucket},
+}
+
+// Algorithms names the algorithms by their number in ARGV, from 1.
+func Algorithms() []string {
+	names := make([]string, len(algorithms))
+	for i, a := range algorithms {
+		names[i] = a.Name
+	}
+	return names
+}
+
+// Script is the whole script.
+var Script = script()
+
+func script() string {
+	var b strings.Builder
+	b.WriteString(prelude)
+	b.WriteString(common)
+	functions := make([]string, len(algorithms))
+	for i, a := range algorithms {
+		b.WriteString(a.src)
+		functions[i] = a.function
+	}
+	b.WriteString("local decide_by = {" + strings.Join(functions, ", ") + "}\n")
+	b.WriteString(epilogue)
+	return b.String()
+}

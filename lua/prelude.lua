@@ -1,80 +1,67 @@
--- Shared head of every rate-limit script.
+-- The rate-limit script's head. One call decides every policy of one
+-- request (a route's list; one policy is a list of one) for one subject:
+-- every policy is read and decided first, nothing written; then, when
+-- every enforced policy allows, each policy that allows is charged, and
+-- when any enforced one denies, none is. Shadow policies are decided
+-- alongside and never refuse.
 --
--- KEYS[1] is the subject's state, a hash:
+-- KEYS[1..n] the policies' state, in the request's order, one hash each:
 --   s, c, p  the algorithm's state (start, count, previous count), in ms
 --   t        the latest clock reading that wrote the state (ms)
---   eb       the bytes of the remembered evaluations listed in KEYS[3]
--- With de-duplication two more keys follow, sharing KEYS[1]'s hash tag so
--- that all three live on one Cluster slot:
--- KEYS[2]  this evaluation's record, "expires,allowed,remaining,reset,retry",
---          a string that also expires on its own (PX)
--- KEYS[3]  the remembered evaluation IDs, a list, oldest first; the record
---          of ID x is KEYS[1] .. ':e:' .. x
+--   eb       (KEYS[1] only) the bytes of the remembered evaluations
+-- With de-duplication two more keys follow:
+-- KEYS[n+1] this evaluation's record, "expires" then "allowed,remaining,
+--           reset,retry" per policy, comma-separated: a string that also
+--           expires on its own (PX)
+-- KEYS[n+2] the remembered evaluation IDs, a list, oldest first; the record
+--           of ID x is KEYS[1] .. ':e:' .. x
+-- Every key shares one hash tag, the subject's, so one Cluster slot.
 -- Remembering costs O(1) whatever the number remembered: one GET, one SET,
 -- one RPUSH, and one LPOP and DEL per record pushed out by the bounds.
 --
 -- ARGV:
---   1 now in ms, or "" to read Redis TIME (one clock for every gateway)
---   2 cost                    3 limit or capacity
---   4 window or refill period in ms
---   5 refill tokens (token bucket; 0 otherwise)
---   6 cleanup grace in ms     7 max clock regression in ms
---   8 dedup TTL in ms         9 dedup max entries      10 dedup max bytes
+--   1 n    2 cost    3 dedup TTL in ms    4 dedup max entries
+--   5 dedup max bytes (3-5: the first policy's)
+--   then eight per policy, from 5 + (i-1)*8 + 1:
+--   algorithm (its place in decide_by), now in ms or "" to read Redis TIME
+--   (one clock for every gateway), limit or capacity, window or refill
+--   period in ms, refill tokens, cleanup grace in ms, max clock regression
+--   in ms, shadow (1) or enforced (0)
 --
--- Reply: {status, allowed, remaining, reset_ms, retry_ms}
---   status 0 decided, 1 clock unsafe, 2 state unreadable, 3 replayed
---   (a decision remembered under the same evaluation ID, charged nothing).
--- A denial writes no algorithm state. Every write leaves KEYS[1] with a
--- TTL, so PEXPIRE ... GT can only lengthen it.
-local key = KEYS[1]
-local record = KEYS[2]
-local queue = KEYS[3]
-
-local now
-if ARGV[1] == '' then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-else
-  now = tonumber(ARGV[1])
-end
+-- Reply: {status}, then when decided or replayed allowed, remaining,
+-- reset_ms, retry_ms per policy. Status 0 decided, 1 clock unsafe, 2 state
+-- unreadable, 3 replayed (a decision remembered under the same evaluation
+-- ID, charged nothing). A policy that would allow a refused request reports
+-- what it has left, uncharged. A denial writes no algorithm state. Every
+-- write leaves its key with a TTL, so PEXPIRE ... GT can only lengthen it.
+local n = tonumber(ARGV[1])
 local cost = tonumber(ARGV[2])
-local limit = tonumber(ARGV[3])
-local window = tonumber(ARGV[4])
-local refill = tonumber(ARGV[5])
-local grace = tonumber(ARGV[6])
-local max_regression = tonumber(ARGV[7])
+local record = KEYS[n + 1]
+local queue = KEYS[n + 2]
+local per_policy = 8
+
+local redis_now
+local function clock(arg)
+  if arg ~= '' then
+    return tonumber(arg)
+  end
+  if not redis_now then
+    local t = redis.call('TIME')
+    redis_now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  end
+  return redis_now
+end
 
 if record then
   local rec = redis.call('GET', record)
   if rec then
-    local e, a, r, rs, rt = string.match(rec, '^(%d+),(%d),(%d+),(%d+),(%d+)$')
-    if e and tonumber(e) > now then
-      return {3, tonumber(a), tonumber(r), tonumber(rs), tonumber(rt)}
+    local v = {}
+    for x in string.gmatch(rec, '%d+') do
+      v[#v + 1] = tonumber(x)
+    end
+    if #v == 1 + 4 * n and v[1] > clock(ARGV[7]) then
+      v[1] = 3
+      return v
     end
   end
 end
-
-local ok, raw = pcall(redis.call, 'HMGET', key, 's', 'c', 'p', 't', 'eb')
-if not ok then
-  return {2, 0, 0, 0, 0}
-end
-local exists = raw[4] ~= false or raw[5] ~= false
-
-local valid = raw[1] ~= false
-local st_start, st_count, st_prev, st_seen = 0, 0, 0, 0
-if valid then
-  st_start, st_count = tonumber(raw[1]), tonumber(raw[2])
-  st_prev, st_seen = tonumber(raw[3] or '0'), tonumber(raw[4])
-  if not (st_start and st_count and st_prev and st_seen) then
-    return {2, 0, 0, 0, 0}
-  end
-  if st_seen > now then
-    if st_seen - now > max_regression then
-      return {1, 0, 0, 0, 0}
-    end
-    -- Behind the stored reading but within the bound: time never runs
-    -- backwards for a key.
-    now = st_seen
-  end
-end
-

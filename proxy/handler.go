@@ -604,15 +604,11 @@ func (h *Handler) limit(w http.ResponseWriter, r *http.Request, c *compiled, rt 
 	}
 	start := time.Now()
 	req := limiter.Request{
+		Policies:     l.policies,
 		Subject:      s.Pseudonym,
 		Cost:         rt.Cost,
 		EvaluationID: h.evalIDs.next(),
 		Deadline:     start.Add(c.deadline),
-	}
-	if l.multi {
-		req.Policies = l.policies
-	} else {
-		req.Policy = l.policies[0]
 	}
 	o := c.limiter.Evaluate(r.Context(), req)
 	took := time.Since(start)
@@ -629,31 +625,21 @@ func (h *Handler) limit(w http.ResponseWriter, r *http.Request, c *compiled, rt 
 	if h.opts.Metrics != nil {
 		h.opts.Metrics.LimiterDuration.WithLabelValues(x.outcome).Observe(took.Seconds())
 		if e, ok := o.(limiter.Evaluated); ok && e.Fallback {
-			if l.multi {
-				for i, p := range l.policies {
-					h.opts.Metrics.fallback(rt.OperationID, p.Name, e.Policies[i].Allowed)
-				}
-			} else {
-				h.opts.Metrics.fallback(rt.OperationID, l.policies[0].Name, e.Allowed)
+			for i, p := range l.policies {
+				h.opts.Metrics.fallback(rt.OperationID, p.Name, e.PolicyDecision(i).Allowed)
 			}
 		}
 	}
 	switch o := o.(type) {
 	case limiter.Evaluated:
-		if l.multi {
-			return h.decidedAll(w, rt, l, o, x)
-		}
-		if l.shadowOnly {
-			if !o.Allowed {
-				h.shadowDenied(rt, []string{l.policies[0].Name}, x)
+		l.setHeaders(w.Header(), o)
+		if l.admits(o) {
+			if names := l.shadowDenials(o); names != nil {
+				h.shadowDenied(rt, names, x)
 			}
 			return true
 		}
-		setRateLimitHeaders(w.Header(), l, o.Decision)
-		if o.Allowed {
-			return true
-		}
-		writeQuotaExceeded(w, l.problem429, o.RetryAfter)
+		writeQuotaExceeded(w, l.problem(o), o.RetryAfter)
 		return false
 	case limiter.Incompatible:
 		h.opts.Logger.LogAttrs(r.Context(), slog.LevelError, "limiter configuration error",
@@ -678,20 +664,6 @@ func (r *route) mapsPlan(plan string) bool {
 
 // limited reports whether any subject of the route is limited.
 func (r *route) limited() bool { return r.limits != nil || len(r.planLimits) > 0 }
-
-// decidedAll answers a decision over several policies. It reports whether
-// the request may go on.
-func (h *Handler) decidedAll(w http.ResponseWriter, rt *route, l *limits, o limiter.Evaluated, x *exchange) bool {
-	l.setHeadersAll(w.Header(), o.Policies)
-	if o.Allowed {
-		if names := l.shadowDenials(o.Policies); names != nil {
-			h.shadowDenied(rt, names, x)
-		}
-		return true
-	}
-	writeQuotaExceeded(w, quotaProblem(l.violated(o.Policies)), o.RetryAfter)
-	return false
-}
 
 // shadowDenied records the would-be denials of the shadow policies named:
 // the request goes on, logged as shadow_denied with their names.

@@ -126,16 +126,6 @@ func policyMember(p *limiter.Policy) string {
 		";w=" + strconv.FormatInt(max(ceilSeconds(p.QuotaWindow()), 1), 10)
 }
 
-// setRateLimitHeaders sets RateLimit-Policy and RateLimit for a route with
-// one enforced policy. Headers the upstream sends later are added beside
-// ours: both are Structured Field lists, so the client sees every policy.
-func setRateLimitHeaders(h http.Header, l *limits, d limiter.Decision) {
-	var buf [160]byte
-	b := appendRateLimitMember(buf[:0], l.names[0], d)
-	h["Ratelimit-Policy"] = l.policyHeader
-	h["Ratelimit"] = []string{string(b)}
-}
-
 // sfString serializes s as a Structured Field string (RFC 8941 3.3.3).
 // Policy names are validated to printable ASCII at load time.
 func sfString(s string) string {

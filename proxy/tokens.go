@@ -37,7 +37,7 @@ type tokenBudget struct {
 // over its budget of invalid tokens.
 type tokenBudgetSpent struct {
 	client   subject.Subject
-	decision limiter.Decision
+	decision limiter.Evaluated
 }
 
 func (e *tokenBudgetSpent) Error() string { return "over the budget of invalid tokens" }
@@ -52,7 +52,7 @@ func (b *tokenBudget) AdmitToken(_ context.Context, client subject.Subject) erro
 	if !ok || e.Allowed {
 		return nil
 	}
-	return &tokenBudgetSpent{client: client, decision: e.Decision}
+	return &tokenBudgetSpent{client: client, decision: e}
 }
 
 func (b *tokenBudget) request(pseudonym string, start time.Time) limiter.Request {
@@ -66,24 +66,24 @@ func (b *tokenBudget) request(pseudonym string, start time.Time) limiter.Request
 // charge counts one invalid token of r's client and reports the denial
 // when the client is over its budget. A limiter that cannot decide
 // charges nothing and refuses nothing: the token is refused anyway.
-func (b *tokenBudget) charge(r *http.Request, resolver *subject.Resolver) (subject.Subject, limiter.Decision, bool) {
+func (b *tokenBudget) charge(r *http.Request, resolver *subject.Resolver) (subject.Subject, limiter.Evaluated, bool) {
 	client := resolver.ClientSubject(r)
 	if client.Pseudonym == "" {
-		return client, limiter.Decision{}, false
+		return client, limiter.Evaluated{}, false
 	}
 	o := b.limiter.Evaluate(r.Context(), b.request(client.Pseudonym, time.Now()))
 	e, ok := o.(limiter.Evaluated)
 	if !ok || e.Allowed {
-		return client, limiter.Decision{}, false
+		return client, limiter.Evaluated{}, false
 	}
-	return client, e.Decision, true
+	return client, e, true
 }
 
 // refuse answers a client over its budget of invalid tokens: 429 with the
 // policy's RateLimit headers, as any denial.
-func (b *tokenBudget) refuse(w http.ResponseWriter, client subject.Subject, d limiter.Decision, x *exchange) {
+func (b *tokenBudget) refuse(w http.ResponseWriter, client subject.Subject, e limiter.Evaluated, x *exchange) {
 	x.outcome, x.reason = "denied", "invalid_token_budget"
 	x.subjectKind, x.pseudonym = client.Kind, client.Pseudonym
-	setRateLimitHeaders(w.Header(), b.limits, d)
-	writeQuotaExceeded(w, b.limits.problem429, d.RetryAfter)
+	b.limits.setHeaders(w.Header(), e)
+	writeQuotaExceeded(w, b.limits.problem(e), e.RetryAfter)
 }

@@ -27,7 +27,7 @@ func all(t *testing.T, b Backend, ps []*limiter.Policy, subject, id string) limi
 // left is what policy p has left for subject, asked alone at cost 1.
 func left(t *testing.T, b Backend, p *limiter.Policy, subject string) int64 {
 	t.Helper()
-	d := evaluated(t, b.Evaluate(ctx(t), limiter.Request{Policy: p, Subject: subject, Cost: 1, EvaluationID: Subject()}))
+	d := evaluated(t, b.Evaluate(ctx(t), limiter.Request{Policies: []*limiter.Policy{p}, Subject: subject, Cost: 1, EvaluationID: Subject()}))
 	return d.Remaining + 1
 }
 
