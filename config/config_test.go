@@ -102,7 +102,7 @@ func TestBlockOrderDoesNotMatter(t *testing.T) {
 			t.Fatalf("order %v: %s", order, diags.Error())
 		}
 		r := f.Proxy.Routes[0]
-		if r.Policy == nil || r.Policy.Name != "per-key" || r.Cost != 2 || r.MaxBodyBytes != 4096 ||
+		if len(r.Policies) != 1 || r.Policies[0].Name != "per-key" || r.Cost != 2 || r.MaxBodyBytes != 4096 ||
 			len(r.Subject) != 2 || r.Subject[0] != subject.APIKey || r.Subject[1] != subject.Principal {
 			t.Fatalf("order %v: route %+v", order, r)
 		}
@@ -182,14 +182,14 @@ route "one" {
 	for _, p := range tiers.Policies {
 		names = append(names, p.Name)
 	}
-	if tiers.Policy != nil || strings.Join(names, ",") != "per-second,per-day,trial" {
-		t.Fatalf("policies %v, policy %v", names, tiers.Policy)
+	if strings.Join(names, ",") != "per-second,per-day,trial" {
+		t.Fatalf("policies %v", names)
 	}
 	if tiers.Policies[0].Shadow || !tiers.Policies[2].Shadow {
 		t.Fatal("mode is not carried to the policies")
 	}
-	if one.Policy == nil || one.Policy.Name != "trial" || one.Policies != nil {
-		t.Fatalf("a one-element list is the one-policy form: %+v", one)
+	if len(one.Policies) != 1 || one.Policies[0].Name != "trial" {
+		t.Fatalf("a one-element list is a list of one: %+v", one)
 	}
 }
 

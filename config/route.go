@@ -143,7 +143,9 @@ func (c *checker) routes(blocks []*routeBlock, policies map[string]*limiter.Poli
 		}
 		switch {
 		case b.Policy != nil && !hasPolicies:
-			r.Policy = usePolicy(*b.Policy, b.PolicyRange)
+			if p := usePolicy(*b.Policy, b.PolicyRange); p != nil {
+				r.Policies = []*limiter.Policy{p}
+			}
 		case hasPolicies && b.Policy == nil:
 			items := c.list(b.Policies, "policies")
 			if len(items) == 0 {
@@ -159,9 +161,6 @@ func (c *checker) routes(blocks []*routeBlock, policies map[string]*limiter.Poli
 				if p := usePolicy(it.value, it.rng); p != nil {
 					r.Policies = append(r.Policies, p)
 				}
-			}
-			if len(r.Policies) == 1 {
-				r.Policy, r.Policies = r.Policies[0], nil
 			}
 		case b.Policy == nil && !hasPolicies && b.Cost != nil && b.PlansAt == (hcl.Range{}):
 			c.errorf(b.CostName, "Cost without a policy", "cost means nothing on a route without a policy.")

@@ -38,15 +38,13 @@ type Route struct {
 	// the pool defaults), or nil when Pool names one of Config.Pools.
 	Upstream *url.URL
 	Pool     string
-	Policy   *limiter.Policy // nil: no limit, unless Policies is set
-	// Policies are decided together, atomically: every enforced policy
-	// must allow, and when one denies none is charged. Set either Policy or
-	// Policies.
+	// Policies are the route's limit, decided together, atomically: every
+	// enforced policy must allow, and when one denies none is charged. One
+	// policy is a list of one; none is no limit.
 	Policies []*limiter.Policy
 	// Plans select the policies of a subject by its plan (subject.Subject's
-	// Plan): one policy, or several decided together as Policies are. A
-	// subject without a plan, or with one not listed, gets Policy or
-	// Policies.
+	// Plan), decided together as Policies are. A subject without a plan, or
+	// with one not listed, gets Policies.
 	Plans   map[string][]*limiter.Policy
 	Subject []subject.Kind
 	Cost    int64
@@ -305,15 +303,8 @@ func (h *Handler) compile(cfg Config, prev *compiled) (*compiled, []*http.Transp
 				return nil, nil, fmt.Errorf("proxy: route %q: upgrade %q is not a lower-case protocol name other than h2c", r.OperationID, u)
 			}
 		}
-		ps := r.Policies
-		if r.Policy != nil {
-			if len(ps) > 0 {
-				return nil, nil, fmt.Errorf("proxy: route %q has both a policy and policies", r.OperationID)
-			}
-			ps = []*limiter.Policy{r.Policy}
-		}
-		if len(ps) > 0 {
-			l, err := newLimits(ps)
+		if len(r.Policies) > 0 {
+			l, err := newLimits(r.Policies)
 			if err != nil {
 				return nil, nil, fmt.Errorf("proxy: route %q: %w", r.OperationID, err)
 			}

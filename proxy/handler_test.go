@@ -164,9 +164,18 @@ func newGateway(t *testing.T, s setup) *gateway {
 
 func route(id, path string, up *upstream, t *testing.T, p *limiter.Policy) proxy.Route {
 	return proxy.Route{
-		OperationID: id, Path: path, Upstream: up.url(t), Policy: p,
+		OperationID: id, Path: path, Upstream: up.url(t), Policies: onePolicy(p),
 		Subject: []subject.Kind{subject.Principal, subject.APIKey, subject.ClientIP}, Cost: 1,
 	}
+}
+
+// onePolicy is the limit of a route with the one policy p, or none when p
+// is nil.
+func onePolicy(p *limiter.Policy) []*limiter.Policy {
+	if p == nil {
+		return nil
+	}
+	return []*limiter.Policy{p}
 }
 
 func policy(p *limiter.Policy, name string) *limiter.Policy {
@@ -565,7 +574,7 @@ func TestStreamingAndUpgrades(t *testing.T) {
 	t.Cleanup(up.Close)
 	defer close(release)
 	u, _ := url.Parse(up.URL)
-	g := newGateway(t, setup{routes: []proxy.Route{{OperationID: "s", Path: "/", Upstream: u, Policy: policy(limitertest.FixedWindow(100, time.Minute), "p"), Subject: []subject.Kind{subject.ClientIP}, Cost: 1, Upgrades: []string{"echo"}}}})
+	g := newGateway(t, setup{routes: []proxy.Route{{OperationID: "s", Path: "/", Upstream: u, Policies: onePolicy(policy(limitertest.FixedWindow(100, time.Minute), "p")), Subject: []subject.Kind{subject.ClientIP}, Cost: 1, Upgrades: []string{"echo"}}}})
 
 	t.Run("a streamed response arrives before the upstream finishes", func(t *testing.T) {
 		res, err := http.Get(g.URL + "/stream")
@@ -691,7 +700,7 @@ func BenchmarkRequestPath(b *testing.B) {
 		{"allowed_by_two_policies", limitertest.FixedWindow(1<<40, time.Hour), 200, func(r *proxy.Route) {
 			day := limitertest.TokenBucket(1<<40, 1<<40, 24*time.Hour)
 			day.Dedup = limiter.Dedup{}
-			r.Policies, r.Policy = []*limiter.Policy{r.Policy, day}, nil
+			r.Policies = append(r.Policies, day)
 		}, false},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
@@ -701,7 +710,7 @@ func BenchmarkRequestPath(b *testing.B) {
 				bc.policy.Dedup = limiter.Dedup{}
 			}
 			up, _ := url.Parse("http://upstream.invalid")
-			rt := proxy.Route{OperationID: "orders.read", Path: "/orders", Upstream: up, Policy: bc.policy, Subject: []subject.Kind{subject.ClientIP}, Cost: 1}
+			rt := proxy.Route{OperationID: "orders.read", Path: "/orders", Upstream: up, Policies: onePolicy(bc.policy), Subject: []subject.Kind{subject.ClientIP}, Cost: 1}
 			if bc.route != nil {
 				bc.route(&rt)
 			}

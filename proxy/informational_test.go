@@ -15,7 +15,7 @@ func TestInformationalResponsesLoseTheirHopByHopHeaders(t *testing.T) {
 	up := newRawUpstream(t, "HTTP/1.1 103 Early Hints\r\nLink: </style.css>; rel=preload\r\nConnection: x-foo\r\nX-Foo: upstream-only\r\nKeep-Alive: timeout=5\r\n\r\n"+
 		"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", nil)
 	r := rawRoute(up)
-	r.Policy = policy(limitertest.FixedWindow(10, time.Minute), "p")
+	r.Policies = onePolicy(policy(limitertest.FixedWindow(10, time.Minute), "p"))
 	g := newGateway(t, setup{routes: []proxy.Route{r}})
 	_, br, early := dialGateway(t, g, "GET / HTTP/1.1\r\nHost: gw.test\r\n\r\n")
 	if early.StatusCode != http.StatusEarlyHints {

@@ -94,7 +94,7 @@ func TestAChangedPlanStartsItsOwnBudget(t *testing.T) {
 	up := newUpstream(t)
 	r := planRoute(t, up, subject.Principal, subject.ClientIP)
 	// Both plans on one policy: only the plan tells the budgets apart.
-	r.Plans = map[string][]*limiter.Policy{"gold": {r.Policy}, "partner": {r.Policy}}
+	r.Plans = map[string][]*limiter.Policy{"gold": r.Policies, "partner": r.Policies}
 	g := newGateway(t, setup{routes: []proxy.Route{r}, trusted: []string{"127.0.0.0/8"}})
 	wantStatuses(t, statuses(t, g, "/orders", 3, "X-Auth-Principal", "erin", "X-Auth-Plan", "gold"), 200, 200, 429)
 	wantStatuses(t, statuses(t, g, "/orders", 3, "X-Auth-Principal", "erin", "X-Auth-Plan", "partner"), 200, 200, 429)
@@ -114,7 +114,7 @@ func TestAPlanWithSeveralPoliciesDecidesThemTogether(t *testing.T) {
 func TestARouteLimitedOnlyByPlansLetsOtherSubjectsThrough(t *testing.T) {
 	up := newUpstream(t)
 	r := planRoute(t, up, subject.APIKey, subject.ClientIP)
-	r.Policy = nil
+	r.Policies = nil
 	g := newGateway(t, setup{routes: []proxy.Route{r}})
 	wantStatuses(t, statuses(t, g, "/orders", 4, "X-API-Key", "known-key-one"), 200, 200, 200, 200)
 	wantStatuses(t, statuses(t, g, "/orders", 6, "X-API-Key", "known-gold-key"), 200, 200, 200, 200, 200, 429)

@@ -238,7 +238,7 @@ func BenchmarkRequestPathRedis(b *testing.B) {
 	p := redisPolicy(limitertest.FixedWindow(1<<40, time.Hour), "bench")
 	up, _ := url.Parse("http://upstream.invalid")
 	h, err := proxy.NewHandler(proxy.Options{Transport: &countingTransport{}}, proxy.Config{
-		Routes:   []proxy.Route{{OperationID: "orders.read", Path: "/orders", Upstream: up, Policy: p, Subject: []subject.Kind{subject.ClientIP}, Cost: 1}},
+		Routes:   []proxy.Route{{OperationID: "orders.read", Path: "/orders", Upstream: up, Policies: onePolicy(p), Subject: []subject.Kind{subject.ClientIP}, Cost: 1}},
 		Resolver: newResolver(b, nil), Limiter: r,
 	})
 	if err != nil {

@@ -56,8 +56,8 @@ func legacyRoute(t *testing.T, b *legacyBackend, rewrite *string) proxy.Route {
 	}
 	r := proxy.Route{
 		OperationID: "orders.read", Path: "/api/v1/orders", Upstream: u,
-		Policy:  policy(limitertest.FixedWindow(100, time.Minute), "p"),
-		Subject: []subject.Kind{subject.ClientIP}, Cost: 1,
+		Policies: onePolicy(policy(limitertest.FixedWindow(100, time.Minute), "p")),
+		Subject:  []subject.Kind{subject.ClientIP}, Cost: 1,
 	}
 	if rewrite != nil {
 		r.Rewrite, r.RewritePrefix = true, *rewrite

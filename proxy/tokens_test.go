@@ -182,7 +182,7 @@ func BenchmarkInvalidToken(b *testing.B) {
 		up, _ := url.Parse("http://upstream.invalid")
 		p := limitertest.FixedWindow(1, time.Hour)
 		p.Dedup = limiter.Dedup{}
-		rt := proxy.Route{OperationID: "orders.read", Path: "/orders", Upstream: up, Policy: p,
+		rt := proxy.Route{OperationID: "orders.read", Path: "/orders", Upstream: up, Policies: onePolicy(p),
 			Subject: []subject.Kind{subject.JWT, subject.ClientIP}, Cost: 1}
 		h, err := proxy.NewHandler(proxy.Options{Transport: &countingTransport{}}, proxy.Config{
 			Routes: []proxy.Route{rt}, Resolver: resolver, Limiter: m, InvalidTokenPolicy: invalidTokens,
