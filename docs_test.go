@@ -148,3 +148,40 @@ func withoutCode(src string) string {
 	}
 	return b.String()
 }
+
+var outsideCitation = regexp.MustCompile(`\bSPEC\b|\b[Ii]ssues? #?[0-9]+`)
+
+// TestNothingCitesADocumentOutsideTheRepository: comments and documents
+// say the thing itself, or point into docs/, rather than at a
+// specification or an issue a reader of the repository cannot open.
+func TestNothingCitesADocumentOutsideTheRepository(t *testing.T) {
+	err := filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if path != "." && (strings.HasPrefix(d.Name(), ".") || d.Name() == "testdata") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		switch filepath.Ext(path) {
+		case ".go", ".md", ".hcl", ".lua":
+		default:
+			return nil
+		}
+		src, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		for n, line := range strings.Split(string(src), "\n") {
+			if m := outsideCitation.FindString(line); m != "" && !strings.Contains(line, "outsideCitation") {
+				t.Errorf("%s:%d cites %q, outside the repository: say the thing itself, or point at docs/", path, n+1, m)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}

@@ -103,7 +103,7 @@ route "chat" {
 	}
 }
 
-// Issue 18, defect 2: a tunnel whose client stops reading while the
+// A tunnel whose client stops reading while the
 // upstream streams is closed on both sides once tunnel_idle_timeout passes,
 // and its goroutines and its place under max_connections_per_client come
 // back.

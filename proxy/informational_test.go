@@ -40,7 +40,7 @@ func TestInformationalResponsesLoseTheirHopByHopHeaders(t *testing.T) {
 	}
 }
 
-// Issue 18, defect 7: a 1xx gets the route's response header rules, as
+// A 1xx gets the route's response header rules, as
 // the final response does.
 func TestInformationalResponsesGetTheRoutesResponseHeaderRules(t *testing.T) {
 	up := newRawUpstream(t, "HTTP/1.1 103 Early Hints\r\nLink: </style.css>; rel=preload\r\nServer: legacy/1.0\r\nX-Powered-By: PHP/5.2\r\nSet-Cookie: s=1\r\n\r\n"+

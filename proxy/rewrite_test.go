@@ -214,7 +214,7 @@ func TestHeaderRulesTheGatewayManagesAreRefused(t *testing.T) {
 	}
 }
 
-// Issue 18, defect 7: a response the upstream sent without a Content-Type
+// A response the upstream sent without a Content-Type
 // reaches the client without one, not with one the server sniffed from
 // the body; and a rule that removes Content-Type removes it.
 func TestNoContentTypeIsSniffed(t *testing.T) {

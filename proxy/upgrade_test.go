@@ -187,7 +187,7 @@ func TestAListedUpgradeTunnelsAndClosesWhenIdle(t *testing.T) {
 	}
 }
 
-// Issue 18, defect 7: a 101 is logged and counted as 101, with the bytes
+// A 101 is logged and counted as 101, with the bytes
 // the upstream sent through the tunnel, not as a 200 of 0 bytes.
 func TestATunnelIsLoggedAndCountedAs101(t *testing.T) {
 	echo := func(c net.Conn, br *bufio.Reader) {
