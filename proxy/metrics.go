@@ -19,8 +19,8 @@ type Metrics struct {
 	Fallbacks       *prometheus.CounterVec
 	ShadowDenials   *prometheus.CounterVec
 	// Per pool and target: requests sent (a retry is a second request),
-	// failures by cause, requests sent to another target after this one
-	// could not be reached, and gateway_upstream_ejected (1 while the
+	// failures by cause, requests sent again after a try at this target
+	// that never reached it, and gateway_upstream_ejected (1 while the
 	// target is out of rotation), read at scrape time.
 	UpstreamRequests *prometheus.CounterVec
 	UpstreamFailures *prometheus.CounterVec
@@ -68,7 +68,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}, []string{"pool", "target", "cause"})
 	m.UpstreamRetries = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "gateway_upstream_retries_total",
-		Help: "Requests sent to another target after this one could not be reached.",
+		Help: "Requests sent again after a try at this target that never reached it: to another target after a failed dial, or on another connection.",
 	}, []string{"pool", "target"})
 	m.upstreams = &ejectedCollector{desc: prometheus.NewDesc("gateway_upstream_ejected",
 		"1 while an upstream target is out of rotation (failures or a failed health check), else 0.",

@@ -99,7 +99,7 @@ func newPoolTransport(p Pool) *http.Transport {
 		if err != nil {
 			return nil, &dialError{err}
 		}
-		return c, nil
+		return &upstreamConn{Conn: c}, nil
 	}
 	t.ResponseHeaderTimeout = p.ResponseTimeout
 	t.MaxIdleConns = t.MaxIdleConnsPerHost * len(p.Targets)
@@ -118,7 +118,7 @@ func (m *member) RoundTrip(req *http.Request) (*http.Response, error) {
 	if m.requests != nil {
 		m.requests.Inc()
 	}
-	res, err := m.pool.transport.RoundTrip(req)
+	res, err := m.pool.transport.RoundTrip(m.guard(req))
 	if err == nil {
 		if m.fails.Load() != 0 {
 			m.fails.Store(0)

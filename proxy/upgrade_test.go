@@ -30,11 +30,32 @@ type rawUpstream struct {
 
 func newRawUpstream(t *testing.T, reply string, after func(net.Conn, *bufio.Reader)) *rawUpstream {
 	t.Helper()
+	u := &rawUpstream{}
+	u.ln = serveRaw(t, func(c net.Conn) {
+		br := bufio.NewReader(c)
+		req, err := http.ReadRequest(br)
+		if err != nil {
+			return
+		}
+		u.mu.Lock()
+		u.heads = append(u.heads, req.Header)
+		u.mu.Unlock()
+		io.WriteString(c, reply)
+		if after != nil {
+			after(c, br)
+		}
+	})
+	return u
+}
+
+// serveRaw listens on a loopback port and hands each connection to serve,
+// closing it after; the test's cleanup closes the listener and waits.
+func serveRaw(t *testing.T, serve func(net.Conn)) net.Listener {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	u := &rawUpstream{ln: ln}
 	var wg sync.WaitGroup
 	t.Cleanup(func() { ln.Close(); wg.Wait() })
 	wg.Go(func() {
@@ -45,22 +66,11 @@ func newRawUpstream(t *testing.T, reply string, after func(net.Conn, *bufio.Read
 			}
 			wg.Go(func() {
 				defer c.Close()
-				br := bufio.NewReader(c)
-				req, err := http.ReadRequest(br)
-				if err != nil {
-					return
-				}
-				u.mu.Lock()
-				u.heads = append(u.heads, req.Header)
-				u.mu.Unlock()
-				io.WriteString(c, reply)
-				if after != nil {
-					after(c, br)
-				}
+				serve(c)
 			})
 		}
 	})
-	return u
+	return ln
 }
 
 func (u *rawUpstream) url() *url.URL { return &url.URL{Scheme: "http", Host: u.ln.Addr().String()} }
