@@ -56,7 +56,7 @@ func (u *closingUpstream) count(path string) int {
 	return u.seen[path]
 }
 
-// Issue 18, defect 4: Go's transport sent a request again on a new
+// Go's transport sent a request again on a new
 // connection when the keep-alive connection it reused closed after the
 // upstream had read it: a GET, or any request carrying Idempotency-Key.
 // Nothing that may have reached the upstream is sent again, whatever the
