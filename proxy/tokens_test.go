@@ -141,7 +141,8 @@ func TestRedisInvalidTokensShareOneBudgetAcrossInstances(t *testing.T) {
 
 // BenchmarkInvalidToken sets what a forged bearer token costs the
 // request path against a plain 429, through the real handler: a bad
-// signature (ES256, RS256) and a 16 KiB junk token, both while the
+// signature (ES256, RS256) and junk tokens just under and over
+// max_token_bytes, each while the
 // client's budget of invalid tokens lasts (each is checked and charged)
 // and once it is spent (refused before any of it is decoded). Compare in
 // interleaved rounds:
@@ -165,15 +166,19 @@ func BenchmarkInvalidToken(b *testing.B) {
 		tok := k.Sign(b, jwttest.Claims("alice", time.Now().Add(time.Hour)))
 		i := strings.LastIndexByte(tok, '.')
 		sig := []byte(tok[i+1:])
-		sig[len(sig)/2] ^= 'A' ^ 'B' // another signature, still base64url
-		if sig[len(sig)/2] == tok[i+1+len(sig)/2] {
-			sig[len(sig)/2] = 'C'
+		// Another signature of the same length, still base64url: it is
+		// checked, and fails.
+		if c := &sig[len(sig)/2]; *c == 'A' {
+			*c = 'B'
+		} else {
+			*c = 'A'
 		}
 		return tok[:i+1] + string(sig)
 	}
 	tokens := []struct{ name, token string }{
 		{"ES256_bad_signature", badSignature(ec)},
 		{"RS256_bad_signature", badSignature(rs)},
+		{"junk_8KiB", jwttest.Junk(8000, "ES256", "nobody")}, // within max_token_bytes
 		{"junk_16KiB", jwttest.Junk(16<<10, "ES256", "nobody")},
 	}
 	run := func(b *testing.B, invalidTokens *limiter.Policy, token string, status int) {
