@@ -54,12 +54,13 @@ func (p *bufferPool) Put(b []byte) { p.pool.Put(&b) }
 // newForwarder builds the ReverseProxy of one route. It uses Rewrite, not
 // Director: hop-by-hop headers and the client's forwarding headers are gone
 // before Rewrite runs, so a client cannot strip what the gateway adds. What
-// the upstream may believe about the client is the resolver's to say.
+// the upstream may believe about the client is the resolver's to say
+// (subject.Inbound.Believe, before the request is forwarded).
 //
 // Only the upgrades the route lists are forwarded as upgrades, and only
 // their 101 opens a tunnel, which closes after rt.tunnels.idle without a
 // byte.
-func newForwarder(rt *route, target *url.URL, resolver *subject.Resolver, transport http.RoundTripper, logger *slog.Logger, underscores bool) http.Handler {
+func newForwarder(rt *route, target *url.URL, transport http.RoundTripper, logger *slog.Logger, underscores bool) http.Handler {
 	upgrades := rt.Upgrades
 	rules := &rt.responseRules
 	noRules := rules.empty()
@@ -75,7 +76,7 @@ func newForwarder(rt *route, target *url.URL, resolver *subject.Resolver, transp
 					}
 				}
 			}
-			resolver.SetForwarded(pr)
+			subject.SetForwarded(pr)
 			rt.requestRules.apply(pr.Out.Header)
 			// Last, so that no header rule can bring an upgrade back.
 			restrictUpgrade(pr.Out.Header, upgrades)

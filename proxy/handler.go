@@ -331,7 +331,7 @@ func (h *Handler) compile(cfg Config, prev *compiled) (*compiled, []*http.Transp
 			r.metrics = h.opts.Metrics.forRoute(r.OperationID)
 		}
 		r.tunnels = tunnelSettings{idle: cfg.TunnelIdleTimeout, open: h.tunnels}
-		r.forwards = newForwarders(r, cfg.Resolver, h.opts.Logger, cfg.AllowUnderscoreHeaders)
+		r.forwards = newForwarders(r, h.opts.Logger, cfg.AllowUnderscoreHeaders)
 		routes = append(routes, r)
 	}
 	var unrouted *routeMetrics
@@ -372,11 +372,14 @@ type exchange struct {
 	// forwarded: the request was handed to the upstream forwarder, so the
 	// limiter (or a route without one) let it through.
 	forwarded bool
+	// in is the request as the resolver sees it, its peer's trust worked
+	// out once for the subject, the client and the forwarding headers.
+	in subject.Inbound
 }
 
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	c := h.current.Load()
-	x := exchange{metrics: c.unrouted}
+	x := exchange{metrics: c.unrouted, in: c.resolver.Inbound(r)}
 	start := time.Now()
 	cw := captures.Get().(*capture)
 	x.fw = &cw.fw
@@ -412,7 +415,7 @@ func (h *Handler) record(r *http.Request, c *compiled, x *exchange, code int, wr
 		if !x.forwarded {
 			k := refusalLogKey{route: x.route, outcome: x.outcome, reason: x.reason, pseudonym: x.pseudonym}
 			if k.pseudonym == "" {
-				k.client = c.resolver.Client(r)
+				k.client = x.in.Client()
 			}
 			log, skipped := h.refusals.admit(k)
 			if !log {
@@ -517,6 +520,7 @@ func (h *Handler) serve(w http.ResponseWriter, cw *capture, r *http.Request, c *
 			r.URL.RawPath = fwd
 		}
 	}
+	x.in.Believe()
 	start := time.Now()
 	x.forwarded = true
 	rt.forward(w, r, x)
@@ -542,7 +546,7 @@ func (h *Handler) serve(w http.ResponseWriter, cw *capture, r *http.Request, c *
 // limit asks the limiter and answers for every outcome but an allowed one.
 // It reports whether the request may go on.
 func (h *Handler) limit(w http.ResponseWriter, r *http.Request, c *compiled, rt *route, x *exchange) bool {
-	s, err := c.resolver.Resolve(r, rt.query)
+	s, err := x.in.Resolve(rt.query)
 	var spent *tokenBudgetSpent
 	switch {
 	case errors.Is(err, subject.ErrAmbiguousCredential):
@@ -555,7 +559,7 @@ func (h *Handler) limit(w http.ResponseWriter, r *http.Request, c *compiled, rt 
 	case errors.Is(err, subject.ErrInvalidToken):
 		// The route's budgets are not charged: the token names nobody.
 		// The client's budget of invalid tokens is.
-		if client, d, over := c.tokens.charge(r, c.resolver); over && !c.tokens.limits.shadowOnly {
+		if client, d, over := c.tokens.charge(r, x.in); over && !c.tokens.limits.shadowOnly {
 			c.tokens.refuse(w, client, d, x)
 			return false
 		}

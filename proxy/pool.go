@@ -15,8 +15,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/edgegate/gateway/subject"
 )
 
 // pool is a Pool compiled: its members in file order, the transport they
@@ -321,10 +319,10 @@ func (m *member) serve(rp *httputil.ReverseProxy, w http.ResponseWriter, r *http
 // newForwarders builds the route's forwarder to each target of its pool.
 // Each answers errors as newForwarder does, except one that reached no
 // target when the request may go to another: that one is left to forward.
-func newForwarders(rt *route, resolver *subject.Resolver, logger *slog.Logger, underscores bool) []*httputil.ReverseProxy {
+func newForwarders(rt *route, logger *slog.Logger, underscores bool) []*httputil.ReverseProxy {
 	out := make([]*httputil.ReverseProxy, len(rt.pool.members))
 	for i, m := range rt.pool.members {
-		rp := newForwarder(rt, m.url, resolver, m, logger, underscores).(*httputil.ReverseProxy)
+		rp := newForwarder(rt, m.url, m, logger, underscores).(*httputil.ReverseProxy)
 		answer := rp.ErrorHandler
 		rp.ErrorHandler = func(w http.ResponseWriter, r *http.Request, err error) {
 			var dialErr *dialError

@@ -66,8 +66,8 @@ func (b *tokenBudget) request(pseudonym string, start time.Time) limiter.Request
 // charge counts one invalid token of r's client and reports the denial
 // when the client is over its budget. A limiter that cannot decide
 // charges nothing and refuses nothing: the token is refused anyway.
-func (b *tokenBudget) charge(r *http.Request, resolver *subject.Resolver) (subject.Subject, limiter.Evaluated, bool) {
-	client := resolver.ClientSubject(r)
+func (b *tokenBudget) charge(r *http.Request, in subject.Inbound) (subject.Subject, limiter.Evaluated, bool) {
+	client := in.ClientSubject()
 	if client.Pseudonym == "" {
 		return client, limiter.Evaluated{}, false
 	}

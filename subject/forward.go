@@ -34,36 +34,44 @@ func (o Options) ManagedHeaders() []string {
 // ManagedHeaders are the resolver's Options.ManagedHeaders.
 func (r *Resolver) ManagedHeaders() []string { return r.managed }
 
-// SetForwarded decides what the upstream may believe about who is asking,
-// by the same trust Resolve uses, and writes it on pr.Out. From a trusted
-// proxy it keeps the X-Forwarded-For chain and a plain http or https
-// X-Forwarded-Proto, and appends the peer; from anyone else it drops the
-// principal and plan headers, the configured forwarded header and every
-// client-address header, so that no client can assert an identity the
-// limiter did not believe. It is meant for a ReverseProxy's Rewrite, which
-// runs after hop-by-hop headers are gone.
-func (r *Resolver) SetForwarded(pr *httputil.ProxyRequest) {
-	trusted := r.trusts(peerAddr(pr.In))
-	if trusted {
-		if v := pr.In.Header["X-Forwarded-For"]; len(v) > 0 {
-			pr.Out.Header["X-Forwarded-For"] = v
-		}
-	} else {
-		for _, h := range clientAddressHeaders {
-			delete(pr.Out.Header, h)
-		}
-		if r.principalHeader != "" {
-			delete(pr.Out.Header, r.principalHeader)
-		}
-		if r.planHeader != "" {
-			delete(pr.Out.Header, r.planHeader)
-		}
-		delete(pr.Out.Header, r.forwardedHeader)
+// Believe decides what the upstream may believe about who is asking, by
+// the trust Resolve uses: from anyone but a trusted proxy it removes from
+// the request the principal and plan headers, the configured forwarded
+// header, X-Forwarded-For and X-Forwarded-Proto, and every client-address
+// header, so that no client can assert an identity the limiter did not
+// believe. SetForwarded then forwards what is left. The request path calls
+// it once, after the request is resolved and before it is forwarded.
+func (in Inbound) Believe() {
+	if in.peerTrusted {
+		return
+	}
+	h := in.req.Header
+	for _, name := range clientAddressHeaders {
+		delete(h, name)
+	}
+	if in.r.principalHeader != "" {
+		delete(h, in.r.principalHeader)
+	}
+	if in.r.planHeader != "" {
+		delete(h, in.r.planHeader)
+	}
+	delete(h, in.r.forwardedHeader)
+	delete(h, "X-Forwarded-For")
+	delete(h, "X-Forwarded-Proto")
+}
+
+// SetForwarded writes on pr.Out what the upstream may believe, from a
+// pr.In that Believe has been through: the X-Forwarded-For chain it kept
+// with the peer appended, and a plain http or https X-Forwarded-Proto it
+// kept. It is meant for a ReverseProxy's Rewrite, which runs after
+// hop-by-hop headers and the inbound forwarding headers are gone from
+// pr.Out.
+func SetForwarded(pr *httputil.ProxyRequest) {
+	if v := pr.In.Header["X-Forwarded-For"]; len(v) > 0 {
+		pr.Out.Header["X-Forwarded-For"] = v
 	}
 	pr.SetXForwarded()
-	if trusted {
-		if p := pr.In.Header.Get("X-Forwarded-Proto"); p == "http" || p == "https" {
-			pr.Out.Header.Set("X-Forwarded-Proto", p)
-		}
+	if p := pr.In.Header.Get("X-Forwarded-Proto"); p == "http" || p == "https" {
+		pr.Out.Header.Set("X-Forwarded-Proto", p)
 	}
 }

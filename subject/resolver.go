@@ -223,9 +223,30 @@ type TokenGate interface {
 // set was never fetched, or is what q.Gate returned. The token is believed
 // from any peer: its signature is the trust.
 func (r *Resolver) Resolve(req *http.Request, q Query) (Subject, error) {
-	sources := q.Sources
+	return r.Inbound(req).Resolve(q)
+}
+
+// Inbound is one request as the resolver sees it: its peer, and whether
+// the peer is a trusted proxy, worked out once (Resolver.Inbound) for
+// everything asked of the request: its subject, its client, and what the
+// upstream may believe (Believe). The zero Inbound is no request.
+type Inbound struct {
+	r           *Resolver
+	req         *http.Request
+	peer        netip.Addr
+	peerTrusted bool
+}
+
+// Inbound works out who sent req.
+func (r *Resolver) Inbound(req *http.Request) Inbound {
 	peer := peerAddr(req)
-	peerTrusted := r.trusts(peer)
+	return Inbound{r: r, req: req, peer: peer, peerTrusted: r.trusts(peer)}
+}
+
+// Resolve is Resolver.Resolve for the request.
+func (in Inbound) Resolve(q Query) (Subject, error) {
+	r, req, peer, peerTrusted := in.r, in.req, in.peer, in.peerTrusted
+	sources := q.Sources
 	for _, k := range sources {
 		if h := r.header(k); h != "" && len(req.Header[h]) > 1 && (k != Principal || peerTrusted) {
 			return Subject{}, ErrAmbiguousCredential
@@ -274,7 +295,7 @@ func (r *Resolver) Resolve(req *http.Request, q Query) (Subject, error) {
 			var gate func() error
 			if q.Gate != nil {
 				gate = func() error {
-					return q.Gate.AdmitToken(req.Context(), r.clientSubject(req, peer, peerTrusted))
+					return q.Gate.AdmitToken(req.Context(), in.ClientSubject())
 				}
 			}
 			claims, err := r.jwt.verify(req.Context(), token, gate)
@@ -303,17 +324,17 @@ func (r *Resolver) Resolve(req *http.Request, q Query) (Subject, error) {
 // for every route: the subject that answers for the invalid tokens a
 // client sends. Its Pseudonym is empty when the address is unknown.
 func (r *Resolver) ClientSubject(req *http.Request) Subject {
-	peer := peerAddr(req)
-	return r.clientSubject(req, peer, r.trusts(peer))
+	return r.Inbound(req).ClientSubject()
 }
 
-func (r *Resolver) clientSubject(req *http.Request, peer netip.Addr, peerTrusted bool) Subject {
-	identity := r.clientIdentity(r.clientAddr(req, peer, peerTrusted))
+// ClientSubject is Resolver.ClientSubject for the request.
+func (in Inbound) ClientSubject() Subject {
+	identity := in.r.clientIdentity(in.r.clientAddr(in.req, in.peer, in.peerTrusted))
 	if identity == "" {
 		return Subject{Kind: ClientIP}
 	}
 	// The operation ID is empty: framed, it is no route's.
-	return Subject{Kind: ClientIP, Pseudonym: r.pseudonymizer.Pseudonym(ClientIP, identity, "")}
+	return Subject{Kind: ClientIP, Pseudonym: in.r.pseudonymizer.Pseudonym(ClientIP, identity, "")}
 }
 
 // knownPlan maps a plan a proxy asserted to the configuration's name for
@@ -450,8 +471,12 @@ func parseHop(s string) (netip.Addr, bool) {
 // through its /64. It is the zero Prefix when there is no address. The
 // raw address it holds must stay in memory: it is no pseudonym.
 func (r *Resolver) Client(req *http.Request) netip.Prefix {
-	peer := peerAddr(req)
-	return r.clientPrefix(r.clientAddr(req, peer, r.trusts(peer)))
+	return r.Inbound(req).Client()
+}
+
+// Client is Resolver.Client for the request.
+func (in Inbound) Client() netip.Prefix {
+	return in.r.clientPrefix(in.r.clientAddr(in.req, in.peer, in.peerTrusted))
 }
 
 func (r *Resolver) clientPrefix(a netip.Addr) netip.Prefix {
