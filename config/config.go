@@ -162,7 +162,7 @@ func (c *checker) file(fb *fileBlock) *File {
 	}
 	maxBody := int64(proxy.DefaultMaxBodyBytes)
 	if fb.Listen != nil {
-		maxBody = c.integer(fb.Listen.MaxBodyBytes, fb.Listen.MaxBodyBytesRange, "max_body_bytes", maxBody, 0)
+		maxBody = c.integer(fb.Listen.MaxBodyBytes, fb.Listen.Body, "max_body_bytes", maxBody, 0)
 	}
 	f.Proxy.Pools = c.upstreams(fb.Upstreams)
 	f.Proxy.Routes = c.routes(fb.Routes, policies, &f.Subject, maxBody)
@@ -171,8 +171,8 @@ func (c *checker) file(fb *fileBlock) *File {
 	}
 	if lb := fb.Listen; lb != nil {
 		f.Proxy.AllowUnderscoreHeaders = or(lb.AllowUnderscoreHeaders, false)
-		f.Proxy.TunnelIdleTimeout = c.duration(lb.TunnelIdleTimeout, lb.TunnelIdleTimeoutRange, "tunnel_idle_timeout", 0, time.Millisecond)
-		f.Proxy.BodyReadTimeout = c.duration(lb.BodyReadTimeout, lb.BodyReadTimeoutRange, "body_read_timeout", 0, time.Millisecond)
+		f.Proxy.TunnelIdleTimeout = c.duration(lb.TunnelIdleTimeout, lb.Body, "tunnel_idle_timeout", 0, time.Millisecond)
+		f.Proxy.BodyReadTimeout = c.duration(lb.BodyReadTimeout, lb.Body, "body_read_timeout", 0, time.Millisecond)
 	}
 
 	if fb.Listen != nil && f.Listen.HTTPS != "" && fb.TLS == nil {
@@ -200,7 +200,7 @@ func (c *checker) listen(b *listenBlock) edge.Options {
 	for _, a := range []struct {
 		name, value string
 		rng         hcl.Range
-	}{{"http", l.HTTP, b.HTTPRange}, {"https", l.HTTPS, b.HTTPSRange}, {"admin", l.Admin, b.AdminRange}} {
+	}{{"http", l.HTTP, valueRange(b.Body, "http")}, {"https", l.HTTPS, valueRange(b.Body, "https")}, {"admin", l.Admin, valueRange(b.Body, "admin")}} {
 		if a.value != "" && !validListenAddr(a.value) {
 			c.errorf(a.rng, "Invalid listen address", "%s must be host:port, such as \":8080\" or \"127.0.0.1:9901\".", a.name)
 		}
@@ -210,18 +210,18 @@ func (c *checker) listen(b *listenBlock) edge.Options {
 	}
 	// The file's 0 means none, which edge spells negative (its zero is
 	// "the default").
-	l.ShutdownTimeout = c.duration(b.ShutdownTimeout, b.ShutdownTimeoutRange, "shutdown_timeout", 0, 0)
+	l.ShutdownTimeout = c.duration(b.ShutdownTimeout, b.Body, "shutdown_timeout", 0, 0)
 	if b.ShutdownTimeout != nil && l.ShutdownTimeout == 0 {
 		l.ShutdownTimeout = -1
 	}
-	l.ReadHeaderTimeout = c.duration(b.ReadHeaderTimeout, b.ReadHeaderTimeoutRange, "read_header_timeout", 0, time.Millisecond)
-	l.IdleTimeout = c.duration(b.IdleTimeout, b.IdleTimeoutRange, "idle_timeout", 0, time.Millisecond)
-	l.MaxHeaderBytes = int(c.integer(b.MaxHeaderBytes, b.MaxHeaderBytesRange, "max_header_bytes", 0, 1024))
-	l.MaxConnections = int(c.integer(b.MaxConnections, b.MaxConnectionsRange, "max_connections", 0, 0))
+	l.ReadHeaderTimeout = c.duration(b.ReadHeaderTimeout, b.Body, "read_header_timeout", 0, time.Millisecond)
+	l.IdleTimeout = c.duration(b.IdleTimeout, b.Body, "idle_timeout", 0, time.Millisecond)
+	l.MaxHeaderBytes = int(c.integer(b.MaxHeaderBytes, b.Body, "max_header_bytes", 0, 1024))
+	l.MaxConnections = int(c.integer(b.MaxConnections, b.Body, "max_connections", 0, 0))
 	if b.MaxConnections != nil && l.MaxConnections == 0 {
 		l.MaxConnections = -1
 	}
-	l.MaxConnectionsPerClient = int(c.integer(b.MaxPerClient, b.MaxPerClientRange, "max_connections_per_client", 0, 0))
+	l.MaxConnectionsPerClient = int(c.integer(b.MaxPerClient, b.Body, "max_connections_per_client", 0, 0))
 	if b.MaxPerClient != nil && l.MaxConnectionsPerClient == 0 {
 		l.MaxConnectionsPerClient = -1
 	}
@@ -240,7 +240,7 @@ func validListenAddr(s string) bool {
 func (c *checker) tls(b *tlsBlock) *edge.TLSOptions {
 	t := &edge.TLSOptions{
 		RedirectHTTP:          or(b.RedirectHTTP, false),
-		HSTSMaxAge:            c.duration(b.HSTSMaxAge, b.HSTSMaxAgeRange, "hsts_max_age", 0, time.Second),
+		HSTSMaxAge:            c.duration(b.HSTSMaxAge, b.Body, "hsts_max_age", 0, time.Second),
 		HSTSIncludeSubdomains: or(b.HSTSIncludeSubdomains, false),
 	}
 	if ab := b.ACME; ab != nil {
@@ -261,7 +261,7 @@ func (c *checker) tls(b *tlsBlock) *edge.TLSOptions {
 		if len(domains) == 0 {
 			c.errorf(ab.Domains.Range(), "No domains", "acme.domains needs at least one domain.")
 		}
-		if ab.ChallengesAt != (hcl.Range{}) {
+		if has(ab.Body, "challenges") {
 			items := c.list(ab.Challenges, "challenges")
 			for _, it := range items {
 				if it.value != "http-01" && it.value != "tls-alpn-01" {
@@ -276,7 +276,7 @@ func (c *checker) tls(b *tlsBlock) *edge.TLSOptions {
 		}
 		if ab.CA != nil {
 			if u, err := url.Parse(acme.CA); err != nil || u.Scheme != "https" || u.Host == "" {
-				c.errorf(ab.CARange, "Invalid ACME directory", "acme.ca must be an https:// URL.")
+				c.errorf(valueRange(ab.Body, "ca"), "Invalid ACME directory", "acme.ca must be an https:// URL.")
 			}
 		}
 		t.ACME = acme
@@ -286,7 +286,7 @@ func (c *checker) tls(b *tlsBlock) *edge.TLSOptions {
 		for _, f := range []struct {
 			name, path string
 			rng        hcl.Range
-		}{{"cert_file", cert.CertFile, cb.CertFileRange}, {"key_file", cert.KeyFile, cb.KeyFileRange}} {
+		}{{"cert_file", cert.CertFile, valueRange(cb.Body, "cert_file")}, {"key_file", cert.KeyFile, valueRange(cb.Body, "key_file")}} {
 			if f.path == "" {
 				continue
 			}
@@ -313,14 +313,14 @@ func (c *checker) limiter(b *limiterBlock) (limiter.Options, proxy.Config) {
 	if b.Backend != nil {
 		kind, ok := limiter.ParseKind(*b.Backend)
 		if !ok {
-			c.errorf(b.BackendRange, "Unknown limiter backend", "backend must be \"memory\" or \"redis\", not %q.", *b.Backend)
+			c.errorf(valueRange(b.Body, "backend"), "Unknown limiter backend", "backend must be \"memory\" or \"redis\", not %q.", *b.Backend)
 		}
 		l.Kind = kind
 	}
-	p.Deadline = c.duration(b.Deadline, b.DeadlineRange, "deadline", 0, time.Millisecond)
-	p.FailureRetryAfter = c.duration(b.FailureRetryAfter, b.FailureRetryAfterRange, "failure_retry_after", 0, time.Second)
+	p.Deadline = c.duration(b.Deadline, b.Body, "deadline", 0, time.Millisecond)
+	p.FailureRetryAfter = c.duration(b.FailureRetryAfter, b.Body, "failure_retry_after", 0, time.Second)
 	if mb := b.Memory; mb != nil {
-		l.Memory.MaxEntries = int(c.integer(mb.MaxEntries, mb.MaxEntriesRange, "max_entries", 0, 64))
+		l.Memory.MaxEntries = int(c.integer(mb.MaxEntries, mb.Body, "max_entries", 0, 64))
 	}
 	if rb := b.Redis; rb != nil {
 		l.Redis = c.redis(rb)
@@ -331,15 +331,15 @@ func (c *checker) limiter(b *limiterBlock) (limiter.Options, proxy.Config) {
 	if bb := b.Breaker; bb != nil {
 		l.Redis.Breaker = limiter.BreakerOptions{
 			Disabled: !or(bb.Enabled, true),
-			Failures: int(c.integer(bb.Failures, bb.FailuresRange, "failures", 0, 1)),
-			Cooldown: c.duration(bb.Cooldown, bb.CooldownRange, "cooldown", 0, time.Millisecond),
+			Failures: int(c.integer(bb.Failures, bb.Body, "failures", 0, 1)),
+			Cooldown: c.duration(bb.Cooldown, bb.Body, "cooldown", 0, time.Millisecond),
 		}
 		if l.Kind != limiter.KindRedis {
 			c.errorf(bb.DefRange, "Breaker without Redis", "breaker applies to the redis backend; the memory backend cannot fail.")
 		}
 	}
 	if fb := b.Fallback; fb != nil {
-		l.Fallback.Instances = int(c.integer(&fb.Instances, fb.InstancesRange, "instances", 0, 1))
+		l.Fallback.Instances = int(c.integer(&fb.Instances, fb.Body, "instances", 0, 1))
 		if l.Kind != limiter.KindRedis {
 			c.errorf(fb.DefRange, "Fallback without Redis", "fallback applies to the redis backend; the memory backend is already local.")
 		}
@@ -352,7 +352,7 @@ func (c *checker) redis(b *redisBlock) limiter.RedisOptions {
 	if b.Mode != nil {
 		mode, ok := limiter.ParseRedisMode(*b.Mode)
 		if !ok {
-			c.errorf(b.ModeRange, "Unknown redis mode", "mode must be standalone, cluster or sentinel, not %q.", *b.Mode)
+			c.errorf(valueRange(b.Body, "mode"), "Unknown redis mode", "mode must be standalone, cluster or sentinel, not %q.", *b.Mode)
 		} else {
 			r.Mode = mode
 		}
@@ -373,22 +373,22 @@ func (c *checker) redis(b *redisBlock) limiter.RedisOptions {
 		c.errorf(b.DefRange, "Missing required argument", "Sentinel mode needs master_name.")
 	}
 	if b.MasterName != nil && r.Mode != limiter.RedisSentinel {
-		c.errorf(b.MasterNameNameRange, "Argument not valid here", "master_name applies to sentinel mode only.")
+		c.errorf(nameRange(b.Body, "master_name"), "Argument not valid here", "master_name applies to sentinel mode only.")
 	}
 	r.Username = or(b.Username, "")
-	if b.PasswordAt != (hcl.Range{}) {
+	if has(b.Body, "password") {
 		r.Password, _ = c.secret(b.Password, "password")
 	}
 	r.TLS = or(b.TLS, false)
 	if b.TLSCAFile != nil {
 		r.TLSCAFile = c.path(*b.TLSCAFile)
 		if !r.TLS {
-			c.errorf(b.TLSCAFileNameRange, "Argument not valid here", "tls_ca_file needs tls = true.")
+			c.errorf(nameRange(b.Body, "tls_ca_file"), "Argument not valid here", "tls_ca_file needs tls = true.")
 		} else if _, err := os.Stat(r.TLSCAFile); err != nil {
-			c.errorf(b.TLSCAFileRange, "Cannot read tls_ca_file", "%s.", err)
+			c.errorf(valueRange(b.Body, "tls_ca_file"), "Cannot read tls_ca_file", "%s.", err)
 		}
 	}
-	r.DB = int(c.integer(b.DB, b.DBRange, "db", 0, 0))
+	r.DB = int(c.integer(b.DB, b.Body, "db", 0, 0))
 	return r
 }
 
@@ -397,7 +397,7 @@ func (c *checker) subject(b *subjectBlock) subject.Options {
 	if b == nil {
 		return o
 	}
-	if b.TrustedProxiesAt != (hcl.Range{}) {
+	if has(b.Body, "trusted_proxies") {
 		for _, it := range c.list(b.TrustedProxies, "trusted_proxies") {
 			p, err := netip.ParsePrefix(it.value)
 			if err != nil {
@@ -421,10 +421,10 @@ func (c *checker) subject(b *subjectBlock) subject.Options {
 		rng   hcl.Range
 		dst   *string
 	}{
-		{"forwarded_header", b.ForwardedHeader, b.ForwardedHeaderRange, &o.ForwardedHeader},
-		{"principal_header", b.PrincipalHeader, b.PrincipalHeaderRange, &o.PrincipalHeader},
-		{"api_key_header", b.APIKeyHeader, b.APIKeyHeaderRange, &o.APIKeyHeader},
-		{"plan_header", b.PlanHeader, b.PlanHeaderRange, &o.PlanHeader},
+		{"forwarded_header", b.ForwardedHeader, valueRange(b.Body, "forwarded_header"), &o.ForwardedHeader},
+		{"principal_header", b.PrincipalHeader, valueRange(b.Body, "principal_header"), &o.PrincipalHeader},
+		{"api_key_header", b.APIKeyHeader, valueRange(b.Body, "api_key_header"), &o.APIKeyHeader},
+		{"plan_header", b.PlanHeader, valueRange(b.Body, "plan_header"), &o.PlanHeader},
 	} {
 		if h.value == nil {
 			continue
@@ -434,15 +434,15 @@ func (c *checker) subject(b *subjectBlock) subject.Options {
 		}
 		*h.dst = *h.value
 	}
-	o.IPv6Prefix = int(c.integer(b.IPv6Prefix, b.IPv6PrefixRange, "ipv6_prefix", 0, 1))
+	o.IPv6Prefix = int(c.integer(b.IPv6Prefix, b.Body, "ipv6_prefix", 0, 1))
 	if o.IPv6Prefix > 128 {
-		c.errorf(b.IPv6PrefixRange, "Invalid prefix length", "ipv6_prefix must be between 1 and 128.")
+		c.errorf(valueRange(b.Body, "ipv6_prefix"), "Invalid prefix length", "ipv6_prefix must be between 1 and 128.")
 	}
 	if b.APIKeysFile != nil {
-		o.KnownKeys, o.KeyPlans = c.apiKeys(b.APIKeysFileRange, c.path(*b.APIKeysFile))
+		o.KnownKeys, o.KeyPlans = c.apiKeys(valueRange(b.Body, "api_keys_file"), c.path(*b.APIKeysFile))
 	}
 	if b.PlanHeader != nil && (o.PrincipalHeader == "" || len(o.TrustedProxies) == 0) {
-		c.errorf(b.PlanHeaderRange, "plan_header needs a trusted principal", "The plan header gives the plan of a principal asserted by a trusted proxy; set principal_header and trusted_proxies too.")
+		c.errorf(valueRange(b.Body, "plan_header"), "plan_header needs a trusted principal", "The plan header gives the plan of a principal asserted by a trusted proxy; set principal_header and trusted_proxies too.")
 	}
 	if b.JWT != nil {
 		o.JWT = c.jwt(b.JWT)
@@ -510,7 +510,7 @@ func (c *checker) apiKeys(rng hcl.Range, path string) (map[subject.KeyHash]struc
 
 func (c *checker) pseudonym(b *pseudonymBlock) (map[int][]byte, int) {
 	keys := map[int][]byte{}
-	version := int(c.integer(b.Version, b.VersionRange, "version", 0, 1))
+	version := int(c.integer(b.Version, b.Body, "version", 0, 1))
 	labelled := map[int]bool{}
 	for _, kb := range b.Keys {
 		v, err := strconv.Atoi(kb.Version)
@@ -535,7 +535,7 @@ func (c *checker) pseudonym(b *pseudonymBlock) (map[int][]byte, int) {
 	}
 	// A key block that is there but broken is reported already.
 	if version > 0 && !labelled[version] {
-		c.errorf(b.VersionRange, "Pseudonym version without a key", "version = %d, but there is no key \"%d\" block.", version, version)
+		c.errorf(valueRange(b.Body, "version"), "Pseudonym version without a key", "version = %d, but there is no key \"%d\" block.", version, version)
 	}
 	return keys, version
 }
@@ -547,7 +547,7 @@ func (c *checker) log(b *logBlock) Log {
 	}
 	if b.Level != nil {
 		if !slices.Contains([]string{"debug", "info", "warn", "error"}, *b.Level) || l.Level.UnmarshalText([]byte(*b.Level)) != nil {
-			c.errorf(b.LevelRange, "Unknown log level", "level must be debug, info, warn or error.")
+			c.errorf(valueRange(b.Body, "level"), "Unknown log level", "level must be debug, info, warn or error.")
 		}
 	}
 	l.Access = or(b.Access, l.Access)

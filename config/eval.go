@@ -181,9 +181,11 @@ func (c *checker) nulls(body hcl.Body) {
 	}
 }
 
-// integer is *p, at least min; def when absent (a nil p, or no range: a
-// required attribute that is missing, which decoding has reported).
-func (c *checker) integer(p *int64, rng hcl.Range, name string, def, min int64) int64 {
+// integer is *p, the attribute name of body, at least min; def when
+// absent (a nil p, or a required attribute that is missing, which decoding
+// has reported).
+func (c *checker) integer(p *int64, body hcl.Body, name string, def, min int64) int64 {
+	rng := valueRange(body, name)
 	if p == nil || rng == (hcl.Range{}) || c.decodeFailed(rng) {
 		return def
 	}
@@ -194,32 +196,33 @@ func (c *checker) integer(p *int64, rng hcl.Range, name string, def, min int64) 
 	return *p
 }
 
-// duration parses a Go duration string ("750ms", "1m") no shorter than min;
-// def when absent.
-func (c *checker) duration(p *string, rng hcl.Range, name string, def, min time.Duration) time.Duration {
-	d, ok := c.durationAt(p, rng, name)
+// duration parses the Go duration string ("750ms", "1m") of the attribute
+// name of body, no shorter than min; def when absent.
+func (c *checker) duration(p *string, body hcl.Body, name string, def, min time.Duration) time.Duration {
+	d, ok := c.parseDuration(p, body, name)
 	if !ok {
 		return def
 	}
 	if d < min {
-		c.errorf(rng, "Duration too short", "%s must be at least %s.", name, min)
+		c.errorf(valueRange(body, name), "Duration too short", "%s must be at least %s.", name, min)
 		return def
 	}
 	return d
 }
 
-// parseDuration parses the duration of the attribute name of body; def
-// when absent. What durations it may be is the option's Validate's to say.
-func (c *checker) parseDuration(p *string, body hcl.Body, name string, def time.Duration) time.Duration {
-	if d, ok := c.durationAt(p, at(body, name, hcl.Range{}), name); ok {
+// durationOr is the duration of the attribute name of body, any at all;
+// def when absent. What it may be is the option's Validate's to say.
+func (c *checker) durationOr(p *string, body hcl.Body, name string, def time.Duration) time.Duration {
+	if d, ok := c.parseDuration(p, body, name); ok {
 		return d
 	}
 	return def
 }
 
-// durationAt parses a Go duration string ("750ms", "1m") written at rng;
-// false when absent or reported.
-func (c *checker) durationAt(p *string, rng hcl.Range, name string) (time.Duration, bool) {
+// parseDuration parses the Go duration string of the attribute name of
+// body; false when absent or reported.
+func (c *checker) parseDuration(p *string, body hcl.Body, name string) (time.Duration, bool) {
+	rng := valueRange(body, name)
 	if p == nil || c.decodeFailed(rng) {
 		return 0, false
 	}

@@ -26,20 +26,27 @@ func attribute(body hcl.Body, name string) *hclsyntax.Attribute {
 // has reports whether body sets the attribute name.
 func has(body hcl.Body, name string) bool { return attribute(body, name) != nil }
 
-// at is the range of the value of the attribute name of body, or def when
-// it is absent.
-func at(body hcl.Body, name string, def hcl.Range) hcl.Range {
+// valueRange is the range of the value of the attribute name of body; the
+// zero Range when it is absent.
+func valueRange(body hcl.Body, name string) hcl.Range {
 	if a := attribute(body, name); a != nil {
 		return a.Expr.Range()
 	}
-	return def
+	return hcl.Range{}
 }
 
-// nameAt is the range of the name of the attribute name of body, or def
-// when it is absent.
-func nameAt(body hcl.Body, name string) hcl.Range {
+// nameRange is the range of the attribute's name.
+func nameRange(body hcl.Body, name string) hcl.Range {
 	if a := attribute(body, name); a != nil {
 		return a.NameRange
+	}
+	return hcl.Range{}
+}
+
+// attrRange is the range of the whole attribute, name to value.
+func attrRange(body hcl.Body, name string) hcl.Range {
+	if a := attribute(body, name); a != nil {
+		return a.SrcRange
 	}
 	return hcl.Range{}
 }

@@ -23,37 +23,37 @@ const maxJWKSFileBytes = 1 << 20
 func (c *checker) jwt(b *jwtBlock) *subject.JWTOptions {
 	o := &subject.JWTOptions{Header: or(b.Header, ""), Issuer: b.Issuer, Claim: or(b.Claim, ""), PlanClaim: or(b.PlanClaim, "")}
 	if b.PlanClaim != nil && strings.TrimSpace(o.PlanClaim) == "" {
-		c.errorf(b.PlanClaimRange, "Empty plan_claim", "plan_claim names the claim that holds a token's plan, such as \"plan\".")
+		c.errorf(valueRange(b.Body, "plan_claim"), "Empty plan_claim", "plan_claim names the claim that holds a token's plan, such as \"plan\".")
 	}
 	if b.Header != nil && !isName(o.Header) {
-		c.errorf(b.HeaderRange, "Invalid header name", "header must be a header name such as \"Authorization\".")
+		c.errorf(valueRange(b.Body, "header"), "Invalid header name", "header must be a header name such as \"Authorization\".")
 	}
 	switch {
 	case b.JWKSFile != nil && b.JWKSURL != nil:
-		c.errorf(b.JWKSURLRange, "Two key sets", "Set jwks_file or jwks_url, not both.")
+		c.errorf(valueRange(b.Body, "jwks_url"), "Two key sets", "Set jwks_file or jwks_url, not both.")
 	case b.JWKSFile != nil:
 		path := c.path(*b.JWKSFile)
 		src, err := readFile(path, maxJWKSFileBytes)
 		if err != nil {
-			c.errorf(b.JWKSFileRange, "Cannot read jwks_file", "%s.", err)
+			c.errorf(valueRange(b.Body, "jwks_file"), "Cannot read jwks_file", "%s.", err)
 			break
 		}
 		keys, err := subject.ParseKeySet(src)
 		if err != nil {
-			c.errorf(b.JWKSFileRange, "Invalid jwks_file", "%s: %s.", path, err)
+			c.errorf(valueRange(b.Body, "jwks_file"), "Invalid jwks_file", "%s: %s.", path, err)
 			break
 		}
 		o.Keys = keys
 	case b.JWKSURL != nil:
-		if !c.decodeFailed(b.JWKSURLRange) && !trustedKeysURL(*b.JWKSURL) {
-			c.errorf(b.JWKSURLRange, "Invalid jwks_url", "jwks_url must be an https:// URL (http:// only to a loopback address): keys fetched in the clear could be anyone's.")
+		if !c.decodeFailed(valueRange(b.Body, "jwks_url")) && !trustedKeysURL(*b.JWKSURL) {
+			c.errorf(valueRange(b.Body, "jwks_url"), "Invalid jwks_url", "jwks_url must be an https:// URL (http:// only to a loopback address): keys fetched in the clear could be anyone's.")
 		}
 		o.JWKSURL = *b.JWKSURL
 	default:
 		c.errorf(b.DefRange, "No key set", "jwt needs jwks_file or jwks_url.")
 	}
-	if b.IssuerRange != (hcl.Range{}) && strings.TrimSpace(b.Issuer) == "" {
-		c.errorf(b.IssuerRange, "Empty issuer", "issuer must be the iss every accepted token carries.")
+	if valueRange(b.Body, "issuer") != (hcl.Range{}) && strings.TrimSpace(b.Issuer) == "" {
+		c.errorf(valueRange(b.Body, "issuer"), "Empty issuer", "issuer must be the iss every accepted token carries.")
 	}
 	for _, it := range c.list(b.Audience, "audience") {
 		if it.value == "" {
@@ -66,12 +66,12 @@ func (c *checker) jwt(b *jwtBlock) *subject.JWTOptions {
 		c.errorf(b.Audience.Range(), "No audience", "audience needs at least one value: a token for another API of the same issuer must not pass.")
 	}
 	if b.Claim != nil && o.Claim == "" {
-		c.errorf(b.ClaimRange, "Empty claim", "claim names the claim that holds the principal, such as \"sub\".")
+		c.errorf(valueRange(b.Body, "claim"), "Empty claim", "claim names the claim that holds the principal, such as \"sub\".")
 	}
-	o.MaxTokenBytes = int(c.integer(b.MaxTokenBytes, b.MaxTokenBytesRange, "max_token_bytes", 0, 1))
-	o.Leeway = c.duration(b.Leeway, b.LeewayRange, "leeway", 0, 0)
+	o.MaxTokenBytes = int(c.integer(b.MaxTokenBytes, b.Body, "max_token_bytes", 0, 1))
+	o.Leeway = c.duration(b.Leeway, b.Body, "leeway", 0, 0)
 	if o.Leeway > 5*time.Minute {
-		c.errorf(b.LeewayRange, "Leeway too long", "leeway forgives clock skew; at most 5m.")
+		c.errorf(valueRange(b.Body, "leeway"), "Leeway too long", "leeway forgives clock skew; at most 5m.")
 	}
 	items := c.list(b.Algorithms, "algorithms")
 	for _, it := range items {
@@ -97,12 +97,12 @@ func (c *checker) jwt(b *jwtBlock) *subject.JWTOptions {
 // invalidTokenPolicy is the policy jwt.invalid_token_policy names, or nil
 // for the default.
 func (c *checker) invalidTokenPolicy(b *jwtBlock, policies map[string]*limiter.Policy) *limiter.Policy {
-	if b == nil || b.InvalidTokenPolicy == nil || c.decodeFailed(b.InvalidTokenPolicyRange) {
+	if b == nil || b.InvalidTokenPolicy == nil || c.decodeFailed(valueRange(b.Body, "invalid_token_policy")) {
 		return nil
 	}
 	p, ok := policies[*b.InvalidTokenPolicy]
 	if !ok {
-		c.errorf(b.InvalidTokenPolicyRange, "Unknown policy", "No policy block is named %q.", *b.InvalidTokenPolicy)
+		c.errorf(valueRange(b.Body, "invalid_token_policy"), "Unknown policy", "No policy block is named %q.", *b.InvalidTokenPolicy)
 	}
 	return p
 }

@@ -23,7 +23,7 @@ func (c *checker) policy(b *policyBlock) *limiter.Policy {
 			names = append(names, a.String())
 		}
 		last := len(names) - 1
-		c.errorf(at(b.Body, "algorithm", b.DefRange), "Unknown algorithm", "algorithm must be %s or %s, not %q.", strings.Join(names[:last], ", "), names[last], *b.Algorithm)
+		c.errorf(valueRange(b.Body, "algorithm"), "Unknown algorithm", "algorithm must be %s or %s, not %q.", strings.Join(names[:last], ", "), names[last], *b.Algorithm)
 		return nil
 	}
 	// Which attributes the algorithm takes is the limiter's to say; that
@@ -39,7 +39,7 @@ func (c *checker) policy(b *policyBlock) *limiter.Policy {
 	}
 	for _, name := range others {
 		if has(b.Body, name) {
-			c.errorf(nameAt(b.Body, name), "Argument not valid for "+alg.String(), "%s does not apply to %s; it takes %s.", name, alg, strings.Join(takes, ", "))
+			c.errorf(nameRange(b.Body, name), "Argument not valid for "+alg.String(), "%s does not apply to %s; it takes %s.", name, alg, strings.Join(takes, ", "))
 		}
 	}
 	for _, name := range takes {
@@ -52,13 +52,13 @@ func (c *checker) policy(b *policyBlock) *limiter.Policy {
 		Algorithm:          alg,
 		Revision:           or(b.Revision, 1),
 		Limit:              or(b.Limit, 0),
-		Window:             c.parseDuration(b.Window, b.Body, "window", 0),
+		Window:             c.durationOr(b.Window, b.Body, "window", 0),
 		Capacity:           or(b.Capacity, 0),
 		RefillTokens:       or(b.RefillTokens, 0),
-		RefillPeriod:       c.parseDuration(b.RefillPeriod, b.Body, "refill_period", 0),
+		RefillPeriod:       c.durationOr(b.RefillPeriod, b.Body, "refill_period", 0),
 		MaxCost:            or(b.MaxCost, 1),
-		CleanupGrace:       c.parseDuration(b.CleanupGrace, b.Body, "cleanup_grace", limiter.DefaultCleanupGrace),
-		MaxClockRegression: c.parseDuration(b.MaxClockRegression, b.Body, "max_clock_regression", limiter.DefaultMaxClockRegression),
+		CleanupGrace:       c.durationOr(b.CleanupGrace, b.Body, "cleanup_grace", limiter.DefaultCleanupGrace),
+		MaxClockRegression: c.durationOr(b.MaxClockRegression, b.Body, "max_clock_regression", limiter.DefaultMaxClockRegression),
 		Dedup:              limiter.DefaultDedup,
 	}
 	switch clock := or(b.Clock, "redis"); clock {
@@ -67,21 +67,21 @@ func (c *checker) policy(b *policyBlock) *limiter.Policy {
 	case "gateway":
 		p.Clock = limiter.ClockGateway
 	default:
-		c.errorf(at(b.Body, "clock", b.DefRange), "Unknown clock", "clock must be \"redis\" or \"gateway\", not %q.", clock)
+		c.errorf(valueRange(b.Body, "clock"), "Unknown clock", "clock must be \"redis\" or \"gateway\", not %q.", clock)
 	}
 	switch mode := or(b.Mode, "enforce"); mode {
 	case "enforce":
 	case "shadow":
 		p.Shadow = true
 	default:
-		c.errorf(at(b.Body, "mode", b.DefRange), "Unknown mode", "mode must be \"enforce\" or \"shadow\", not %q.", mode)
+		c.errorf(valueRange(b.Body, "mode"), "Unknown mode", "mode must be \"enforce\" or \"shadow\", not %q.", mode)
 	}
 	var blocks map[string]hcl.Body
 	if db := b.Dedup; db != nil {
 		blocks = map[string]hcl.Body{"dedup": db.Body}
 		p.Dedup = limiter.Dedup{
 			Enabled:    or(db.Enabled, true),
-			TTL:        c.parseDuration(db.TTL, db.Body, "ttl", p.Dedup.TTL),
+			TTL:        c.durationOr(db.TTL, db.Body, "ttl", p.Dedup.TTL),
 			MaxEntries: int(or(db.MaxEntries, int64(p.Dedup.MaxEntries))),
 			MaxBytes:   int(or(db.MaxBytes, int64(p.Dedup.MaxBytes))),
 		}

@@ -37,10 +37,10 @@ func (c *checker) routes(blocks []*routeBlock, policies map[string]*limiter.Poli
 		}
 		labels[id] = b.DefRange
 		r := proxy.Route{OperationID: id, Host: strings.ToLower(strings.TrimSuffix(or(b.Host, ""), "."))}
-		if b.PathRange != (hcl.Range{}) {
+		if valueRange(b.Body, "path") != (hcl.Range{}) {
 			p, err := proxy.NormalizePath(b.Path)
 			if err != nil || strings.ContainsRune(p, ';') {
-				c.errorf(b.PathRange, "Invalid path", "path must start with / and hold no encoded slash, dot segment parameters or control characters.")
+				c.errorf(valueRange(b.Body, "path"), "Invalid path", "path must start with / and hold no encoded slash, dot segment parameters or control characters.")
 			} else {
 				r.Path = strings.TrimSuffix(p, "/")
 				if r.Path == "" {
@@ -48,7 +48,7 @@ func (c *checker) routes(blocks []*routeBlock, policies map[string]*limiter.Poli
 				}
 			}
 		}
-		if b.MethodsAt != (hcl.Range{}) {
+		if has(b.Body, "methods") {
 			for _, m := range c.list(b.Methods, "methods") {
 				if !isToken(m.value) {
 					c.errorf(m.rng, "Invalid method", "%q is not an HTTP method.", m.value)
@@ -57,11 +57,11 @@ func (c *checker) routes(blocks []*routeBlock, policies map[string]*limiter.Poli
 				r.Methods = append(r.Methods, strings.ToUpper(m.value))
 			}
 		}
-		if b.UpstreamRange != (hcl.Range{}) {
-			r.Upstream, r.Pool = c.routeUpstream(b.Upstream, b.UpstreamRange)
+		if valueRange(b.Body, "upstream") != (hcl.Range{}) {
+			r.Upstream, r.Pool = c.routeUpstream(b.Upstream, valueRange(b.Body, "upstream"))
 		}
 		r.Subject = defaultSources
-		if b.SubjectAt != (hcl.Range{}) {
+		if has(b.Body, "subject") {
 			r.Subject = nil
 			items := c.list(b.Subject, "subject")
 			for _, it := range items {
@@ -88,17 +88,17 @@ func (c *checker) routes(blocks []*routeBlock, policies map[string]*limiter.Poli
 				c.errorf(b.Subject.Range(), "No subject source", "subject needs at least one source.")
 			}
 		}
-		if b.RewritePrefix != nil && !c.decodeFailed(b.RewritePrefixRange) {
+		if b.RewritePrefix != nil && !c.decodeFailed(valueRange(b.Body, "rewrite_prefix")) {
 			p, err := proxy.NormalizeRewritePrefix(*b.RewritePrefix)
 			if err != nil {
-				c.errorf(b.RewritePrefixRange, "Invalid rewrite_prefix", "rewrite_prefix %s, not %q.", err, *b.RewritePrefix)
+				c.errorf(valueRange(b.Body, "rewrite_prefix"), "Invalid rewrite_prefix", "rewrite_prefix %s, not %q.", err, *b.RewritePrefix)
 			} else {
 				r.Rewrite, r.RewritePrefix = true, p
 			}
 		}
-		if b.HostHeader != nil && !c.decodeFailed(b.HostHeaderRange) {
+		if b.HostHeader != nil && !c.decodeFailed(valueRange(b.Body, "host_header")) {
 			if !proxy.ValidHostHeader(*b.HostHeader) {
-				c.errorf(b.HostHeaderRange, "Invalid host_header", "host_header must be a host name or address with an optional port, such as \"orders.internal\" or \"10.0.0.7:8080\", not %q.", *b.HostHeader)
+				c.errorf(valueRange(b.Body, "host_header"), "Invalid host_header", "host_header must be a host name or address with an optional port, such as \"orders.internal\" or \"10.0.0.7:8080\", not %q.", *b.HostHeader)
 			} else {
 				r.HostHeader = *b.HostHeader
 			}
@@ -110,7 +110,7 @@ func (c *checker) routes(blocks []*routeBlock, policies map[string]*limiter.Poli
 		if b.ResponseHeaders != nil {
 			r.ResponseHeaders = c.headerRules(b.ResponseHeaders, "response_headers", managed)
 		}
-		if b.UpgradeAt != (hcl.Range{}) {
+		if has(b.Body, "upgrade") {
 			for _, it := range c.list(b.Upgrade, "upgrade") {
 				name := strings.ToLower(it.value)
 				switch {
@@ -125,11 +125,11 @@ func (c *checker) routes(blocks []*routeBlock, policies map[string]*limiter.Poli
 				}
 			}
 		}
-		r.Cost = c.integer(b.Cost, b.CostRange, "cost", 1, 1)
-		r.MaxBodyBytes = c.integer(b.MaxBodyBytes, b.MaxBodyBytesRange, "max_body_bytes", maxBody, 0)
-		hasPolicies := b.PoliciesAt != (hcl.Range{})
+		r.Cost = c.integer(b.Cost, b.Body, "cost", 1, 1)
+		r.MaxBodyBytes = c.integer(b.MaxBodyBytes, b.Body, "max_body_bytes", maxBody, 0)
+		hasPolicies := has(b.Body, "policies")
 		if b.Policy != nil && hasPolicies {
-			c.errorf(b.PolicyName, "Both policy and policies", "A route takes policy = \"x\" for one policy or policies = [...] for several, not both.")
+			c.errorf(nameRange(b.Body, "policy"), "Both policy and policies", "A route takes policy = \"x\" for one policy or policies = [...] for several, not both.")
 		}
 		usePolicy := func(name string, rng hcl.Range) *limiter.Policy {
 			p, ok := policies[name]
@@ -137,13 +137,13 @@ func (c *checker) routes(blocks []*routeBlock, policies map[string]*limiter.Poli
 			case !ok:
 				c.errorf(rng, "Unknown policy", "No policy block is named %q.", name)
 			case p != nil && r.Cost > p.MaxCost:
-				c.errorf(b.CostRange, "Cost above max_cost", "cost is %d but policy %q allows at most %d.", r.Cost, name, p.MaxCost)
+				c.errorf(valueRange(b.Body, "cost"), "Cost above max_cost", "cost is %d but policy %q allows at most %d.", r.Cost, name, p.MaxCost)
 			}
 			return p
 		}
 		switch {
 		case b.Policy != nil && !hasPolicies:
-			if p := usePolicy(*b.Policy, b.PolicyRange); p != nil {
+			if p := usePolicy(*b.Policy, valueRange(b.Body, "policy")); p != nil {
 				r.Policies = []*limiter.Policy{p}
 			}
 		case hasPolicies && b.Policy == nil:
@@ -162,12 +162,12 @@ func (c *checker) routes(blocks []*routeBlock, policies map[string]*limiter.Poli
 					r.Policies = append(r.Policies, p)
 				}
 			}
-		case b.Policy == nil && !hasPolicies && b.Cost != nil && b.PlansAt == (hcl.Range{}):
-			c.errorf(b.CostName, "Cost without a policy", "cost means nothing on a route without a policy.")
+		case b.Policy == nil && !hasPolicies && b.Cost != nil && !has(b.Body, "plans"):
+			c.errorf(nameRange(b.Body, "cost"), "Cost without a policy", "cost means nothing on a route without a policy.")
 		}
-		if b.PlansAt != (hcl.Range{}) {
+		if has(b.Body, "plans") {
 			if b.Policy == nil && !hasPolicies {
-				c.errorf(b.PlansAt, "Plans without a default policy", "Subjects without a plan, or on a plan not listed, would go unlimited; give the route a policy or policies for them.")
+				c.errorf(attrRange(b.Body, "plans"), "Plans without a default policy", "Subjects without a plan, or on a plan not listed, would go unlimited; give the route a policy or policies for them.")
 			}
 			r.Plans = c.plans(b.Plans, usePolicy)
 			for name := range r.Plans {
@@ -219,12 +219,12 @@ func (c *checker) headerRules(b *headerRulesBlock, block string, managed []strin
 		valueRange  hcl.Range
 	}
 	var rules []rule
-	if b.RemoveAt != (hcl.Range{}) {
+	if has(b.Body, "remove") {
 		for _, it := range c.list(b.Remove, block+".remove") {
 			rules = append(rules, rule{name: it.value, rng: it.rng})
 		}
 	}
-	if b.SetAt != (hcl.Range{}) {
+	if has(b.Body, "set") {
 		for _, it := range c.stringMap(b.Set, block+".set") {
 			rules = append(rules, rule{name: it.key, value: it.value, rng: it.keyRange, set: true, valueRange: it.valueRange})
 		}

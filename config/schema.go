@@ -23,164 +23,129 @@ type fileBlock struct {
 
 type listenBlock struct {
 	HTTP                   *string   `hcl:"http,optional"`
-	HTTPRange              hcl.Range `hcl:"http,attr_value_range"`
 	HTTPS                  *string   `hcl:"https,optional"`
-	HTTPSRange             hcl.Range `hcl:"https,attr_value_range"`
 	Admin                  *string   `hcl:"admin,optional"`
-	AdminRange             hcl.Range `hcl:"admin,attr_value_range"`
 	ShutdownTimeout        *string   `hcl:"shutdown_timeout,optional"`
-	ShutdownTimeoutRange   hcl.Range `hcl:"shutdown_timeout,attr_value_range"`
 	ReadHeaderTimeout      *string   `hcl:"read_header_timeout,optional"`
-	ReadHeaderTimeoutRange hcl.Range `hcl:"read_header_timeout,attr_value_range"`
 	IdleTimeout            *string   `hcl:"idle_timeout,optional"`
-	IdleTimeoutRange       hcl.Range `hcl:"idle_timeout,attr_value_range"`
 	MaxHeaderBytes         *int64    `hcl:"max_header_bytes,optional"`
-	MaxHeaderBytesRange    hcl.Range `hcl:"max_header_bytes,attr_value_range"`
 	MaxConnections         *int64    `hcl:"max_connections,optional"`
-	MaxConnectionsRange    hcl.Range `hcl:"max_connections,attr_value_range"`
 	MaxPerClient           *int64    `hcl:"max_connections_per_client,optional"`
-	MaxPerClientRange      hcl.Range `hcl:"max_connections_per_client,attr_value_range"`
 	MaxBodyBytes           *int64    `hcl:"max_body_bytes,optional"`
-	MaxBodyBytesRange      hcl.Range `hcl:"max_body_bytes,attr_value_range"`
 	AllowUnderscoreHeaders *bool     `hcl:"allow_underscore_headers,optional"`
 	TunnelIdleTimeout      *string   `hcl:"tunnel_idle_timeout,optional"`
-	TunnelIdleTimeoutRange hcl.Range `hcl:"tunnel_idle_timeout,attr_value_range"`
 	BodyReadTimeout        *string   `hcl:"body_read_timeout,optional"`
-	BodyReadTimeoutRange   hcl.Range `hcl:"body_read_timeout,attr_value_range"`
+	Body                   hcl.Body  `hcl:",body"`
 	DefRange               hcl.Range `hcl:",def_range"`
 }
 
 type tlsBlock struct {
 	RedirectHTTP          *bool              `hcl:"redirect_http,optional"`
 	HSTSMaxAge            *string            `hcl:"hsts_max_age,optional"`
-	HSTSMaxAgeRange       hcl.Range          `hcl:"hsts_max_age,attr_value_range"`
 	HSTSIncludeSubdomains *bool              `hcl:"hsts_include_subdomains,optional"`
 	ACME                  *acmeBlock         `hcl:"acme,block"`
 	Certificates          []certificateBlock `hcl:"certificate,block"`
+	Body                  hcl.Body           `hcl:",body"`
 	DefRange              hcl.Range          `hcl:",def_range"`
 }
 
 type acmeBlock struct {
-	Domains      hcl.Expression `hcl:"domains"`
-	Challenges   hcl.Expression `hcl:"challenges,optional"`
-	ChallengesAt hcl.Range      `hcl:"challenges,attr_range"`
-	Email        *string        `hcl:"email,optional"`
-	CA           *string        `hcl:"ca,optional"`
-	CARange      hcl.Range      `hcl:"ca,attr_value_range"`
-	CARoot       *string        `hcl:"ca_root,optional"`
-	Storage      *string        `hcl:"storage,optional"`
+	Domains    hcl.Expression `hcl:"domains"`
+	Challenges hcl.Expression `hcl:"challenges,optional"`
+	Email      *string        `hcl:"email,optional"`
+	CA         *string        `hcl:"ca,optional"`
+	CARoot     *string        `hcl:"ca_root,optional"`
+	Storage    *string        `hcl:"storage,optional"`
+	Body       hcl.Body       `hcl:",body"`
 }
 
 type certificateBlock struct {
-	CertFile      string    `hcl:"cert_file"`
-	CertFileRange hcl.Range `hcl:"cert_file,attr_value_range"`
-	KeyFile       string    `hcl:"key_file"`
-	KeyFileRange  hcl.Range `hcl:"key_file,attr_value_range"`
+	CertFile string   `hcl:"cert_file"`
+	KeyFile  string   `hcl:"key_file"`
+	Body     hcl.Body `hcl:",body"`
 }
 
 type limiterBlock struct {
-	Backend                *string        `hcl:"backend,optional"`
-	BackendRange           hcl.Range      `hcl:"backend,attr_value_range"`
-	Deadline               *string        `hcl:"deadline,optional"`
-	DeadlineRange          hcl.Range      `hcl:"deadline,attr_value_range"`
-	FailureRetryAfter      *string        `hcl:"failure_retry_after,optional"`
-	FailureRetryAfterRange hcl.Range      `hcl:"failure_retry_after,attr_value_range"`
-	Memory                 *memoryBlock   `hcl:"memory,block"`
-	Redis                  *redisBlock    `hcl:"redis,block"`
-	Breaker                *breakerBlock  `hcl:"breaker,block"`
-	Fallback               *fallbackBlock `hcl:"fallback,block"`
-	DefRange               hcl.Range      `hcl:",def_range"`
+	Backend           *string        `hcl:"backend,optional"`
+	Deadline          *string        `hcl:"deadline,optional"`
+	FailureRetryAfter *string        `hcl:"failure_retry_after,optional"`
+	Memory            *memoryBlock   `hcl:"memory,block"`
+	Redis             *redisBlock    `hcl:"redis,block"`
+	Breaker           *breakerBlock  `hcl:"breaker,block"`
+	Fallback          *fallbackBlock `hcl:"fallback,block"`
+	Body              hcl.Body       `hcl:",body"`
+	DefRange          hcl.Range      `hcl:",def_range"`
 }
 
 type breakerBlock struct {
-	Enabled       *bool     `hcl:"enabled,optional"`
-	Failures      *int64    `hcl:"failures,optional"`
-	FailuresRange hcl.Range `hcl:"failures,attr_value_range"`
-	Cooldown      *string   `hcl:"cooldown,optional"`
-	CooldownRange hcl.Range `hcl:"cooldown,attr_value_range"`
-	DefRange      hcl.Range `hcl:",def_range"`
+	Enabled  *bool     `hcl:"enabled,optional"`
+	Failures *int64    `hcl:"failures,optional"`
+	Cooldown *string   `hcl:"cooldown,optional"`
+	Body     hcl.Body  `hcl:",body"`
+	DefRange hcl.Range `hcl:",def_range"`
 }
 
 type fallbackBlock struct {
-	Instances      int64     `hcl:"instances"`
-	InstancesRange hcl.Range `hcl:"instances,attr_value_range"`
-	DefRange       hcl.Range `hcl:",def_range"`
+	Instances int64     `hcl:"instances"`
+	Body      hcl.Body  `hcl:",body"`
+	DefRange  hcl.Range `hcl:",def_range"`
 }
 
 type memoryBlock struct {
-	MaxEntries      *int64    `hcl:"max_entries,optional"`
-	MaxEntriesRange hcl.Range `hcl:"max_entries,attr_value_range"`
+	MaxEntries *int64   `hcl:"max_entries,optional"`
+	Body       hcl.Body `hcl:",body"`
 }
 
 type redisBlock struct {
-	Mode                *string        `hcl:"mode,optional"`
-	ModeRange           hcl.Range      `hcl:"mode,attr_value_range"`
-	Addrs               hcl.Expression `hcl:"addrs"`
-	MasterName          *string        `hcl:"master_name,optional"`
-	MasterNameNameRange hcl.Range      `hcl:"master_name,attr_name_range"`
-	Username            *string        `hcl:"username,optional"`
-	Password            hcl.Expression `hcl:"password,optional"`
-	PasswordAt          hcl.Range      `hcl:"password,attr_range"`
-	TLS                 *bool          `hcl:"tls,optional"`
-	TLSCAFile           *string        `hcl:"tls_ca_file,optional"`
-	TLSCAFileNameRange  hcl.Range      `hcl:"tls_ca_file,attr_name_range"`
-	TLSCAFileRange      hcl.Range      `hcl:"tls_ca_file,attr_value_range"`
-	KeyPrefix           *string        `hcl:"key_prefix,optional"`
-	DB                  *int64         `hcl:"db,optional"`
-	DBRange             hcl.Range      `hcl:"db,attr_value_range"`
-	DefRange            hcl.Range      `hcl:",def_range"`
+	Mode       *string        `hcl:"mode,optional"`
+	Addrs      hcl.Expression `hcl:"addrs"`
+	MasterName *string        `hcl:"master_name,optional"`
+	Username   *string        `hcl:"username,optional"`
+	Password   hcl.Expression `hcl:"password,optional"`
+	TLS        *bool          `hcl:"tls,optional"`
+	TLSCAFile  *string        `hcl:"tls_ca_file,optional"`
+	KeyPrefix  *string        `hcl:"key_prefix,optional"`
+	DB         *int64         `hcl:"db,optional"`
+	Body       hcl.Body       `hcl:",body"`
+	DefRange   hcl.Range      `hcl:",def_range"`
 }
 
 type subjectBlock struct {
-	TrustedProxies       hcl.Expression `hcl:"trusted_proxies,optional"`
-	TrustedProxiesAt     hcl.Range      `hcl:"trusted_proxies,attr_range"`
-	ForwardedHeader      *string        `hcl:"forwarded_header,optional"`
-	ForwardedHeaderRange hcl.Range      `hcl:"forwarded_header,attr_value_range"`
-	PrincipalHeader      *string        `hcl:"principal_header,optional"`
-	PrincipalHeaderRange hcl.Range      `hcl:"principal_header,attr_value_range"`
-	APIKeyHeader         *string        `hcl:"api_key_header,optional"`
-	APIKeyHeaderRange    hcl.Range      `hcl:"api_key_header,attr_value_range"`
-	PlanHeader           *string        `hcl:"plan_header,optional"`
-	PlanHeaderRange      hcl.Range      `hcl:"plan_header,attr_value_range"`
-	APIKeysFile          *string        `hcl:"api_keys_file,optional"`
-	APIKeysFileRange     hcl.Range      `hcl:"api_keys_file,attr_value_range"`
-	IPv6Prefix           *int64         `hcl:"ipv6_prefix,optional"`
-	IPv6PrefixRange      hcl.Range      `hcl:"ipv6_prefix,attr_value_range"`
-	JWT                  *jwtBlock      `hcl:"jwt,block"`
+	TrustedProxies  hcl.Expression `hcl:"trusted_proxies,optional"`
+	ForwardedHeader *string        `hcl:"forwarded_header,optional"`
+	PrincipalHeader *string        `hcl:"principal_header,optional"`
+	APIKeyHeader    *string        `hcl:"api_key_header,optional"`
+	PlanHeader      *string        `hcl:"plan_header,optional"`
+	APIKeysFile     *string        `hcl:"api_keys_file,optional"`
+	IPv6Prefix      *int64         `hcl:"ipv6_prefix,optional"`
+	JWT             *jwtBlock      `hcl:"jwt,block"`
+	Body            hcl.Body       `hcl:",body"`
 }
 
 type jwtBlock struct {
-	Header         *string        `hcl:"header,optional"`
-	HeaderRange    hcl.Range      `hcl:"header,attr_value_range"`
-	JWKSFile       *string        `hcl:"jwks_file,optional"`
-	JWKSFileRange  hcl.Range      `hcl:"jwks_file,attr_value_range"`
-	JWKSURL        *string        `hcl:"jwks_url,optional"`
-	JWKSURLRange   hcl.Range      `hcl:"jwks_url,attr_value_range"`
-	Issuer         string         `hcl:"issuer"`
-	IssuerRange    hcl.Range      `hcl:"issuer,attr_value_range"`
-	Audience       hcl.Expression `hcl:"audience"`
-	Claim          *string        `hcl:"claim,optional"`
-	ClaimRange     hcl.Range      `hcl:"claim,attr_value_range"`
-	PlanClaim      *string        `hcl:"plan_claim,optional"`
-	PlanClaimRange hcl.Range      `hcl:"plan_claim,attr_value_range"`
-	Leeway         *string        `hcl:"leeway,optional"`
-	LeewayRange    hcl.Range      `hcl:"leeway,attr_value_range"`
-	Algorithms     hcl.Expression `hcl:"algorithms"`
+	Header     *string        `hcl:"header,optional"`
+	JWKSFile   *string        `hcl:"jwks_file,optional"`
+	JWKSURL    *string        `hcl:"jwks_url,optional"`
+	Issuer     string         `hcl:"issuer"`
+	Audience   hcl.Expression `hcl:"audience"`
+	Claim      *string        `hcl:"claim,optional"`
+	PlanClaim  *string        `hcl:"plan_claim,optional"`
+	Leeway     *string        `hcl:"leeway,optional"`
+	Algorithms hcl.Expression `hcl:"algorithms"`
 	// MaxTokenBytes: longer tokens are refused before any of them is
 	// decoded; default subject.DefaultMaxTokenBytes.
-	MaxTokenBytes      *int64    `hcl:"max_token_bytes,optional"`
-	MaxTokenBytesRange hcl.Range `hcl:"max_token_bytes,attr_value_range"`
+	MaxTokenBytes *int64 `hcl:"max_token_bytes,optional"`
 	// InvalidTokenPolicy names the policy that invalid tokens are charged
 	// to, per client address; default proxy.DefaultInvalidTokenPolicy.
-	InvalidTokenPolicy      *string   `hcl:"invalid_token_policy,optional"`
-	InvalidTokenPolicyRange hcl.Range `hcl:"invalid_token_policy,attr_value_range"`
-	DefRange                hcl.Range `hcl:",def_range"`
+	InvalidTokenPolicy *string   `hcl:"invalid_token_policy,optional"`
+	Body               hcl.Body  `hcl:",body"`
+	DefRange           hcl.Range `hcl:",def_range"`
 }
 
 type pseudonymBlock struct {
-	Version      *int64     `hcl:"version"`
-	VersionRange hcl.Range  `hcl:"version,attr_value_range"`
-	Keys         []keyBlock `hcl:"key,block"`
+	Version *int64     `hcl:"version"`
+	Keys    []keyBlock `hcl:"key,block"`
+	Body    hcl.Body   `hcl:",body"`
 }
 
 type keyBlock struct {
@@ -190,9 +155,9 @@ type keyBlock struct {
 }
 
 type logBlock struct {
-	Level      *string   `hcl:"level,optional"`
-	LevelRange hcl.Range `hcl:"level,attr_value_range"`
-	Access     *bool     `hcl:"access,optional"`
+	Level  *string  `hcl:"level,optional"`
+	Access *bool    `hcl:"access,optional"`
+	Body   hcl.Body `hcl:",body"`
 }
 
 type policyBlock struct {
@@ -230,36 +195,23 @@ type routeBlock struct {
 	OperationID      string    `hcl:"operation_id,label"`
 	OperationIDRange hcl.Range `hcl:"operation_id,label_range"`
 
-	Host              *string        `hcl:"host,optional"`
-	Path              string         `hcl:"path"`
-	PathRange         hcl.Range      `hcl:"path,attr_value_range"`
-	Methods           hcl.Expression `hcl:"methods,optional"`
-	MethodsAt         hcl.Range      `hcl:"methods,attr_range"`
-	Upstream          string         `hcl:"upstream"`
-	UpstreamRange     hcl.Range      `hcl:"upstream,attr_value_range"`
-	Policy            *string        `hcl:"policy,optional"`
-	PolicyRange       hcl.Range      `hcl:"policy,attr_value_range"`
-	PolicyName        hcl.Range      `hcl:"policy,attr_name_range"`
-	Policies          hcl.Expression `hcl:"policies,optional"`
-	PoliciesAt        hcl.Range      `hcl:"policies,attr_range"`
-	Plans             hcl.Expression `hcl:"plans,optional"`
-	PlansAt           hcl.Range      `hcl:"plans,attr_range"`
-	Subject           hcl.Expression `hcl:"subject,optional"`
-	SubjectAt         hcl.Range      `hcl:"subject,attr_range"`
-	Cost              *int64         `hcl:"cost,optional"`
-	CostRange         hcl.Range      `hcl:"cost,attr_value_range"`
-	CostName          hcl.Range      `hcl:"cost,attr_name_range"`
-	MaxBodyBytes      *int64         `hcl:"max_body_bytes,optional"`
-	MaxBodyBytesRange hcl.Range      `hcl:"max_body_bytes,attr_value_range"`
+	Host         *string        `hcl:"host,optional"`
+	Path         string         `hcl:"path"`
+	Methods      hcl.Expression `hcl:"methods,optional"`
+	Upstream     string         `hcl:"upstream"`
+	Policy       *string        `hcl:"policy,optional"`
+	Policies     hcl.Expression `hcl:"policies,optional"`
+	Plans        hcl.Expression `hcl:"plans,optional"`
+	Subject      hcl.Expression `hcl:"subject,optional"`
+	Cost         *int64         `hcl:"cost,optional"`
+	MaxBodyBytes *int64         `hcl:"max_body_bytes,optional"`
 
-	RewritePrefix      *string           `hcl:"rewrite_prefix,optional"`
-	RewritePrefixRange hcl.Range         `hcl:"rewrite_prefix,attr_value_range"`
-	HostHeader         *string           `hcl:"host_header,optional"`
-	HostHeaderRange    hcl.Range         `hcl:"host_header,attr_value_range"`
-	RequestHeaders     *headerRulesBlock `hcl:"request_headers,block"`
-	ResponseHeaders    *headerRulesBlock `hcl:"response_headers,block"`
-	Upgrade            hcl.Expression    `hcl:"upgrade,optional"`
-	UpgradeAt          hcl.Range         `hcl:"upgrade,attr_range"`
+	RewritePrefix   *string           `hcl:"rewrite_prefix,optional"`
+	HostHeader      *string           `hcl:"host_header,optional"`
+	RequestHeaders  *headerRulesBlock `hcl:"request_headers,block"`
+	ResponseHeaders *headerRulesBlock `hcl:"response_headers,block"`
+	Upgrade         hcl.Expression    `hcl:"upgrade,optional"`
+	Body            hcl.Body          `hcl:",body"`
 
 	DefRange hcl.Range `hcl:",def_range"`
 }
@@ -268,37 +220,29 @@ type routeBlock struct {
 // of header names to values, remove a list of names; both stay expressions
 // so each problem points at its own name or value.
 type headerRulesBlock struct {
-	Set      hcl.Expression `hcl:"set,optional"`
-	SetAt    hcl.Range      `hcl:"set,attr_range"`
-	Remove   hcl.Expression `hcl:"remove,optional"`
-	RemoveAt hcl.Range      `hcl:"remove,attr_range"`
+	Set    hcl.Expression `hcl:"set,optional"`
+	Remove hcl.Expression `hcl:"remove,optional"`
+	Body   hcl.Body       `hcl:",body"`
 }
 
 type upstreamBlock struct {
 	Name      string    `hcl:"name,label"`
 	NameRange hcl.Range `hcl:"name,label_range"`
 
-	Targets              hcl.Expression `hcl:"targets,optional"`
-	TargetsAt            hcl.Range      `hcl:"targets,attr_range"`
-	Balance              *string        `hcl:"balance,optional"`
-	BalanceRange         hcl.Range      `hcl:"balance,attr_value_range"`
-	ConnectTimeout       *string        `hcl:"connect_timeout,optional"`
-	ConnectTimeoutRange  hcl.Range      `hcl:"connect_timeout,attr_value_range"`
-	ResponseTimeout      *string        `hcl:"response_timeout,optional"`
-	ResponseTimeoutRange hcl.Range      `hcl:"response_timeout,attr_value_range"`
-	MaxFails             *int64         `hcl:"max_fails,optional"`
-	MaxFailsRange        hcl.Range      `hcl:"max_fails,attr_value_range"`
-	FailTimeout          *string        `hcl:"fail_timeout,optional"`
-	FailTimeoutRange     hcl.Range      `hcl:"fail_timeout,attr_value_range"`
-	Health               *healthBlock   `hcl:"health,block"`
-	DefRange             hcl.Range      `hcl:",def_range"`
+	Targets         hcl.Expression `hcl:"targets,optional"`
+	Balance         *string        `hcl:"balance,optional"`
+	ConnectTimeout  *string        `hcl:"connect_timeout,optional"`
+	ResponseTimeout *string        `hcl:"response_timeout,optional"`
+	MaxFails        *int64         `hcl:"max_fails,optional"`
+	FailTimeout     *string        `hcl:"fail_timeout,optional"`
+	Health          *healthBlock   `hcl:"health,block"`
+	Body            hcl.Body       `hcl:",body"`
+	DefRange        hcl.Range      `hcl:",def_range"`
 }
 
 type healthBlock struct {
-	Path          string    `hcl:"path"`
-	PathRange     hcl.Range `hcl:"path,attr_value_range"`
-	Interval      *string   `hcl:"interval,optional"`
-	IntervalRange hcl.Range `hcl:"interval,attr_value_range"`
-	Timeout       *string   `hcl:"timeout,optional"`
-	TimeoutRange  hcl.Range `hcl:"timeout,attr_value_range"`
+	Path     string   `hcl:"path"`
+	Interval *string  `hcl:"interval,optional"`
+	Timeout  *string  `hcl:"timeout,optional"`
+	Body     hcl.Body `hcl:",body"`
 }

@@ -29,7 +29,7 @@ func (c *checker) upstreams(blocks []*upstreamBlock) []proxy.Pool {
 		c.pools[b.Name] = true
 		p := proxy.Pool{Name: b.Name}
 
-		if b.TargetsAt == (hcl.Range{}) {
+		if !has(b.Body, "targets") {
 			c.errorf(b.DefRange, "Missing required argument", "An upstream block needs targets, a list of URLs.")
 			continue
 		}
@@ -55,28 +55,28 @@ func (c *checker) upstreams(blocks []*upstreamBlock) []proxy.Pool {
 		if b.Balance != nil {
 			balance, ok := proxy.ParseBalance(*b.Balance)
 			if !ok {
-				c.errorf(b.BalanceRange, "Unknown balance", "balance must be \"round_robin\" or \"least_requests\", not %q.", *b.Balance)
+				c.errorf(valueRange(b.Body, "balance"), "Unknown balance", "balance must be \"round_robin\" or \"least_requests\", not %q.", *b.Balance)
 			}
 			p.Balance = balance
 		}
-		p.ConnectTimeout = c.duration(b.ConnectTimeout, b.ConnectTimeoutRange, "connect_timeout", 0, time.Millisecond)
-		p.ResponseTimeout = c.duration(b.ResponseTimeout, b.ResponseTimeoutRange, "response_timeout", 0, time.Millisecond)
-		p.FailTimeout = c.duration(b.FailTimeout, b.FailTimeoutRange, "fail_timeout", 0, time.Millisecond)
+		p.ConnectTimeout = c.duration(b.ConnectTimeout, b.Body, "connect_timeout", 0, time.Millisecond)
+		p.ResponseTimeout = c.duration(b.ResponseTimeout, b.Body, "response_timeout", 0, time.Millisecond)
+		p.FailTimeout = c.duration(b.FailTimeout, b.Body, "fail_timeout", 0, time.Millisecond)
 		// The file's 0 means never, which proxy spells negative (its zero
 		// is "the default").
-		p.MaxFails = int(c.integer(b.MaxFails, b.MaxFailsRange, "max_fails", 0, 0))
+		p.MaxFails = int(c.integer(b.MaxFails, b.Body, "max_fails", 0, 0))
 		if b.MaxFails != nil && *b.MaxFails == 0 {
 			p.MaxFails = -1
 		}
 		if hb := b.Health; hb != nil {
 			h := &proxy.HealthCheck{Path: hb.Path}
 			if n, err := proxy.NormalizePath(hb.Path); err != nil || n != hb.Path {
-				c.errorf(hb.PathRange, "Invalid health path", "path must be a normalized absolute path such as \"/healthz\", not %q.", hb.Path)
+				c.errorf(valueRange(hb.Body, "path"), "Invalid health path", "path must be a normalized absolute path such as \"/healthz\", not %q.", hb.Path)
 			}
-			h.Interval = c.duration(hb.Interval, hb.IntervalRange, "interval", proxy.DefaultHealthInterval, time.Millisecond)
-			h.Timeout = c.duration(hb.Timeout, hb.TimeoutRange, "timeout", 0, time.Millisecond)
+			h.Interval = c.duration(hb.Interval, hb.Body, "interval", proxy.DefaultHealthInterval, time.Millisecond)
+			h.Timeout = c.duration(hb.Timeout, hb.Body, "timeout", 0, time.Millisecond)
 			if hb.Timeout != nil && h.Timeout > h.Interval {
-				c.errorf(hb.TimeoutRange, "Health timeout above interval", "timeout is %s but checks run every %s; a check must end before the next.", h.Timeout, h.Interval)
+				c.errorf(valueRange(hb.Body, "timeout"), "Health timeout above interval", "timeout is %s but checks run every %s; a check must end before the next.", h.Timeout, h.Interval)
 			}
 			p.Health = h
 		}
