@@ -1,0 +1,53 @@
+package limiter
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+type redisMetrics struct {
+	restarts    prometheus.Counter
+	latency     *prometheus.HistogramVec
+	breakerOpen *prometheus.GaugeVec
+	batch       prometheus.Histogram
+	cached      prometheus.Counter
+	reloads     prometheus.Counter
+	errors      *prometheus.CounterVec
+}
+
+func (r *Redis) registerMetrics(reg prometheus.Registerer) {
+	r.m = redisMetrics{
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "gateway_redis_evalsha_duration_seconds",
+			Help:    "EVALSHA round trips, by result.",
+			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, .75},
+		}, []string{"result"}),
+		restarts: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "gateway_redis_restarts_seen_total",
+			Help: "Redis restarts seen as a change of a master's run_id; without persistence each hands every subject a fresh budget.",
+		}),
+		breakerOpen: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "gateway_limiter_breaker_open",
+			Help: "1 while the circuit breaker of a Redis node is open or probing, 0 once closed.",
+		}, []string{"node"}),
+		batch: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "gateway_redis_batch_size",
+			Help:    "Script calls sent to Redis in one write.",
+			Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128},
+		}),
+		cached: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "gateway_limiter_cached_denials_total",
+			Help: "Denials answered from this instance's memory of a certain denial, without a Redis call.",
+		}),
+		reloads: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "gateway_redis_noscript_reloads_total",
+			Help: "Times the scripts were loaded again after NOSCRIPT.",
+		}),
+		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gateway_redis_errors_total",
+			Help: "Redis errors by cause.",
+		}, []string{"cause"}),
+	}
+	if reg != nil {
+		reg.MustRegister(r.m.restarts, r.m.latency, r.m.breakerOpen, r.m.batch, r.m.cached, r.m.reloads, r.m.errors)
+	}
+}

@@ -1,0 +1,104 @@
+package limiter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// node is one Redis node's share of the backend.
+type node struct {
+	batcher *batcher // nil: batching is off
+	breaker *breaker // nil: the breaker is off
+}
+
+var errCircuitOpen = errors.New("redis: circuit breaker open")
+
+// nodeState is c's node, made on first use.
+func (r *Redis) nodeState(c *redis.Client) (*node, error) {
+	nodes := r.nodes.Load()
+	if nodes == nil {
+		return nil, fmt.Errorf("%w: %w", errNotSent, redis.ErrClosed)
+	}
+	if n := (*nodes)[c]; n != nil {
+		return n, nil
+	}
+	r.nodesMu.Lock()
+	defer r.nodesMu.Unlock()
+	nodes = r.nodes.Load()
+	if nodes == nil {
+		return nil, fmt.Errorf("%w: %w", errNotSent, redis.ErrClosed)
+	}
+	if n := (*nodes)[c]; n != nil {
+		return n, nil
+	}
+	n := &node{}
+	if r.batching {
+		n.batcher = newBatcher(c, r.m.batch)
+	}
+	if !r.breakers.Disabled {
+		addr := c.Options().Addr
+		if addr == "" || r.mode == RedisSentinel {
+			addr = "sentinel-master"
+		}
+		n.breaker = newBreaker(addr, r.breakers, r.m.breakerOpen.WithLabelValues(addr), r.logger)
+	}
+	next := make(map[*redis.Client]*node, len(*nodes)+1)
+	maps.Copy(next, *nodes)
+	next[c] = n
+	r.nodes.Store(&next)
+	return n, nil
+}
+
+// send runs one EVALSHA on node c: refused at once while its breaker is
+// open, batched with others unless batching is off. With asking it is sent
+// alone, after ASKING on the same connection, as an ASK redirect requires.
+func (r *Redis) send(ctx context.Context, c *redis.Client, sha string, keys []string, args []any, asking bool) (any, error) {
+	n, err := r.nodeState(c)
+	if err != nil {
+		return nil, err
+	}
+	if n.breaker != nil && !n.breaker.allow(r.clock.Now()) {
+		return nil, errCircuitOpen
+	}
+	var v any
+	switch {
+	case asking:
+		pipe := c.Pipeline()
+		pipe.Do(ctx, "ASKING")
+		cmd := pipe.EvalSha(ctx, sha, keys, args...)
+		pipe.Exec(ctx)
+		v, err = cmd.Result()
+	case n.batcher != nil:
+		v, err = n.batcher.evalSha(ctx, sha, keys, args)
+	default:
+		v, err = c.EvalSha(ctx, sha, keys, args...).Result()
+	}
+	if n.breaker != nil {
+		if errors.Is(err, context.Canceled) {
+			n.breaker.abandon() // a caller that went away says nothing of the node
+		} else {
+			n.breaker.record(!nodeFailed(err), r.clock.Now())
+		}
+	}
+	return v, err
+}
+
+// nodeFailed reports whether a call's error counts against its node: one
+// that ends Unavailable or Indeterminate. A script's own error reply (a
+// NOSCRIPT, a WRONGTYPE) shows the node answering, and so does a Cluster's
+// redirect (MOVED, ASK) or TRYAGAIN while a slot moves.
+func nodeFailed(err error) bool {
+	if err == nil || redis.HasErrorPrefix(err, "NOSCRIPT") || isRedirect(err) || redis.IsTryAgainError(err) {
+		return false
+	}
+	_, o := classifyRedisError(err)
+	switch o.(type) {
+	case Unavailable, Indeterminate:
+		return true
+	}
+	return false
+}

@@ -1,0 +1,181 @@
+package limiter
+
+import (
+	"errors"
+	"strconv"
+	"strings"
+)
+
+type script struct {
+	name string
+	src  string
+	sha  string
+}
+
+// key is the Redis key of a policy revision and subject:
+// <prefix>{<subject>}:<policy>:<revision>. The hash tag is the subject
+// alone, so all the policies of one subject and operation (the pseudonym
+// covers both) live on one Cluster slot and one script can decide them
+// together. The subject is a pseudonym, so no raw identity reaches Redis.
+func (r *Redis) key(p *Policy, subject string) string {
+	return r.prefix + "{" + subject + r.compiled(p).keyTail
+}
+
+// compiledPolicy is what every call of one policy shares, made once: the
+// end of its keys and its script arguments, boxed once.
+type compiledPolicy struct {
+	policy  Policy // what it was made from: a policy changed in place is made again
+	keyTail string // "}:" + name + ":" + revision
+	args    [argsPerPolicy]any
+	dedup   [3]any // ARGV 3 to 5, when it is a request's first policy
+}
+
+// The script's ARGV (lua/prelude.lua): argsHead values for the request,
+// then argsPerPolicy for each policy, of which argNow is the clock.
+const (
+	argsHead      = 5
+	argsPerPolicy = 8
+	argNow        = 1
+)
+
+// maxCompiled bounds the compiled policies kept: every reload brings new
+// ones, and the old ones are not told apart from those still in use.
+const maxCompiled = 1024
+
+func (r *Redis) compiled(p *Policy) *compiledPolicy {
+	if v, ok := r.policies.Load(p); ok {
+		if c := v.(*compiledPolicy); c.policy == *p {
+			return c
+		}
+	}
+	c := &compiledPolicy{policy: *p, keyTail: "}:" + p.Name + ":" + strconv.FormatInt(p.Revision, 10)}
+	shadow := 0
+	if p.Shadow {
+		shadow = 1
+	}
+	c.args = [argsPerPolicy]any{
+		int(p.Algorithm), "", p.Quota(), p.Period().Milliseconds(), p.RefillTokens,
+		p.CleanupGrace.Milliseconds(), p.MaxClockRegression.Milliseconds(), shadow,
+	}
+	c.dedup = [3]any{p.Dedup.TTL.Milliseconds(), p.Dedup.MaxEntries, p.Dedup.MaxBytes}
+	if r.compiledCount.Add(1) > maxCompiled {
+		r.policies.Clear()
+		r.compiledCount.Store(1)
+	}
+	r.policies.Store(p, c)
+	return c
+}
+
+// keys are the keys of one call: each policy's state and, with
+// de-duplication (evaluationID not empty), the evaluation's record and the
+// list of remembered IDs, all cut from one string. They share the
+// subject's hash tag: one Cluster slot. See lua/prelude.lua.
+func (r *Redis) keys(ps []*Policy, subject, evaluationID string) []string {
+	var tailsOn [scratchPolicies]string
+	tails := tailsOn[:0]
+	head := len(r.prefix) + 1 + len(subject)
+	size := 0
+	for _, p := range ps {
+		t := r.compiled(p).keyTail
+		tails = append(tails, t)
+		size += head + len(t)
+	}
+	first := head + len(tails[0])
+	record := first + len(":e:") + len(evaluationID)
+	if evaluationID != "" {
+		size += record + first + len(":q")
+	}
+	var b strings.Builder
+	b.Grow(size)
+	key := func(tail, suffix, id string) {
+		b.WriteString(r.prefix)
+		b.WriteByte('{')
+		b.WriteString(subject)
+		b.WriteString(tail)
+		b.WriteString(suffix)
+		b.WriteString(id)
+	}
+	for _, t := range tails {
+		key(t, "", "")
+	}
+	if evaluationID != "" {
+		key(tails[0], ":e:", evaluationID)
+		key(tails[0], ":q", "")
+	}
+	all := b.String()
+	keys := make([]string, 0, len(ps)+2)
+	at := 0
+	for _, t := range tails {
+		keys = append(keys, all[at:at+head+len(t)])
+		at += head + len(t)
+	}
+	if evaluationID != "" {
+		keys = append(keys, all[at:at+record], all[at+record:])
+	}
+	return keys
+}
+
+// args is the script's ARGV for a request of cost over ps.
+func (r *Redis) args(ps []*Policy, cost int64) []any {
+	args := make([]any, argsHead, argsHead+argsPerPolicy*len(ps))
+	for i, p := range ps {
+		c := r.compiled(p)
+		if i == 0 {
+			args[0], args[1] = len(ps), cost
+			copy(args[2:argsHead], c.dedup[:])
+		}
+		args = append(args, c.args[:]...)
+		if p.Clock == ClockGateway {
+			args[len(args)-argsPerPolicy+argNow] = strconv.FormatInt(r.clock.Now().UnixMilli(), 10)
+		}
+	}
+	return args
+}
+
+var errMalformedReply = errors.New("redis: malformed script reply")
+
+// Script reply statuses; see lua/prelude.lua.
+const (
+	replyDecided     = 0
+	replyClockUnsafe = 1
+	replyUnreadable  = 2
+	replyReplayed    = 3
+)
+
+// decodeReply reads the script's reply: a status, then four numbers per
+// policy.
+func decodeReply(ps []*Policy, reply []any) Outcome {
+	if len(reply) == 0 {
+		return Indeterminate{Err: errMalformedReply}
+	}
+	status, ok := reply[0].(int64)
+	if !ok {
+		return Indeterminate{Err: errMalformedReply}
+	}
+	switch status {
+	case replyClockUnsafe:
+		return Unavailable{Category: ClockUnsafe}
+	case replyUnreadable:
+		return Incompatible{Reason: StateUnreadable}
+	case replyDecided, replyReplayed:
+	default:
+		return Indeterminate{Err: errMalformedReply}
+	}
+	if len(reply) != 1+4*len(ps) {
+		return Indeterminate{Err: errMalformedReply}
+	}
+	var eachOn [scratchPolicies]Decision
+	each := eachOn[:0]
+	for i, p := range ps {
+		var n [4]int64
+		for j := range n {
+			x, ok := reply[1+4*i+j].(int64)
+			if !ok {
+				return Indeterminate{Err: errMalformedReply}
+			}
+			n[j] = x
+		}
+		each = append(each, p.decision(n[0] == 1, n[1], ms(n[2]), ms(n[3])))
+	}
+	return evaluated(ps, each)
+}
