@@ -1,0 +1,217 @@
+package limiter
+
+import (
+	"sync"
+	"sync/atomic"
+	"unsafe"
+)
+
+// memoryShard holds the keys whose hash selects it. Slots are addressed by
+// index, 0 meaning none, and live in pages that never move, so a pointer to
+// one stays valid while the lock is held. Queues are addressed the same way,
+// but their slice moves when it grows: no pointer to one outlives newQueue.
+type memoryShard struct {
+	mu         sync.Mutex
+	maxEntries int
+
+	// index finds the slot of each key held by the key's first half, the
+	// slot holding it in full; a key whose first half another key has taken
+	// is found in collided instead, which with n keys in the shard happens
+	// to a new key with a chance of n/2⁶⁴, 1e-15 at the default size. A map
+	// keyed by uint64 costs less time and memory than one keyed by 16 bytes.
+	index     map[uint64]uint32
+	collided  map[memoryKey]uint32
+	slots     []*slotPage
+	slotsUsed uint32 // slots ever handed out, counting the unused slot 0
+	freeSlot  uint32 // freed slots, linked through lessRecent
+	// head is the most recently used slot, tail the least.
+	head, tail uint32
+
+	queues     []recordQueue // queue 0 is unused
+	freeQueues []uint32
+	// recordIndex finds the records of a queue longer than recordsScanned,
+	// by sequence number; a shorter queue is searched in order.
+	recordIndex map[recordKey]uint32
+}
+
+// paddedShard keeps each shard's lock and list heads off its neighbours'
+// cache lines (two, for the adjacent-line prefetcher).
+type paddedShard struct {
+	memoryShard
+	_ [128 - unsafe.Sizeof(memoryShard{})%128]byte
+}
+
+// memorySlot is one key: the algorithm's state, its expiry, its place in the
+// shard's LRU list, and the evaluations it remembers for retries. Those are
+// the newest, held in the slot itself (lastID, last), and the older ones, in
+// the key's queue if it has one.
+//
+// The first 64 bytes are all that a decision without de-duplication reads,
+// one cache line, unless it is the sliding counter's, which also keeps prev.
+type memorySlot struct {
+	key memoryKey
+
+	// The fields of state, which see; stateValid in flags is its Valid.
+	start, count, seen int64
+
+	expiresAt              int64 // milliseconds
+	moreRecent, lessRecent uint32
+	flags                  slotFlags
+
+	prev     int64
+	lastID   evaluationKey
+	last     rememberedDecision
+	lastSize uint32
+	queue    uint32
+}
+
+type slotFlags uint8
+
+const (
+	slotInUse slotFlags = 1 << iota
+	stateValid
+	lastHeld
+	lastAllowed
+)
+
+// Slots come in pages of one 8 KiB size class.
+const (
+	slotsPerPage = 64
+	slotPageMask = slotsPerPage - 1
+	slotPageBits = 6
+)
+
+type slotPage [slotsPerPage]memorySlot
+
+// A page must not outgrow its size class.
+var _ = [128 - unsafe.Sizeof(memorySlot{})]struct{}{}
+
+// state is the key's state under algorithm a, which leaves Prev zero unless
+// the algorithm keeps it.
+func (e *memorySlot) state(a Algorithm) state {
+	st := state{Valid: e.flags&stateValid != 0, Start: e.start, Count: e.count, Seen: e.seen}
+	if a.spec().keepsPrev {
+		st.Prev = e.prev
+	}
+	return st
+}
+
+func (e *memorySlot) setState(st state) {
+	e.start, e.count, e.seen = st.Start, st.Count, st.Seen
+	if st.Prev != 0 || e.prev != 0 { // so that only the sliding counter writes the second line
+		e.prev = st.Prev
+	}
+	if st.Valid {
+		e.flags |= stateValid
+	} else {
+		e.flags &^= stateValid
+	}
+}
+
+func (s *memoryShard) slot(i uint32) *memorySlot {
+	return &s.slots[i>>slotPageBits][i&slotPageMask]
+}
+
+// find returns the slot of key, or 0 and nil.
+func (s *memoryShard) find(key memoryKey) (uint32, *memorySlot) {
+	if i := s.index[key.half()]; i != 0 {
+		if e := s.slot(i); e.key == key {
+			return i, e
+		}
+	}
+	if len(s.collided) != 0 {
+		if i := s.collided[key]; i != 0 {
+			return i, s.slot(i)
+		}
+	}
+	return 0, nil
+}
+
+func (s *memoryShard) len() int { return len(s.index) + len(s.collided) }
+
+func (s *memoryShard) insert(key memoryKey, evictions *atomic.Uint64, now int64) (uint32, *memorySlot) {
+	for s.len() >= s.maxEntries && s.tail != 0 {
+		victim := s.tail
+		if s.slot(victim).expiresAt > now {
+			evictions.Add(1)
+		}
+		s.remove(victim)
+	}
+	i := s.freeSlot
+	if i != 0 {
+		s.freeSlot = s.slot(i).lessRecent
+	} else {
+		i = s.slotsUsed
+		if int(i>>slotPageBits) == len(s.slots) {
+			s.slots = append(s.slots, new(slotPage))
+		}
+		s.slotsUsed++
+	}
+	e := s.slot(i)
+	*e = memorySlot{key: key, flags: slotInUse}
+	if _, taken := s.index[key.half()]; taken {
+		s.collided[key] = i
+	} else {
+		s.index[key.half()] = i
+	}
+	s.pushFront(i, e)
+	return i, e
+}
+
+// remove frees slot i and every evaluation its key remembers.
+func (s *memoryShard) remove(i uint32) {
+	e := s.slot(i)
+	if s.index[e.key.half()] == i {
+		delete(s.index, e.key.half())
+	} else {
+		delete(s.collided, e.key)
+	}
+	s.unlink(i, e)
+	if e.queue != 0 {
+		if q := &s.queues[e.queue]; q.indexed {
+			for j := range q.n {
+				seq := q.first + j
+				k := recordKey{q.ids[seq&uint32(len(q.ids)-1)], i}
+				if s.recordIndex[k] == seq {
+					delete(s.recordIndex, k)
+				}
+			}
+		}
+		s.freeQueue(e)
+	}
+	*e = memorySlot{lessRecent: s.freeSlot}
+	s.freeSlot = i
+}
+
+func (s *memoryShard) touch(i uint32, e *memorySlot) {
+	if s.head == i {
+		return
+	}
+	s.unlink(i, e)
+	s.pushFront(i, e)
+}
+
+func (s *memoryShard) pushFront(i uint32, e *memorySlot) {
+	e.moreRecent, e.lessRecent = 0, s.head
+	if s.head != 0 {
+		s.slot(s.head).moreRecent = i
+	}
+	s.head = i
+	if s.tail == 0 {
+		s.tail = i
+	}
+}
+
+func (s *memoryShard) unlink(i uint32, e *memorySlot) {
+	if e.moreRecent != 0 {
+		s.slot(e.moreRecent).lessRecent = e.lessRecent
+	} else {
+		s.head = e.lessRecent
+	}
+	if e.lessRecent != 0 {
+		s.slot(e.lessRecent).moreRecent = e.moreRecent
+	} else {
+		s.tail = e.moreRecent
+	}
+	e.moreRecent, e.lessRecent = 0, 0
+}
