@@ -39,16 +39,8 @@ var algorithms = [...]algorithmSpec{
 
 var windowFields = []string{"limit", "window"}
 
-func limit(p *Policy) int64                { return p.Limit }
-func window(p *Policy) time.Duration       { return p.Window }
-func capacity(p *Policy) int64             { return p.Capacity }
-func refillPeriod(p *Policy) time.Duration { return p.RefillPeriod }
-
-// bucketFill is the time a drained bucket takes to fill again.
-func bucketFill(p *Policy) time.Duration {
-	periods := (p.Capacity + p.RefillTokens - 1) / p.RefillTokens
-	return time.Duration(periods) * p.RefillPeriod
-}
+func limit(p *Policy) int64          { return p.Limit }
+func window(p *Policy) time.Duration { return p.Window }
 
 // unknownAlgorithm answers for an Algorithm value outside the table, so
 // that a policy built in code with one fails Validate rather than panics.
@@ -106,125 +98,6 @@ func decide(p *Policy, st state, nowMillis, cost int64) step {
 	res := p.Algorithm.spec().decide(p, st, nowMillis, cost)
 	res.decision.Certainty = p.Certainty()
 	return res
-}
-
-func decideFixedWindow(p *Policy, st state, now, cost int64) step {
-	window := p.Window.Milliseconds()
-	start := now - now%window
-	spent := int64(0)
-	if st.Valid && st.Start == start {
-		spent = st.Count
-	}
-	reset := start + window - now
-	if spent+cost > p.Limit {
-		return step{decision: Decision{
-			Limit: p.Limit, Remaining: p.Limit - spent,
-			ResetAfter: ms(reset), RetryAfter: ms(reset),
-		}}
-	}
-	spent += cost
-	return step{
-		decision:  Decision{Allowed: true, Limit: p.Limit, Remaining: p.Limit - spent, ResetAfter: ms(reset)},
-		next:      state{Valid: true, Start: start, Count: spent, Seen: now},
-		charged:   true,
-		ttlMillis: reset + p.CleanupGrace.Milliseconds(),
-	}
-}
-
-func decideSlidingCounter(p *Policy, st state, now, cost int64) step {
-	window := p.Window.Milliseconds()
-	start := now - now%window
-	elapsed := now - start
-	var current, previous int64
-	if st.Valid {
-		switch st.Start {
-		case start:
-			current, previous = st.Count, st.Prev
-		case start - window:
-			previous = st.Count
-		}
-	}
-	estimate := previous*(window-elapsed)/window + current
-	if estimate+cost > p.Limit {
-		var retry int64
-		if room := p.Limit - cost - current; room >= 0 {
-			retry = decayWait(previous, room, window) - elapsed
-		} else {
-			retry = window - elapsed + decayWait(current, p.Limit-cost, window)
-		}
-		retry = max(retry, 1)
-		reset := int64(0)
-		if current > 0 {
-			reset = 2*window - elapsed
-		} else if previous > 0 {
-			reset = window - elapsed
-		}
-		return step{decision: Decision{
-			Limit: p.Limit, Remaining: max(p.Limit-estimate, 0),
-			ResetAfter: ms(max(reset, retry)), RetryAfter: ms(retry),
-		}}
-	}
-	current += cost
-	return step{
-		decision: Decision{
-			Allowed: true, Limit: p.Limit, Remaining: p.Limit - estimate - cost,
-			ResetAfter: ms(2*window - elapsed),
-		},
-		next:      state{Valid: true, Start: start, Count: current, Prev: previous, Seen: now},
-		charged:   true,
-		ttlMillis: 2*window - elapsed + p.CleanupGrace.Milliseconds(),
-	}
-}
-
-// decayWait is the smallest offset e into a window at which the previous
-// window's count, weighted by (window-e)/window and rounded down, is at most
-// allowed.
-func decayWait(count, allowed, window int64) int64 {
-	if count <= allowed {
-		return 0
-	}
-	return window - ((allowed+1)*window-1)/count
-}
-
-func decideTokenBucket(p *Policy, st state, now, cost int64) step {
-	period := p.RefillPeriod.Milliseconds()
-	tokens, refilled := p.Capacity, now
-	if st.Valid {
-		tokens, refilled = st.Count, st.Start
-		if periods := (now - refilled) / period; periods > 0 {
-			// Only whole periods are added, and the timestamp moves by whole
-			// periods, so the partial period in progress is kept.
-			refilled += periods * period
-			if missing := p.Capacity - tokens; periods >= (missing+p.RefillTokens-1)/p.RefillTokens {
-				tokens = p.Capacity
-			} else {
-				tokens += periods * p.RefillTokens
-			}
-		}
-	}
-	untilFull := func(tokens int64) int64 {
-		if tokens >= p.Capacity {
-			return 0
-		}
-		periods := (p.Capacity - tokens + p.RefillTokens - 1) / p.RefillTokens
-		return refilled + periods*period - now
-	}
-	if tokens < cost {
-		periods := (cost - tokens + p.RefillTokens - 1) / p.RefillTokens
-		retry := refilled + periods*period - now
-		return step{decision: Decision{
-			Limit: p.Capacity, Remaining: tokens,
-			ResetAfter: ms(untilFull(tokens)), RetryAfter: ms(retry),
-		}}
-	}
-	tokens -= cost
-	reset := untilFull(tokens)
-	return step{
-		decision:  Decision{Allowed: true, Limit: p.Capacity, Remaining: tokens, ResetAfter: ms(reset)},
-		next:      state{Valid: true, Start: refilled, Count: tokens, Seen: now},
-		charged:   true,
-		ttlMillis: reset + p.CleanupGrace.Milliseconds(),
-	}
 }
 
 func ms(n int64) time.Duration { return time.Duration(n) * time.Millisecond }

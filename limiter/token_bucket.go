@@ -1,0 +1,53 @@
+package limiter
+
+import "time"
+
+func capacity(p *Policy) int64             { return p.Capacity }
+func refillPeriod(p *Policy) time.Duration { return p.RefillPeriod }
+
+// bucketFill is the time a drained bucket takes to fill again.
+func bucketFill(p *Policy) time.Duration {
+	periods := (p.Capacity + p.RefillTokens - 1) / p.RefillTokens
+	return time.Duration(periods) * p.RefillPeriod
+}
+
+func decideTokenBucket(p *Policy, st state, now, cost int64) step {
+	period := p.RefillPeriod.Milliseconds()
+	tokens, refilled := p.Capacity, now
+	if st.Valid {
+		tokens, refilled = st.Count, st.Start
+		if periods := (now - refilled) / period; periods > 0 {
+			// Only whole periods are added, and the timestamp moves by whole
+			// periods, so the partial period in progress is kept.
+			refilled += periods * period
+			if missing := p.Capacity - tokens; periods >= (missing+p.RefillTokens-1)/p.RefillTokens {
+				tokens = p.Capacity
+			} else {
+				tokens += periods * p.RefillTokens
+			}
+		}
+	}
+	untilFull := func(tokens int64) int64 {
+		if tokens >= p.Capacity {
+			return 0
+		}
+		periods := (p.Capacity - tokens + p.RefillTokens - 1) / p.RefillTokens
+		return refilled + periods*period - now
+	}
+	if tokens < cost {
+		periods := (cost - tokens + p.RefillTokens - 1) / p.RefillTokens
+		retry := refilled + periods*period - now
+		return step{decision: Decision{
+			Limit: p.Capacity, Remaining: tokens,
+			ResetAfter: ms(untilFull(tokens)), RetryAfter: ms(retry),
+		}}
+	}
+	tokens -= cost
+	reset := untilFull(tokens)
+	return step{
+		decision:  Decision{Allowed: true, Limit: p.Capacity, Remaining: tokens, ResetAfter: ms(reset)},
+		next:      state{Valid: true, Start: refilled, Count: tokens, Seen: now},
+		charged:   true,
+		ttlMillis: reset + p.CleanupGrace.Milliseconds(),
+	}
+}
