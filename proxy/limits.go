@@ -1,12 +1,19 @@
 package proxy
 
 import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
+	"time"
 
 	"github.com/edgegate/gateway/limiter"
+	"github.com/edgegate/gateway/subject"
 )
 
 // limits is a route's policies, compiled: the request the limiter is asked
@@ -128,4 +135,175 @@ func appendRateLimitMember(b []byte, name string, d limiter.Decision) []byte {
 	b = strconv.AppendInt(b, max(d.Remaining, 0), 10)
 	b = append(b, ";t="...)
 	return strconv.AppendInt(b, ceilSeconds(d.ResetAfter), 10)
+}
+
+// limit asks the limiter and answers for every outcome but an allowed one.
+// It reports whether the request may go on.
+func (h *Handler) limit(w http.ResponseWriter, r *http.Request, c *compiled, rt *route, x *exchange) bool {
+	s, err := x.in.Resolve(rt.query)
+	var spent *tokenBudgetSpent
+	switch {
+	case errors.Is(err, subject.ErrAmbiguousCredential):
+		x.outcome = "rejected"
+		writeProblem(w, problemAmbiguousCredential)
+		return false
+	case errors.As(err, &spent):
+		c.tokens.refuse(w, spent.client, spent.decision, x)
+		return false
+	case errors.Is(err, subject.ErrInvalidToken):
+		// The route's budgets are not charged: the token names nobody.
+		// The client's budget of invalid tokens is.
+		if client, d, over := c.tokens.charge(r, x.in); over && !c.tokens.limits.shadowOnly {
+			c.tokens.refuse(w, client, d, x)
+			return false
+		}
+		x.outcome, x.subjectKind = "invalid_token", subject.JWT
+		var te *subject.TokenError
+		if errors.As(err, &te) {
+			x.reason = te.Reason
+		}
+		writeInvalidToken(w)
+		return false
+	case errors.Is(err, subject.ErrKeysUnavailable):
+		x.outcome, x.subjectKind = "token_keys_unavailable", subject.JWT
+		w.Header()["Retry-After"] = []string{c.failureRetryAfter}
+		writeProblem(w, problemKeysUnavailable)
+		return false
+	case err != nil:
+		x.outcome = "unidentified"
+		writeProblem(w, problemUnidentified)
+		return false
+	}
+	x.subjectKind, x.pseudonym = s.Kind, s.Pseudonym
+	switch {
+	case s.Plan != "":
+		x.plan = s.Plan
+	case s.PlanUnknown:
+		x.plan = "other"
+	}
+
+	l := rt.limits
+	if pl, ok := rt.planLimits[s.Plan]; ok && s.Plan != "" {
+		l = pl
+	}
+	if l == nil {
+		// Only plans limit this route, and the subject has none of them.
+		x.outcome = "unlimited"
+		return true
+	}
+	start := time.Now()
+	req := limiter.Request{
+		Policies:     l.policies,
+		Subject:      s.Pseudonym,
+		Cost:         rt.Cost,
+		EvaluationID: h.evalIDs.next(),
+		Deadline:     start.Add(c.deadline),
+	}
+	o := c.limiter.Evaluate(r.Context(), req)
+	took := time.Since(start)
+
+	x.outcome = outcomeName(o)
+	if _, decided := o.(limiter.Evaluated); !decided && r.Context().Err() != nil {
+		// The client went away before the decision: that is no limiter
+		// failure, whatever the backend made of the cancelled call, and
+		// nobody is left to read an answer. 499 is what the log says.
+		x.outcome = "client_closed"
+		w.WriteHeader(statusClientClosed)
+		return false
+	}
+	if h.opts.Metrics != nil {
+		h.opts.Metrics.LimiterDuration.WithLabelValues(x.outcome).Observe(took.Seconds())
+		if e, ok := o.(limiter.Evaluated); ok && e.Fallback {
+			for i, p := range l.policies {
+				h.opts.Metrics.fallback(rt.OperationID, p.Name, e.PolicyDecision(i).Allowed)
+			}
+		}
+	}
+	switch o := o.(type) {
+	case limiter.Evaluated:
+		l.setHeaders(w.Header(), o)
+		if l.admits(o) {
+			if names := l.shadowDenials(o); names != nil {
+				h.shadowDenied(rt, names, x)
+			}
+			return true
+		}
+		writeQuotaExceeded(w, l.problem(o), o.RetryAfter)
+		return false
+	case limiter.Incompatible:
+		h.opts.Logger.LogAttrs(r.Context(), slog.LevelError, "limiter configuration error",
+			slog.String("route", rt.OperationID), slog.String("policy", l.policies[0].Name),
+			slog.String("reason", o.Reason.String()), errAttr(o.Err))
+	}
+	// Unavailable, Indeterminate, Incompatible, and anything a backend adds
+	// later: fail closed, unless no policy is enforced.
+	if l.shadowOnly {
+		return true
+	}
+	writeUnavailable(w, c.failureRetryAfter)
+	return false
+}
+
+// mapsPlan reports whether the route gives plan budgets of its own: a
+// plan it does not map is no part of a pseudonym on it.
+func (r *route) mapsPlan(plan string) bool {
+	_, ok := r.planLimits[plan]
+	return ok
+}
+
+// limited reports whether any subject of the route is limited.
+func (r *route) limited() bool { return r.limits != nil || len(r.planLimits) > 0 }
+
+// shadowDenied records the would-be denials of the shadow policies named:
+// the request goes on, logged as shadow_denied with their names.
+func (h *Handler) shadowDenied(rt *route, names []string, x *exchange) {
+	x.outcome = "shadow_denied"
+	x.shadowDenied = strings.Join(names, ",")
+	if h.opts.Metrics != nil {
+		for _, n := range names {
+			h.opts.Metrics.ShadowDenials.WithLabelValues(rt.OperationID, n).Inc()
+		}
+	}
+}
+
+func outcomeName(o limiter.Outcome) string {
+	switch o := o.(type) {
+	case limiter.Evaluated:
+		switch {
+		case o.Fallback && o.Allowed:
+			return "fallback_allowed"
+		case o.Fallback:
+			return "fallback_denied"
+		case o.Allowed:
+			return "allowed"
+		}
+		return "denied"
+	case limiter.Unavailable:
+		return o.Category.String() // admission_rejected, unavailable_before_send, clock_unsafe, circuit_open
+	case limiter.Indeterminate:
+		return "indeterminate"
+	case limiter.Incompatible:
+		return "incompatible"
+	}
+	return "unknown"
+}
+
+// evaluationIDs hands out IDs that are unique across gateway instances (a
+// random prefix per process) without a system call per request.
+type evaluationIDs struct {
+	prefix string
+	n      atomic.Uint64
+}
+
+func newEvaluationIDs() evaluationIDs {
+	var b [12]byte
+	rand.Read(b[:])
+	return evaluationIDs{prefix: hex.EncodeToString(b[:]) + "-"}
+}
+
+func (e *evaluationIDs) next() string {
+	var buf [48]byte
+	b := append(buf[:0], e.prefix...)
+	b = strconv.AppendUint(b, e.n.Add(1), 36)
+	return string(b)
 }
