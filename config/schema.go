@@ -235,6 +235,8 @@ type upstreamBlock struct {
 	ResponseTimeout *string        `hcl:"response_timeout,optional"`
 	MaxFails        *int64         `hcl:"max_fails,optional"`
 	FailTimeout     *string        `hcl:"fail_timeout,optional"`
+	EjectOnTimeout  *bool          `hcl:"eject_on_timeout,optional"`
+	MaxEjected      *int64         `hcl:"max_ejected_percent,optional"`
 	Health          *healthBlock   `hcl:"health,block"`
 	Body            hcl.Body       `hcl:",body"`
 	DefRange        hcl.Range      `hcl:",def_range"`

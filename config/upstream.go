@@ -68,6 +68,17 @@ func (c *checker) upstreams(blocks []*upstreamBlock) []proxy.Pool {
 		if b.MaxFails != nil && *b.MaxFails == 0 {
 			p.MaxFails = -1
 		}
+		p.EjectOnTimeout = or(b.EjectOnTimeout, false)
+		// As for max_fails, the file's 0 (no target ejected by failures)
+		// is proxy's negative.
+		p.MaxEjectedPercent = int(c.integer(b.MaxEjected, b.Body, "max_ejected_percent", 0, 0))
+		switch {
+		case p.MaxEjectedPercent > 100:
+			c.errorf(valueRange(b.Body, "max_ejected_percent"), "Value too large", "max_ejected_percent is a share of the upstream's targets, at most 100.")
+			p.MaxEjectedPercent = 0
+		case b.MaxEjected != nil && *b.MaxEjected == 0:
+			p.MaxEjectedPercent = -1
+		}
 		if hb := b.Health; hb != nil {
 			h := &proxy.HealthCheck{Path: hb.Path}
 			if n, err := proxy.NormalizePath(hb.Path); err != nil || n != hb.Path {

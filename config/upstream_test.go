@@ -55,3 +55,28 @@ route "files" {
 		t.Errorf("route with a URL: pool %q upstream %v", r[1].Pool, r[1].Upstream)
 	}
 }
+
+func TestAnUpstreamBlockSaysWhatFailuresMayEject(t *testing.T) {
+	for _, c := range []struct {
+		name, attrs    string
+		ejectOnTimeout bool
+		percent        int
+	}{
+		{"by default", "", false, 0},
+		{"with both set", "eject_on_timeout = true\n  max_ejected_percent = 34", true, 34},
+		{"with max_ejected_percent = 0, none", "max_ejected_percent = 0", false, -1},
+		{"with max_ejected_percent = 100, all but the last", "max_ejected_percent = 100", false, 100},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			src := "upstream \"u\" {\n  targets = [\"http://10.0.0.11:9000\", \"http://10.0.0.12:9000\"]\n  " + c.attrs + "\n}\n"
+			f, diags := config.Parse("gateway.hcl", []byte(src), env(nil))
+			if diags.HasErrors() {
+				t.Fatal(diags.Error())
+			}
+			p := f.Proxy.Pools[0]
+			if p.EjectOnTimeout != c.ejectOnTimeout || p.MaxEjectedPercent != c.percent {
+				t.Errorf("eject on timeout %v, max ejected percent %d; want %v, %d", p.EjectOnTimeout, p.MaxEjectedPercent, c.ejectOnTimeout, c.percent)
+			}
+		})
+	}
+}

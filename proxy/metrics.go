@@ -25,7 +25,11 @@ type Metrics struct {
 	UpstreamRequests *prometheus.CounterVec
 	UpstreamFailures *prometheus.CounterVec
 	UpstreamRetries  *prometheus.CounterVec
-	upstreams        *ejectedCollector
+	// UpstreamEjections counts what max_fails failures in a row did to a
+	// target: ejected it, or left it in rotation (max_ejected_percent of
+	// the pool was out already, or it was the last target in rotation).
+	UpstreamEjections *prometheus.CounterVec
+	upstreams         *ejectedCollector
 	// Latency: the whole request by route and outcome, the upstream
 	// exchange by pool, and the requests of each route being served now.
 	RequestDuration  *prometheus.HistogramVec
@@ -70,6 +74,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Name: "gateway_upstream_retries_total",
 		Help: "Requests sent again after a try at this target that never reached it: to another target after a failed dial, or on another connection.",
 	}, []string{"pool", "target"})
+	m.UpstreamEjections = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "gateway_upstream_ejections_total",
+		Help: "What max_fails failures in a row did to an upstream target, by result: ejected, kept_max_ejected_percent (that share of the pool was out already), kept_last_target.",
+	}, []string{"pool", "target", "result"})
 	m.upstreams = &ejectedCollector{desc: prometheus.NewDesc("gateway_upstream_ejected",
 		"1 while an upstream target is out of rotation (failures or a failed health check), else 0.",
 		[]string{"pool", "target"}, nil)}
@@ -87,8 +95,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Name: "gateway_requests_in_flight",
 		Help: "Requests a route matched that are being served now (an upgraded connection counts until it closes).",
 	}, []string{"route"})
-	reg.MustRegister(m.Requests, m.LimiterDuration, m.Fallbacks, m.ShadowDenials, m.UpstreamRequests, m.UpstreamFailures, m.UpstreamRetries, m.upstreams,
-		m.RequestDuration, m.UpstreamDuration, m.InFlight)
+	reg.MustRegister(m.Requests, m.LimiterDuration, m.Fallbacks, m.ShadowDenials, m.UpstreamRequests, m.UpstreamFailures, m.UpstreamRetries, m.UpstreamEjections,
+		m.upstreams, m.RequestDuration, m.UpstreamDuration, m.InFlight)
 	return m
 }
 
@@ -179,6 +187,7 @@ func (m *Metrics) forgetTargets(old, current map[string]*pool) {
 			m.UpstreamRequests.DeleteLabelValues(name, om.name)
 			m.UpstreamRetries.DeleteLabelValues(name, om.name)
 			m.UpstreamFailures.DeletePartialMatch(prometheus.Labels{"pool": name, "target": om.name})
+			m.UpstreamEjections.DeletePartialMatch(prometheus.Labels{"pool": name, "target": om.name})
 		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -29,6 +30,7 @@ type pool struct {
 	next      atomic.Uint64
 	logger    *slog.Logger
 	duration  prometheus.Observer // gateway_upstream_duration_seconds; nil without metrics
+	ejecting  sync.Mutex          // one ejection decided at a time
 }
 
 // targetState is what the gateway knows of one target's health. A reload
@@ -60,9 +62,10 @@ type member struct {
 	name     string // the target URL: in the access log and the metrics labels
 	checkURL string
 
-	requests prometheus.Counter // nil without metrics
-	retries  prometheus.Counter
-	failures [numCauses]prometheus.Counter
+	requests  prometheus.Counter // nil without metrics
+	retries   prometheus.Counter
+	failures  [numCauses]prometheus.Counter
+	ejections [numEjections]prometheus.Counter
 }
 
 // failureCause is why a request to a target failed, as the metrics say it.
@@ -157,15 +160,78 @@ func (m *member) failed(ctx context.Context, cause failureCause) {
 	if c := m.failures[cause]; c != nil {
 		c.Inc()
 	}
-	n := m.fails.Add(1)
 	p := m.pool
+	if cause == causeResponseTimeout && !p.EjectOnTimeout {
+		// A slow answer says more of the request than of the target: one
+		// client's slow requests would otherwise eject the whole pool.
+		return
+	}
+	n := m.fails.Add(1)
 	if p.MaxFails < 0 || len(p.members) < 2 || n < int64(p.MaxFails) {
 		return
 	}
+	p.eject(ctx, m, cause, n)
+}
+
+// ejection is what became of a target's max_fails failures in a row, as
+// the metrics say it.
+type ejection int
+
+const (
+	ejected               ejection = iota
+	keptMaxEjectedPercent          // max_ejected_percent of the targets are out already
+	keptLastTarget                 // it is the last target in rotation
+	numEjections
+)
+
+var ejectionNames = [numEjections]string{"ejected", "kept_max_ejected_percent", "kept_last_target"}
+
+// eject takes m out of rotation for FailTimeout, unless that would put
+// more than MaxEjectedPercent of the pool's targets out for failures at
+// once, or leave none in rotation (failed health checks included): then
+// m stays, and its next failure asks again. One ejection is decided at a
+// time, so that two targets failing together cannot both pass the check.
+func (p *pool) eject(ctx context.Context, m *member, cause failureCause, n int64) {
+	p.ejecting.Lock()
+	defer p.ejecting.Unlock()
 	now := time.Now()
+	out, inRotation := 0, 0
+	for _, o := range p.members {
+		if o == m {
+			continue
+		}
+		if until := o.ejectedUntil.Load(); until != 0 && now.UnixNano() < until {
+			out++
+		}
+		if o.inRotation() {
+			inRotation++
+		}
+	}
+	result := ejected
+	switch {
+	case inRotation == 0:
+		result = keptLastTarget
+	case p.MaxEjectedPercent < 0 || (out+1)*100 > p.MaxEjectedPercent*len(p.members):
+		result = keptMaxEjectedPercent
+	}
+	if result != ejected {
+		if c := m.ejections[result]; c != nil {
+			c.Inc()
+		}
+		if n == int64(p.MaxFails) {
+			p.logger.LogAttrs(ctx, slog.LevelWarn, "upstream target kept in rotation despite failures",
+				slog.String("pool", p.Name), slog.String("target", m.name),
+				slog.String("cause", causeNames[cause]), slog.Int64("failures_in_a_row", n),
+				slog.String("because", ejectionNames[result]))
+		}
+		return
+	}
 	prev := m.ejectedUntil.Swap(now.Add(p.FailTimeout).UnixNano())
 	m.passes.Store(0)
 	if prev == 0 || now.UnixNano() >= prev {
+		if c := m.ejections[ejected]; c != nil {
+			c.Inc()
+		}
 		p.logger.LogAttrs(ctx, slog.LevelWarn, "upstream target ejected",
 			slog.String("pool", p.Name), slog.String("target", m.name),
 			slog.String("cause", causeNames[cause]), slog.Int64("failures_in_a_row", n),
@@ -411,6 +477,9 @@ func (h *Handler) buildPools(cfg Config, prev *compiled) (map[string]*pool, []*h
 				m.retries = mt.UpstreamRetries.WithLabelValues(p.Name, m.name)
 				for c := range m.failures {
 					m.failures[c] = mt.UpstreamFailures.WithLabelValues(p.Name, m.name, causeNames[c])
+				}
+				for e := range m.ejections {
+					m.ejections[e] = mt.UpstreamEjections.WithLabelValues(p.Name, m.name, ejectionNames[e])
 				}
 			}
 			p.members = append(p.members, m)

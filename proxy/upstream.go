@@ -29,7 +29,17 @@ type Pool struct {
 	// else to send, a short outage would become a longer one.
 	MaxFails    int
 	FailTimeout time.Duration // default 10s
-	Health      *HealthCheck  // nil: failures of real requests only
+	// EjectOnTimeout counts a response timeout as a failure toward
+	// MaxFails. By default it does not: a slow answer is more often the
+	// request's doing than the target's (one client's slow requests
+	// would otherwise eject every target of the pool).
+	EjectOnTimeout bool
+	// MaxEjectedPercent caps the share of the pool's targets that failures
+	// keep out of rotation at once (rounded down); default 50, negative
+	// none. Failures never take out the last target in rotation,
+	// whatever the share.
+	MaxEjectedPercent int
+	Health            *HealthCheck // nil: failures of real requests only
 }
 
 // HealthCheck is a pool's active check: a GET of Path on every target each
@@ -74,12 +84,13 @@ func (b Balance) String() string {
 
 // Defaults of a Pool.
 const (
-	DefaultConnectTimeout  = 5 * time.Second
-	DefaultResponseTimeout = 60 * time.Second
-	DefaultMaxFails        = 3
-	DefaultFailTimeout     = 10 * time.Second
-	DefaultHealthInterval  = 5 * time.Second
-	DefaultHealthTimeout   = 2 * time.Second
+	DefaultConnectTimeout    = 5 * time.Second
+	DefaultResponseTimeout   = 60 * time.Second
+	DefaultMaxFails          = 3
+	DefaultFailTimeout       = 10 * time.Second
+	DefaultMaxEjectedPercent = 50
+	DefaultHealthInterval    = 5 * time.Second
+	DefaultHealthTimeout     = 2 * time.Second
 )
 
 // withDefaults checks p and fills in what it leaves zero.
@@ -111,6 +122,12 @@ func (p Pool) withDefaults() (Pool, error) {
 	p.FailTimeout = defaultIfZero(p.FailTimeout, DefaultFailTimeout)
 	if p.MaxFails == 0 {
 		p.MaxFails = DefaultMaxFails
+	}
+	if p.MaxEjectedPercent > 100 {
+		return p, fmt.Errorf("proxy: pool %q: max ejected percent %d is over 100", p.Name, p.MaxEjectedPercent)
+	}
+	if p.MaxEjectedPercent == 0 {
+		p.MaxEjectedPercent = DefaultMaxEjectedPercent
 	}
 	if h := p.Health; h != nil {
 		c := *h

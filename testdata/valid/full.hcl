@@ -85,12 +85,14 @@ policy "burst" {
 }
 
 upstream "legacy-orders" {
-  targets          = ["http://127.0.0.1:9000", "http://127.0.0.1:9001/"]
-  balance          = "least_requests"
-  connect_timeout  = "2s"
-  response_timeout = "30s"
-  max_fails        = 3
-  fail_timeout     = "10s"
+  targets             = ["http://127.0.0.1:9000", "http://127.0.0.1:9001/"]
+  balance             = "least_requests"
+  connect_timeout     = "2s"
+  response_timeout    = "30s"
+  max_fails           = 3
+  fail_timeout        = "10s"
+  eject_on_timeout    = true
+  max_ejected_percent = 34
   health {
     path     = "/healthz"
     interval = "5s"
