@@ -8,6 +8,7 @@ import (
 	"github.com/hashicorp/hcl/v2/hclsyntax"
 
 	"github.com/edgegate/gateway/limiter"
+	"github.com/edgegate/gateway/proxy"
 )
 
 // Each block keeps its body (`hcl:",body"`), so that a problem is pointed
@@ -60,9 +61,10 @@ func blockRange(def hcl.Range, body hcl.Body) hcl.Range {
 }
 
 // fieldProblem is one problem a package's Validate found with one field,
-// the field named as the file names the attribute.
+// the field named as the file names the attribute. earlier is the field of
+// the first of two that clash, named by it in detail.
 type fieldProblem struct {
-	field, summary, detail string
+	field, summary, detail, earlier string
 }
 
 // fieldProblems are the problems in err, in order. An error that names no
@@ -72,7 +74,9 @@ func fieldProblems(err error, summary string) []fieldProblem {
 	case nil:
 		return nil
 	case *limiter.FieldError:
-		return []fieldProblem{{e.Field, e.Summary, e.Detail}}
+		return []fieldProblem{{e.Field, e.Summary, e.Detail, ""}}
+	case *proxy.FieldError:
+		return []fieldProblem{{e.Field, e.Summary, e.Detail, e.Earlier}}
 	case interface{ Unwrap() []error }:
 		var out []fieldProblem
 		for _, each := range e.Unwrap() {
@@ -82,36 +86,58 @@ func fieldProblems(err error, summary string) []fieldProblem {
 	case interface{ Unwrap() error }:
 		// Context around field problems (the policy's name) is the
 		// block's already; around anything else it is kept.
-		var fe *limiter.FieldError
-		if errors.As(err, &fe) {
+		var le *limiter.FieldError
+		var pe *proxy.FieldError
+		if errors.As(err, &le) || errors.As(err, &pe) {
 			return fieldProblems(e.Unwrap(), summary)
 		}
 	}
-	return []fieldProblem{{"", summary, err.Error() + "."}}
+	return []fieldProblem{{"", summary, err.Error() + ".", ""}}
 }
 
-// fields reports the problems err holds, each at the value of the
-// attribute it names: in body, or for a "block.name" field in the body
-// blocks[block]. A field whose attribute is absent, and a problem of the
-// whole block, is reported at def. A problem at an attribute, or at def,
-// that already has an error (it failed to decode, or a check of the file's
-// own found it) is not reported again.
-func (c *checker) fields(err error, summary string, def hcl.Range, body hcl.Body, blocks map[string]hcl.Body) {
+// finder finds the field a problem names in the file: the range to point
+// at and the range an earlier error there would be in; false when the
+// field is not written.
+type finder func(field string) (point, whole hcl.Range, ok bool)
+
+// inBody finds a field in body, or for a "block.name" field in the body
+// blocks[block]: the attribute's value, within the whole attribute.
+func inBody(body hcl.Body, blocks map[string]hcl.Body) finder {
+	return func(field string) (hcl.Range, hcl.Range, bool) {
+		in, name := body, field
+		if block, rest, nested := strings.Cut(field, "."); nested {
+			in, name = blocks[block], rest
+		}
+		if a := attribute(in, name); a != nil {
+			return a.Expr.Range(), a.SrcRange, true
+		}
+		return hcl.Range{}, hcl.Range{}, false
+	}
+}
+
+// fields reports the problems err holds, each at the range find gives
+// the field it names. A field find does not know (an absent attribute),
+// and a problem of the whole block, is reported at def. A problem where an
+// error is already reported (the attribute failed to decode, or a check of
+// the file's own found it) is not reported again.
+func (c *checker) fields(err error, summary string, def hcl.Range, find finder) {
 	for _, p := range fieldProblems(err, summary) {
 		rng, whole := def, def
 		if p.field != "" {
-			in, name := body, p.field
-			if block, rest, nested := strings.Cut(name, "."); nested {
-				in, name = blocks[block], rest
-			}
-			if a := attribute(in, name); a != nil {
-				rng, whole = a.Expr.Range(), a.SrcRange
+			if point, w, ok := find(p.field); ok {
+				rng, whole = point, w
 			}
 		}
 		if c.reportedAt(whole) {
 			continue
 		}
-		c.errorf(rng, p.summary, "%s", p.detail)
+		detail := p.detail
+		if p.earlier != "" {
+			if r, _, ok := find(p.earlier); ok {
+				detail = strings.Replace(detail, " at "+p.earlier, " at "+r.String(), 1)
+			}
+		}
+		c.errorf(rng, p.summary, "%s", detail)
 	}
 }
 

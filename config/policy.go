@@ -90,7 +90,7 @@ func (c *checker) policy(b *policyBlock) *limiter.Policy {
 	if err == nil {
 		err = p.Exact()
 	}
-	c.fields(err, "Invalid policy", b.DefRange, b.Body, blocks)
+	c.fields(err, "Invalid policy", b.DefRange, inBody(b.Body, blocks))
 	if err != nil || c.reportedAt(blockRange(b.DefRange, b.Body)) {
 		return nil
 	}

@@ -1,7 +1,7 @@
 package config
 
 import (
-	"net/http"
+	"fmt"
 	"slices"
 	"strings"
 
@@ -88,42 +88,41 @@ func (c *checker) routes(blocks []*routeBlock, policies map[string]*limiter.Poli
 				c.errorf(b.Subject.Range(), "No subject source", "subject needs at least one source.")
 			}
 		}
+		// What the route's rules say of the rewrite, the host header, the
+		// header rules and the upgrades is proxy.Route.Validate's; each
+		// element is read with its range, by the field Validate names it.
+		elements := map[string]hcl.Range{}
 		if b.RewritePrefix != nil && !c.decodeFailed(valueRange(b.Body, "rewrite_prefix")) {
-			p, err := proxy.NormalizeRewritePrefix(*b.RewritePrefix)
-			if err != nil {
-				c.errorf(valueRange(b.Body, "rewrite_prefix"), "Invalid rewrite_prefix", "rewrite_prefix %s, not %q.", err, *b.RewritePrefix)
-			} else {
-				r.Rewrite, r.RewritePrefix = true, p
-			}
+			r.Rewrite, r.RewritePrefix = true, *b.RewritePrefix
 		}
 		if b.HostHeader != nil && !c.decodeFailed(valueRange(b.Body, "host_header")) {
-			if !proxy.ValidHostHeader(*b.HostHeader) {
-				c.errorf(valueRange(b.Body, "host_header"), "Invalid host_header", "host_header must be a host name or address with an optional port, such as \"orders.internal\" or \"10.0.0.7:8080\", not %q.", *b.HostHeader)
-			} else {
-				r.HostHeader = *b.HostHeader
-			}
+			r.HostHeader = *b.HostHeader
 		}
-		managed := so.ManagedHeaders()
 		if b.RequestHeaders != nil {
-			r.RequestHeaders = c.headerRules(b.RequestHeaders, "request_headers", managed)
+			r.RequestHeaders = c.headerRules(b.RequestHeaders, "request_headers", elements)
 		}
 		if b.ResponseHeaders != nil {
-			r.ResponseHeaders = c.headerRules(b.ResponseHeaders, "response_headers", managed)
+			r.ResponseHeaders = c.headerRules(b.ResponseHeaders, "response_headers", elements)
 		}
 		if has(b.Body, "upgrade") {
 			for _, it := range c.list(b.Upgrade, "upgrade") {
-				name := strings.ToLower(it.value)
-				switch {
-				case name == "h2c":
-					c.errorf(it.rng, "h2c is never forwarded", "An h2c connection past the gateway would carry requests it never sees; list upgrades such as \"websocket\".")
-				case !isProtocolName(name):
-					c.errorf(it.rng, "Invalid upgrade", "%q is not a protocol name such as \"websocket\".", it.value)
-				case slices.Contains(r.Upgrades, name):
-					c.errorf(it.rng, "Repeated upgrade", "%s is already in the list.", it.value)
-				default:
-					r.Upgrades = append(r.Upgrades, name)
-				}
+				elements[fmt.Sprintf("upgrade[%d]", len(r.Upgrades))] = it.rng
+				r.Upgrades = append(r.Upgrades, it.value)
 			}
+		}
+		inRoute := inBody(b.Body, nil)
+		c.fields(r.Validate(so.ManagedHeaders()), "Invalid route", b.DefRange, func(field string) (hcl.Range, hcl.Range, bool) {
+			if rng, ok := elements[field]; ok {
+				return rng, rng, true
+			}
+			return inRoute(field)
+		})
+		// The file's forms, as the proxy compiles them.
+		if r.Rewrite {
+			r.RewritePrefix, _ = proxy.NormalizeRewritePrefix(r.RewritePrefix)
+		}
+		for i, u := range r.Upgrades {
+			r.Upgrades[i] = strings.ToLower(u)
 		}
 		r.Cost = c.integer(b.Cost, b.Body, "cost", 1, 1)
 		r.MaxBodyBytes = c.integer(b.MaxBodyBytes, b.Body, "max_body_bytes", maxBody, 0)
@@ -187,81 +186,25 @@ func (c *checker) routes(blocks []*routeBlock, policies map[string]*limiter.Poli
 	return routes
 }
 
-// headerRules checks one request_headers or response_headers block: every
-// name a header name the gateway does not manage, every value free of
-// control characters, and no name twice (names are case-insensitive).
-func (c *checker) headerRules(b *headerRulesBlock, block string, managed []string) proxy.HeaderRules {
+// headerRules reads one request_headers or response_headers block, and
+// records the range of each name and value under the field
+// proxy.Route.Validate names it by.
+func (c *checker) headerRules(b *headerRulesBlock, block string, elements map[string]hcl.Range) proxy.HeaderRules {
 	var hr proxy.HeaderRules
-	seen := map[string]hcl.Range{}
-	name := func(n string, rng hcl.Range) bool {
-		if !proxy.ValidHeaderName(n) {
-			c.errorf(rng, "Invalid header name", "%q is not a header name: letters, digits and !#$%%&'*+-.^_`|~ only.", n)
-			return false
-		}
-		if err := proxy.CheckRuleHeader(n, managed); err != nil {
-			c.errorf(rng, "Header the gateway manages", "%s; %s cannot set or remove it.", err, block)
-			return false
-		}
-		k := http.CanonicalHeaderKey(n)
-		if first, dup := seen[k]; dup {
-			c.errorf(rng, "Duplicate header", "%s is already in %s at %s; names are case-insensitive.", k, block, first)
-			return false
-		}
-		seen[k] = rng
-		return true
-	}
-	// Both lists in the order of the file, so that a name given twice is
-	// reported where it is given the second time.
-	type rule struct {
-		name, value string
-		rng         hcl.Range
-		set         bool
-		valueRange  hcl.Range
-	}
-	var rules []rule
-	if has(b.Body, "remove") {
-		for _, it := range c.list(b.Remove, block+".remove") {
-			rules = append(rules, rule{name: it.value, rng: it.rng})
-		}
-	}
 	if has(b.Body, "set") {
 		for _, it := range c.stringMap(b.Set, block+".set") {
-			rules = append(rules, rule{name: it.key, value: it.value, rng: it.keyRange, set: true, valueRange: it.valueRange})
+			field := fmt.Sprintf("%s.set[%d]", block, len(hr.Set))
+			elements[field], elements[field+".value"] = it.keyRange, it.valueRange
+			hr.Set = append(hr.Set, proxy.Header{Name: it.key, Value: it.value})
 		}
 	}
-	slices.SortStableFunc(rules, func(a, b rule) int { return a.rng.Start.Byte - b.rng.Start.Byte })
-	for _, r := range rules {
-		ok := name(r.name, r.rng)
-		if !r.set {
-			if ok {
-				hr.Remove = append(hr.Remove, r.name)
-			}
-			continue
-		}
-		if err := proxy.CheckHeaderValue(r.value); err != nil {
-			c.errorf(r.valueRange, "Invalid header value", "%s: %s.", r.name, err)
-			ok = false
-		}
-		if ok {
-			hr.Set = append(hr.Set, proxy.Header{Name: r.name, Value: r.value})
+	if has(b.Body, "remove") {
+		for _, it := range c.list(b.Remove, block+".remove") {
+			elements[fmt.Sprintf("%s.remove[%d]", block, len(hr.Remove))] = it.rng
+			hr.Remove = append(hr.Remove, it.value)
 		}
 	}
 	return hr
-}
-
-// isProtocolName reports whether s is an RFC 9110 token, the name part of
-// an Upgrade protocol (its version, after "/", is not named in the file).
-func isProtocolName(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
-			return false
-		}
-	}
-	return true
 }
 
 // plans checks a route's plans: a map from plan names to a policy name or

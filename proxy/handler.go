@@ -26,7 +26,8 @@ type Limiter interface {
 	StandingDenial(req limiter.Request) (limiter.Evaluated, bool)
 }
 
-// Route is one route block, compiled.
+// Route is one route block, compiled. Route.Validate holds the rules of
+// its rewrite, host header, header rules and upgrades.
 type Route struct {
 	OperationID string
 	Host        string   // exact, lower case, no port; empty matches any host
@@ -52,7 +53,7 @@ type Route struct {
 	MaxBodyBytes int64
 	// Rewrite replaces Path, on whole segments of the normalized path, with
 	// RewritePrefix in the path sent upstream ("" strips it); the query is
-	// kept. RewritePrefix is in NormalizeRewritePrefix's form.
+	// kept. RewritePrefix is any form NormalizeRewritePrefix accepts.
 	Rewrite       bool
 	RewritePrefix string
 	// HostHeader is the Host sent upstream; empty sends the target's.
@@ -60,10 +61,10 @@ type Route struct {
 	// RequestHeaders apply to the request sent upstream after the gateway's
 	// forwarding headers; ResponseHeaders to the upstream's response, after
 	// the gateway's RateLimit headers. Neither may touch what the gateway
-	// manages (CheckRuleHeader).
+	// manages (Validate says what that is).
 	RequestHeaders  HeaderRules
 	ResponseHeaders HeaderRules
-	// Upgrades are the protocols (lower case, without versions) a request
+	// Upgrades are the protocols (without versions, in any case) a request
 	// may switch to, such as "websocket"; h2c never. Any other Upgrade
 	// request is forwarded without its Upgrade header.
 	Upgrades []string
@@ -280,27 +281,15 @@ func (h *Handler) compile(cfg Config, prev *compiled) (*compiled, []*http.Transp
 				return nil, nil, fmt.Errorf("proxy: routes %q and %q match the same requests", o.OperationID, r.OperationID)
 			}
 		}
+		if err := r.Validate(cfg.Resolver.ManagedHeaders()); err != nil {
+			return nil, nil, fmt.Errorf("proxy: route %q: %w", r.OperationID, err)
+		}
 		if r.Rewrite {
-			p, err := NormalizeRewritePrefix(r.RewritePrefix)
-			if err != nil || p != r.RewritePrefix {
-				return nil, nil, fmt.Errorf("proxy: route %q: rewrite prefix %q is not a normalized path", r.OperationID, r.RewritePrefix)
-			}
+			r.RewritePrefix, _ = NormalizeRewritePrefix(r.RewritePrefix)
 		}
-		if r.HostHeader != "" && !ValidHostHeader(r.HostHeader) {
-			return nil, nil, fmt.Errorf("proxy: route %q: host header %q is not a host", r.OperationID, r.HostHeader)
-		}
-		var err error
-		if r.requestRules, err = compileHeaderRules(r.RequestHeaders, cfg.Resolver.ManagedHeaders()); err != nil {
-			return nil, nil, fmt.Errorf("proxy: route %q: request header rule: %w", r.OperationID, err)
-		}
-		if r.responseRules, err = compileHeaderRules(r.ResponseHeaders, cfg.Resolver.ManagedHeaders()); err != nil {
-			return nil, nil, fmt.Errorf("proxy: route %q: response header rule: %w", r.OperationID, err)
-		}
-		for _, u := range r.Upgrades {
-			if u == "" || u != strings.ToLower(u) || u == "h2c" {
-				return nil, nil, fmt.Errorf("proxy: route %q: upgrade %q is not a lower-case protocol name other than h2c", r.OperationID, u)
-			}
-		}
+		r.requestRules = compileHeaderRules(r.RequestHeaders)
+		r.responseRules = compileHeaderRules(r.ResponseHeaders)
+		r.Upgrades = lowerCase(r.Upgrades)
 		if len(r.Policies) > 0 {
 			l, err := newLimits(r.Policies)
 			if err != nil {

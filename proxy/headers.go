@@ -30,15 +30,15 @@ var hopByHop = []string{
 	"Te", "Trailer", "Transfer-Encoding", "Upgrade", "Content-Length", "Host",
 }
 
-// CheckRuleHeader reports why a header rule may not set or remove name,
+// checkRuleHeader reports why a header rule may not set or remove name,
 // or nil when it may. managed are the request headers whose meaning the
 // subject resolver decides (subject.Options.ManagedHeaders): a rule that
 // touched one could make the upstream believe a client, a principal or an
 // API key the limiter did not. The gateway's forwarding headers, its
 // RateLimit headers and Retry-After are never a rule's either, in either
 // direction.
-func CheckRuleHeader(name string, managed []string) error {
-	if !ValidHeaderName(name) {
+func checkRuleHeader(name string, managed []string) error {
+	if !validHeaderName(name) {
 		return fmt.Errorf("%q is not a header name (letters, digits and !#$%%&'*+-.^_`|~)", name)
 	}
 	// CGI, WSGI and Rack backends fold "_" into "-": X_Forwarded_For
@@ -68,10 +68,10 @@ func CheckRuleHeader(name string, managed []string) error {
 	return nil
 }
 
-// CheckHeaderValue reports why v cannot be a header value a rule sets.
+// checkHeaderValue reports why v cannot be a header value a rule sets.
 // Control characters (CR and LF above all) would let a value end the
 // header and start another.
-func CheckHeaderValue(v string) error {
+func checkHeaderValue(v string) error {
 	if v == "" {
 		return errors.New("the value is empty; to drop a header, list it in remove")
 	}
@@ -83,9 +83,9 @@ func CheckHeaderValue(v string) error {
 	return nil
 }
 
-// ValidHeaderName reports whether s is a header field name (an RFC 9110
+// validHeaderName reports whether s is a header field name (an RFC 9110
 // token).
-func ValidHeaderName(s string) bool {
+func validHeaderName(s string) bool {
 	if s == "" {
 		return false
 	}
@@ -115,35 +115,16 @@ type compiledHeader struct {
 	values []string
 }
 
-func compileHeaderRules(hr HeaderRules, managed []string) (headerRules, error) {
+// compileHeaderRules compiles rules that Route.Validate has passed.
+func compileHeaderRules(hr HeaderRules) headerRules {
 	var c headerRules
-	seen := map[string]bool{}
 	for _, name := range hr.Remove {
-		if err := CheckRuleHeader(name, managed); err != nil {
-			return c, err
-		}
-		k := http.CanonicalHeaderKey(name)
-		if seen[k] {
-			return c, fmt.Errorf("%s is listed twice", k)
-		}
-		seen[k] = true
-		c.remove = append(c.remove, k)
+		c.remove = append(c.remove, http.CanonicalHeaderKey(name))
 	}
 	for _, h := range hr.Set {
-		if err := CheckRuleHeader(h.Name, managed); err != nil {
-			return c, err
-		}
-		if err := CheckHeaderValue(h.Value); err != nil {
-			return c, fmt.Errorf("%s: %w", h.Name, err)
-		}
-		k := http.CanonicalHeaderKey(h.Name)
-		if seen[k] {
-			return c, fmt.Errorf("%s is listed twice", k)
-		}
-		seen[k] = true
-		c.set = append(c.set, compiledHeader{name: k, values: []string{h.Value}[:1:1]})
+		c.set = append(c.set, compiledHeader{name: http.CanonicalHeaderKey(h.Name), values: []string{h.Value}[:1:1]})
 	}
-	return c, nil
+	return c
 }
 
 func (c *headerRules) empty() bool { return len(c.remove) == 0 && len(c.set) == 0 }

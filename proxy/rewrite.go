@@ -71,10 +71,10 @@ func (r *route) forwardPath(path string) string {
 	return r.RewritePrefix + rest
 }
 
-// ValidHostHeader reports whether h can be a route's host_header: a host
+// validHostHeader reports whether h can be a route's host_header: a host
 // name, an IPv4 address or a bracketed IPv6 address, with an optional port,
 // and nothing else.
-func ValidHostHeader(h string) bool {
+func validHostHeader(h string) bool {
 	host, port := h, ""
 	if strings.HasPrefix(h, "[") {
 		end := strings.IndexByte(h, ']')
