@@ -54,8 +54,9 @@ type sendGuard struct {
 	mayResend bool
 	cancel    context.CancelCauseFunc
 	trace     httptrace.ClientTrace
-	tries     int         // connections obtained; the transport's caller goroutine only
-	answered  atomic.Bool // a response byte arrived
+	tries     int                          // connections obtained; the transport's caller goroutine only
+	answered  atomic.Bool                  // a response byte arrived
+	conn      atomic.Pointer[upstreamConn] // of the current try; nil for HTTP/2
 }
 
 // guard returns req with a context that carries a new guard's trace and
@@ -78,12 +79,23 @@ func (g *sendGuard) gotConn(info httptrace.GotConnInfo) {
 			m.retries.Inc()
 		}
 	}
-	if c := upstreamConnOf(info.Conn); c != nil {
+	c := upstreamConnOf(info.Conn)
+	g.conn.Store(c)
+	if c != nil {
 		c.startTry(g)
 	}
 }
 
-func (g *sendGuard) gotFirstResponseByte() { g.answered.Store(true) }
+// gotFirstResponseByte ends the guard's watch: the transport resends
+// nothing once a response has begun. The connection forgets the guard,
+// which would otherwise keep the request's context alive while the
+// connection idles.
+func (g *sendGuard) gotFirstResponseByte() {
+	g.answered.Store(true)
+	if c := g.conn.Load(); c != nil {
+		c.endTry(g)
+	}
+}
 
 // lost is told that the connection of a try closed; reached says whether
 // any byte of the try was written.
@@ -128,6 +140,14 @@ func (c *upstreamConn) startTry(g *sendGuard) {
 	if closed {
 		g.lost(false)
 	}
+}
+
+func (c *upstreamConn) endTry(g *sendGuard) {
+	c.mu.Lock()
+	if c.try == g {
+		c.try = nil
+	}
+	c.mu.Unlock()
 }
 
 func (c *upstreamConn) Write(p []byte) (int, error) {
