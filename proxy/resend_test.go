@@ -2,9 +2,12 @@ package proxy_test
 
 import (
 	"bufio"
+	"crypto/tls"
+	"crypto/x509"
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"sync"
 	"testing"
@@ -27,6 +30,24 @@ func newClosingUpstream(t *testing.T) *closingUpstream {
 	u := &closingUpstream{seen: map[string]int{}}
 	u.ln = serveRaw(t, u.serve)
 	return u
+}
+
+// newClosingTLSUpstream is a closingUpstream over TLS that speaks only
+// HTTP/1.1; the pool's transport of g must be told to trust it.
+func newClosingTLSUpstream(t *testing.T) (*closingUpstream, *x509.CertPool) {
+	t.Helper()
+	cert := httptest.NewTLSServer(http.NotFoundHandler())
+	cert.Close()
+	roots := x509.NewCertPool()
+	roots.AddCert(cert.Certificate())
+	cfg := &tls.Config{Certificates: cert.TLS.Certificates, NextProtos: []string{"http/1.1"}}
+	u := &closingUpstream{seen: map[string]int{}}
+	u.ln = serveRaw(t, func(c net.Conn) {
+		tc := tls.Server(c, cfg)
+		defer tc.Close()
+		u.serve(tc)
+	})
+	return u, roots
 }
 
 func (u *closingUpstream) serve(c net.Conn) {
@@ -62,15 +83,31 @@ func (u *closingUpstream) count(path string) int {
 // Nothing that may have reached the upstream is sent again, whatever the
 // client's headers.
 func TestARequestTheUpstreamReadIsNotSentAgain(t *testing.T) {
-	for _, c := range []struct{ name, head string }{
-		{"a GET", "GET /once HTTP/1.1\r\nHost: gw.test\r\n\r\n"},
-		{"a POST with Idempotency-Key", "POST /once HTTP/1.1\r\nHost: gw.test\r\nContent-Length: 0\r\nIdempotency-Key: k1\r\n\r\n"},
-		{"a POST with X-Idempotency-Key", "POST /once HTTP/1.1\r\nHost: gw.test\r\nContent-Length: 0\r\nX-Idempotency-Key: k1\r\n\r\n"},
-		{"a DELETE with Idempotency-Key", "DELETE /once HTTP/1.1\r\nHost: gw.test\r\nIdempotency-Key: k1\r\n\r\n"},
+	for _, c := range []struct {
+		name, head string
+		tls        bool // the upstream speaks HTTP/1.1 over TLS
+	}{
+		{"a GET", "GET /once HTTP/1.1\r\nHost: gw.test\r\n\r\n", false},
+		{"a POST with Idempotency-Key", "POST /once HTTP/1.1\r\nHost: gw.test\r\nContent-Length: 0\r\nIdempotency-Key: k1\r\n\r\n", false},
+		{"a POST with X-Idempotency-Key", "POST /once HTTP/1.1\r\nHost: gw.test\r\nContent-Length: 0\r\nX-Idempotency-Key: k1\r\n\r\n", false},
+		{"a DELETE with Idempotency-Key", "DELETE /once HTTP/1.1\r\nHost: gw.test\r\nIdempotency-Key: k1\r\n\r\n", false},
+		{"a GET over TLS", "GET /once HTTP/1.1\r\nHost: gw.test\r\n\r\n", true},
+		{"a POST with Idempotency-Key over TLS", "POST /once HTTP/1.1\r\nHost: gw.test\r\nContent-Length: 0\r\nIdempotency-Key: k1\r\n\r\n", true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			up := newClosingUpstream(t)
-			g := newPoolGateway(t, proxy.Pool{Name: "p", Targets: []*url.URL{{Scheme: "http", Host: up.ln.Addr().String()}}})
+			var up *closingUpstream
+			var roots *x509.CertPool
+			scheme := "http"
+			if c.tls {
+				up, roots = newClosingTLSUpstream(t)
+				scheme = "https"
+			} else {
+				up = newClosingUpstream(t)
+			}
+			g := newPoolGateway(t, proxy.Pool{Name: "p", Targets: []*url.URL{{Scheme: scheme, Host: up.ln.Addr().String()}}})
+			if roots != nil {
+				proxy.TrustUpstreams(g.handler, roots)
+			}
 			// A first request leaves an idle keep-alive connection to the
 			// upstream, which the next request reuses.
 			req, _ := http.NewRequest(http.MethodGet, g.URL+"/warm", nil)
