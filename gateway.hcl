@@ -57,20 +57,30 @@ policy "burst" {
 #   health { path = "/healthz" }
 # }
 
+# A legacy backend often folds paths: IIS matches /ORDERS as /orders, Rails
+# and older Spring serve /orders.json as /orders. These two options make
+# the gateway fold them the same way, so that no spelling of /orders
+# escapes its limit through the default route; the path still goes
+# upstream as the client spelled it. Drop them for a backend that matches
+# paths exactly.
 route "orders.read" {
-  path     = "/orders"
-  methods  = ["GET", "HEAD"]
-  upstream = "http://127.0.0.1:9000"
-  policy   = "per-client"
-  subject  = ["client_ip"]
+  path              = "/orders"
+  methods           = ["GET", "HEAD"]
+  upstream          = "http://127.0.0.1:9000"
+  policy            = "per-client"
+  subject           = ["client_ip"]
+  case_insensitive  = true
+  ignore_extensions = [".json", ".xml"]
 }
 
 route "orders.write" {
-  path     = "/orders"
-  methods  = ["POST", "PUT", "PATCH", "DELETE"]
-  upstream = "http://127.0.0.1:9000"
-  policy   = "burst"
-  subject  = ["client_ip"]
+  path              = "/orders"
+  methods           = ["POST", "PUT", "PATCH", "DELETE"]
+  upstream          = "http://127.0.0.1:9000"
+  policy            = "burst"
+  subject           = ["client_ip"]
+  case_insensitive  = true
+  ignore_extensions = [".json", ".xml"]
 }
 
 route "default" {

@@ -40,7 +40,7 @@ func (c *checker) routes(blocks []*routeBlock, policies map[string]*limiter.Poli
 		if valueRange(b.Body, "path") != (hcl.Range{}) {
 			p, err := proxy.NormalizePath(b.Path)
 			if err != nil || strings.ContainsRune(p, ';') {
-				c.errorf(valueRange(b.Body, "path"), "Invalid path", "path must start with / and hold no encoded slash, dot segment parameters or control characters.")
+				c.errorf(valueRange(b.Body, "path"), "Invalid path", "path must start with / and hold no encoded slash, dot segment parameters, control characters, segment ending in a dot or a space, or dot encoded twice or in an overlong form.")
 			} else {
 				r.Path = strings.TrimSuffix(p, "/")
 				if r.Path == "" {
@@ -89,7 +89,8 @@ func (c *checker) routes(blocks []*routeBlock, policies map[string]*limiter.Poli
 			}
 		}
 		// What the route's rules say of the rewrite, the host header, the
-		// header rules and the upgrades is proxy.Route.Validate's; each
+		// header rules, the upgrades and the ignored extensions is
+		// proxy.Route.Validate's; each
 		// element is read with its range, by the field Validate names it.
 		elements := map[string]hcl.Range{}
 		if b.RewritePrefix != nil && !c.decodeFailed(valueRange(b.Body, "rewrite_prefix")) {
@@ -108,6 +109,15 @@ func (c *checker) routes(blocks []*routeBlock, policies map[string]*limiter.Poli
 			for _, it := range c.list(b.Upgrade, "upgrade") {
 				elements[fmt.Sprintf("upgrade[%d]", len(r.Upgrades))] = it.rng
 				r.Upgrades = append(r.Upgrades, it.value)
+			}
+		}
+		if b.CaseInsensitive != nil {
+			r.CaseInsensitive = *b.CaseInsensitive
+		}
+		if has(b.Body, "ignore_extensions") {
+			for _, it := range c.list(b.IgnoreExtensions, "ignore_extensions") {
+				elements[fmt.Sprintf("ignore_extensions[%d]", len(r.IgnoreExtensions))] = it.rng
+				r.IgnoreExtensions = append(r.IgnoreExtensions, it.value)
 			}
 		}
 		inRoute := inBody(b.Body, nil)
@@ -176,8 +186,12 @@ func (c *checker) routes(blocks []*routeBlock, policies map[string]*limiter.Poli
 			}
 		}
 		for i, o := range routes {
-			if o.Host == r.Host && o.Path == r.Path && r.Path != "" && proxy.MethodsOverlap(o.Methods, r.Methods) {
+			switch {
+			case r.Path == "" || o.Path == "" || !proxy.RoutesOverlap(&o, &r):
+			case o.Path == r.Path:
 				c.errorf(b.DefRange, "Routes overlap", "Route %q matches the same host, path and methods as %q at %s.", id, o.OperationID, ranges[i])
+			default:
+				c.errorf(b.DefRange, "Routes overlap once folded", "Route %q and %q at %s match the same host and methods, and one's case_insensitive or ignore_extensions folds the other's path into its own (%s, %s): which of them a request goes to would depend on their order.", id, o.OperationID, ranges[i], r.Path, o.Path)
 			}
 		}
 		routes = append(routes, r)

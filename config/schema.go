@@ -211,7 +211,11 @@ type routeBlock struct {
 	RequestHeaders  *headerRulesBlock `hcl:"request_headers,block"`
 	ResponseHeaders *headerRulesBlock `hcl:"response_headers,block"`
 	Upgrade         hcl.Expression    `hcl:"upgrade,optional"`
-	Body            hcl.Body          `hcl:",body"`
+	// CaseInsensitive and IgnoreExtensions fold the route's path as its
+	// backend does (proxy.Route).
+	CaseInsensitive  *bool          `hcl:"case_insensitive,optional"`
+	IgnoreExtensions hcl.Expression `hcl:"ignore_extensions,optional"`
+	Body             hcl.Body       `hcl:",body"`
 
 	DefRange hcl.Range `hcl:",def_range"`
 }

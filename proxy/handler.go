@@ -68,6 +68,18 @@ type Route struct {
 	// may switch to, such as "websocket"; h2c never. Any other Upgrade
 	// request is forwarded without its Upgrade header.
 	Upgrades []string
+	// CaseInsensitive matches Path with ASCII letters in any case
+	// ("/ORDERS" and "/%4Frders" are "/orders"), for a backend that folds
+	// case (IIS), so that no spelling of the path dodges the route's limit.
+	CaseInsensitive bool
+	// IgnoreExtensions are extensions (".json"; Validate) that the backend
+	// takes off the last segment before it routes (Rails formats, Spring's
+	// suffix patterns): Path followed by one of them, at the end of the
+	// path, is the route's ("/orders.json" is "/orders"). In any case when
+	// CaseInsensitive. Either way the path goes upstream as the client
+	// spelled it (normalized): a backend that folds it serves it as it
+	// always has, and one that picks a format by the extension still sees it.
+	IgnoreExtensions []string
 }
 
 // statusClientClosed is logged for a request whose client left before it
@@ -277,7 +289,7 @@ func (h *Handler) compile(cfg Config, prev *compiled) (*compiled, []*http.Transp
 			r.pool = pools[r.Upstream.String()]
 		}
 		for _, o := range routes {
-			if o.Host == r.Host && o.Path == r.Path && MethodsOverlap(o.Methods, r.Methods) {
+			if RoutesOverlap(&o.Route, &r.Route) {
 				return nil, nil, fmt.Errorf("proxy: routes %q and %q match the same requests", o.OperationID, r.OperationID)
 			}
 		}

@@ -50,7 +50,7 @@ var (
 	problemNoRoute             = newProblem(http.StatusNotFound, typeNoRoute, "No route", "No route of this gateway matches the request.")
 	problemMethodNotAllowed    = newProblem(http.StatusMethodNotAllowed, typeMethodNotAllowed, "Method not allowed", "The route that matches this path does not allow the method.")
 	problemMethodCase          = newProblem(http.StatusBadRequest, typeBadMethod, "Bad method", "Methods are case-sensitive; this one differs from a known method only in case.")
-	problemBadPath             = newProblem(http.StatusBadRequest, typeBadPath, "Bad request path", "The path has an encoded slash or backslash, a control character, a bad escape or a dot segment with parameters.")
+	problemBadPath             = newProblem(http.StatusBadRequest, typeBadPath, "Bad request path", "The path has an encoded slash or backslash, a control character, a bad escape, a dot segment with parameters, a segment ending in a dot or a space, an overlong UTF-8 form, or a dot, slash or backslash encoded twice.")
 	problemAmbiguousCredential = newProblem(http.StatusBadRequest, typeAmbiguousCred, "Ambiguous credentials", "A credential header was sent more than once.")
 	problemUnidentified        = newProblem(http.StatusUnauthorized, typeUnidentified, "Unidentified client", "This route needs a principal or a known API key.")
 	problemUnavailable         = newProblem(http.StatusServiceUnavailable, typeReducedCapacity, "Service temporarily unavailable", "The rate limiter could not decide; nothing was forwarded. Retry after the time given.")

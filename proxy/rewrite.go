@@ -35,7 +35,9 @@ func NormalizeRewritePrefix(p string) (string, error) {
 // forwardPath is the path sent upstream for the normalized request path
 // the route matched: the path itself, or with the matched prefix replaced
 // by the rewrite on whole segments. Parameters of the segment the rewrite
-// replaces go with it; the rest of the path is kept as it is.
+// replaces go with it; the rest of the path is kept as it is, an ignored
+// extension after the prefix included ("/orders.json" rewritten from
+// "/orders" to "/v2/orders" is "/v2/orders.json").
 func (r *route) forwardPath(path string) string {
 	if !r.Rewrite {
 		return path
@@ -46,7 +48,7 @@ func (r *route) forwardPath(path string) string {
 			rest = path
 		}
 	} else {
-		if !strings.HasPrefix(path, r.Path) {
+		if !hasPrefix(path, r.Path, r.CaseInsensitive) {
 			// The route matched only once parameters were dropped
 			// ("/api;x/v1/orders"): rewrite the path without them.
 			path = stripParams(path)
@@ -65,6 +67,10 @@ func (r *route) forwardPath(path string) string {
 		return "/"
 	case rest == "":
 		return r.RewritePrefix
+	case r.RewritePrefix == "" && rest[0] == '.':
+		// An ignored extension after the prefix stripped ("/orders.json"):
+		// kept, on a segment of its own.
+		return "/" + rest
 	case r.RewritePrefix == "":
 		return rest
 	}

@@ -15,8 +15,12 @@ var errBadPath = errors.New("path cannot be normalized")
 // escapes of unreserved characters decoded, other escapes upper-cased,
 // empty, "." and ".." segments resolved, a trailing slash kept. It refuses
 // what an upstream might read as another path: an encoded "/" or "\", a raw
-// "\", control characters, bad escapes, and dot segments dressed with
-// parameters ("..;x"), which servlet containers resolve as "..".
+// "\", control characters, bad escapes, dot segments dressed with
+// parameters ("..;x"), which servlet containers resolve as "..", a segment
+// ending in "." or a space, which IIS and Windows drop ("/orders." is
+// "/orders" there), an overlong UTF-8 form ("%C0%AE" for "."), which old
+// decoders read as the character, and a "." "/" or "\" encoded twice
+// ("%252e"), which a backend that decodes twice reads as the character.
 func NormalizePath(escaped string) (string, error) {
 	if escaped == "" || escaped[0] != '/' {
 		return "", errBadPath
@@ -38,18 +42,24 @@ func NormalizePath(escaped string) (string, error) {
 			}
 		case bare == "." || bare == "..":
 			return errBadPath
+		case endsFolded(bare) || endsFolded(s) || encodedTwice(s):
+			return errBadPath
 		default:
 			segments = append(segments, s)
 		}
 		return nil
 	}
+	prev := -1 // the byte before, decoded, within the segment
 	for i := 1; i < len(escaped); i++ {
 		c := escaped[i]
+		b := c
 		switch {
 		case c == '/':
 			if err := flush(); err != nil {
 				return "", err
 			}
+			prev = -1
+			continue
 		case c == '%':
 			if i+2 >= len(escaped) {
 				return "", errBadPath
@@ -58,7 +68,7 @@ func NormalizePath(escaped string) (string, error) {
 			if hi < 0 || lo < 0 {
 				return "", errBadPath
 			}
-			b := byte(hi<<4 | lo)
+			b = byte(hi<<4 | lo)
 			switch {
 			case isUnreserved(b):
 				seg.WriteByte(b)
@@ -75,6 +85,10 @@ func NormalizePath(escaped string) (string, error) {
 		default:
 			seg.WriteByte(c)
 		}
+		if overlong(prev, b) {
+			return "", errBadPath
+		}
+		prev = int(b)
 	}
 	last := seg.Len() == 0 && len(escaped) > 1
 	if err := flush(); err != nil {
@@ -92,19 +106,71 @@ func NormalizePath(escaped string) (string, error) {
 func isClean(p string) bool {
 	for i := 0; i < len(p); i++ {
 		switch c := p[i]; {
-		case c == '%' || c == '\\' || c == ';' || c < 0x20 || c == 0x7f:
+		case c == '%' || c == '\\' || c == ';' || c == ' ' || c >= 0x80 || c < 0x20 || c == 0x7f:
 			return false
 		case c == '/':
 			if i+1 < len(p) && p[i+1] == '/' {
 				return false
 			}
 		case c == '.':
-			if p[i-1] == '/' && (i+1 == len(p) || p[i+1] == '/' || p[i+1] == '.') {
+			if i+1 == len(p) || p[i+1] == '/' || p[i-1] == '/' && p[i+1] == '.' {
 				return false
 			}
 		}
 	}
 	return true
+}
+
+// endsFolded reports whether a segment ends in a character that IIS and
+// Windows drop from its end: a dot or a space.
+func endsFolded(seg string) bool {
+	return strings.HasSuffix(seg, ".") || strings.HasSuffix(seg, " ") || strings.HasSuffix(seg, "%20")
+}
+
+// encodedTwice reports whether a normalized segment holds a ".", "/" or
+// "\\" escaped twice or more: "%25" (the escape of "%"), any number of
+// "25", then the character's hex ("%252e", "%25252e").
+func encodedTwice(seg string) bool {
+	for i := 0; i+2 < len(seg); i++ {
+		if seg[i] != '%' || seg[i+1] != '2' || seg[i+2] != '5' {
+			continue
+		}
+		j := i + 3
+		for j+1 < len(seg) && seg[j] == '2' && seg[j+1] == '5' {
+			j += 2
+		}
+		if j+1 >= len(seg) {
+			return false
+		}
+		switch hi, lo := seg[j], seg[j+1]|0x20; {
+		case hi == '2' && (lo == 'e' || lo == 'f'), hi == '5' && lo == 'c':
+			return true
+		}
+	}
+	return false
+}
+
+// overlong reports whether the byte b after the byte prev (-1 for none)
+// makes an overlong UTF-8 form, a character spelled in more bytes than it
+// takes ("%C0%AE" and "%E0%80%AE" for "."): decoders that accept them read
+// the character, so "/%C0%AE%C0%AE/" would be "/../".
+func overlong(prev int, b byte) bool {
+	if b < 0x80 || b > 0xBF {
+		return false
+	}
+	switch prev {
+	case 0xC0, 0xC1:
+		return true
+	case 0xE0:
+		return b < 0xA0
+	case 0xF0:
+		return b < 0x90
+	case 0xF8:
+		return b < 0x88
+	case 0xFC:
+		return b < 0x84
+	}
+	return false
 }
 
 const upperHex = "0123456789ABCDEF"
@@ -202,7 +268,7 @@ func (rt router) match(host, path, method string) (*route, []string) {
 		if r.Host != "" && r.Host != host {
 			continue
 		}
-		if !prefixOnSegments(path, r.Path) {
+		if !r.covers(path) {
 			continue
 		}
 		if r.allowsMethod(method) {
@@ -221,21 +287,110 @@ func (rt router) match(host, path, method string) (*route, []string) {
 // anyMethod is what a route without a methods list allows, for Allow.
 var anyMethod = []string{"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"}
 
+// covers reports whether the route's path covers the normalized path p, as
+// the route's backend folds it.
+func (r *Route) covers(p string) bool {
+	return prefixOnSegments(p, r.Path, r.CaseInsensitive, r.IgnoreExtensions)
+}
+
 // prefixOnSegments reports whether prefix covers path on whole segments.
 // Matrix parameters (";x") do not make a segment another segment: servlet
-// containers drop them, so "/admin;x" is still "/admin" to the route.
-func prefixOnSegments(path, prefix string) bool {
+// containers drop them, so "/admin;x" is still "/admin" to the route. With
+// fold, letters match in any case; an extension of exts right after the
+// prefix, at the end of the path, counts as no more than the prefix
+// ("/orders.json" is "/orders").
+func prefixOnSegments(path, prefix string, fold bool, exts []string) bool {
 	if prefix == "/" {
 		return true
 	}
-	if !strings.HasPrefix(path, prefix) {
+	if !hasPrefix(path, prefix, fold) {
 		if strings.IndexByte(path, ';') < 0 {
 			return false
 		}
-		return prefixOnSegments(stripParams(path), prefix)
+		return prefixOnSegments(stripParams(path), prefix, fold, exts)
 	}
 	rest := path[len(prefix):]
-	return rest == "" || rest[0] == '/' || rest[0] == ';'
+	return rest == "" || rest[0] == '/' || rest[0] == ';' || ignoredExtension(rest, exts, fold)
+}
+
+// ignoredExtension reports whether rest, what follows a route's path, is one
+// of exts and then at most a trailing slash or parameters.
+func ignoredExtension(rest string, exts []string, fold bool) bool {
+	if rest == "" || rest[0] != '.' {
+		return false
+	}
+	for _, ext := range exts {
+		if !hasPrefix(rest, ext, fold) {
+			continue
+		}
+		switch after := rest[len(ext):]; {
+		case after == "" || after == "/":
+			return true
+		case after[0] == ';' && strings.IndexByte(after, '/') < 0:
+			return true
+		}
+	}
+	return false
+}
+
+// hasPrefix is strings.HasPrefix, with ASCII letters in any case when fold
+// is set.
+func hasPrefix(s, prefix string, fold bool) bool {
+	if len(s) < len(prefix) {
+		return false
+	}
+	if !fold {
+		return s[:len(prefix)] == prefix
+	}
+	for i := 0; i < len(prefix); i++ {
+		if lowerASCII(s[i]) != lowerASCII(prefix[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+func lowerASCII(c byte) byte {
+	if 'A' <= c && c <= 'Z' {
+		return c + 'a' - 'A'
+	}
+	return c
+}
+
+// validExtension reports whether ext can be one of a route's
+// IgnoreExtensions: a dot and one or more letters, digits, '-', '_' or '~'.
+func validExtension(ext string) bool {
+	if len(ext) < 2 || ext[0] != '.' {
+		return false
+	}
+	for i := 1; i < len(ext); i++ {
+		if ext[i] == '.' || !isUnreserved(ext[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+// RoutesOverlap reports whether two routes would match the same requests:
+// the same host, methods that overlap, and the same path, or a path that one
+// of them folds into its own ("/Orders" to a case-insensitive "/orders",
+// "/orders.json" to an "/orders" that ignores ".json"), so that which one
+// a request goes to would depend on the order of the file.
+func RoutesOverlap(a, b *Route) bool {
+	if a.Host != b.Host || !MethodsOverlap(a.Methods, b.Methods) {
+		return false
+	}
+	return a.Path == b.Path || a.spells(b.Path) || b.spells(a.Path)
+}
+
+// spells reports whether p, another route's path, is the route's own path
+// as the route folds it.
+func (r *Route) spells(p string) bool {
+	if r.Path == "/" || !hasPrefix(p, r.Path, r.CaseInsensitive) {
+		return p == r.Path
+	}
+	rest := p[len(r.Path):]
+	return rest == "" || ignoredExtension(rest, r.IgnoreExtensions, r.CaseInsensitive)
 }
 
 func stripParams(path string) string {

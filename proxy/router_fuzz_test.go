@@ -31,6 +31,13 @@ func FuzzNormalizePath(f *testing.F) {
 		"//orders", "/./orders", "/x/../orders", "/%6Frders", "/%2e%2e/orders", "/x/..;/orders",
 		"/x/.;/a", "/a;jsessionid=1", "/b/%7euser/./c%3f", "/%zz", "/%0a", "/%00a", "/a\\b", "/%5c",
 		"/a/b/..", "///a/./", "/..", "/...", "/.a", "/%", "/%4", "/é/%C3%A9", "relative", "",
+		// What a backend folds: trailing dots and spaces, overlong and
+		// twice-encoded dots, case and extensions of a route that folds.
+		"/orders.", "/orders%20", "/orders%2e", "/orders./7", "/orders.;x", "/orders;x.",
+		"/%C0%AE%C0%AE/orders", "/%c0%ae", "/%e0%80%ae", "/%F0%80%80%AE", "/%C1%9C", "/%C3%A9%C0",
+		"/%252e%252e/orders", "/%252E", "/%25%32%65", "/%2525252e", "/%252f", "/%255C", "/%25",
+		"/LEGACY", "/legacy/x", "/%4Cegacy", "/legacy.json", "/LEGACY.JSON/", "/legacy.json;x", "/;x/legacy.json",
+		"/legacy.json/x", "/legacy.jsonx", "/legacy.xml", "/legacyx",
 	} {
 		f.Add(s)
 	}
@@ -38,10 +45,12 @@ func FuzzNormalizePath(f *testing.F) {
 	m := limiter.NewMemory(limiter.MemoryOptions{})
 	f.Cleanup(func() { m.Close() })
 	ordersUpstream := &url.URL{Scheme: "http", Host: "orders.upstream.test"}
+	legacyUpstream := &url.URL{Scheme: "http", Host: "legacy.upstream.test"}
 	defaultUpstream := &url.URL{Scheme: "http", Host: "default.upstream.test"}
 	h, err := proxy.NewHandler(proxy.Options{Transport: echoTransport{}}, proxy.Config{
 		Routes: []proxy.Route{
 			{OperationID: "orders", Path: "/orders", Upstream: ordersUpstream},
+			{OperationID: "legacy", Path: "/Legacy", Upstream: legacyUpstream, CaseInsensitive: true, IgnoreExtensions: []string{".json"}},
 			{OperationID: "default", Path: "/", Upstream: defaultUpstream},
 		},
 		Resolver: newResolver(f, nil),
@@ -78,8 +87,11 @@ func FuzzNormalizePath(f *testing.F) {
 			t.Fatalf("path %q (canonical %q): status %d, want 200", seen, want, w.Code)
 		}
 		wantHost := defaultUpstream.Host
-		if underOrders(want) {
+		switch {
+		case underOrders(want):
 			wantHost = ordersUpstream.Host
+		case underLegacy(want):
+			wantHost = legacyUpstream.Host
 		}
 		if got := w.Header().Get("X-Upstream-Host"); got != wantHost {
 			t.Fatalf("path %q (canonical %q) went to %s, want %s", seen, want, got, wantHost)
@@ -107,6 +119,33 @@ func checkCanonical(t *testing.T, in, out string) {
 		if bare == "." || bare == ".." {
 			t.Fatalf("%q: canonical form %q holds the dot segment %q", in, out, seg)
 		}
+		for _, s := range []string{seg, bare} {
+			if strings.HasSuffix(s, ".") || strings.HasSuffix(s, " ") || strings.HasSuffix(s, "%20") {
+				t.Fatalf("%q: canonical form %q holds the segment %q, which IIS reads without its end", in, out, seg)
+			}
+		}
+		// Decoded again and again, as a backend that decodes twice would:
+		// no dot, slash or backslash may appear.
+		once, err := url.PathUnescape(seg)
+		if err != nil {
+			continue
+		}
+		for i := 0; i+1 < len(once); i++ {
+			if overlongAt(once, i) {
+				t.Fatalf("%q: canonical form %q holds an overlong UTF-8 form", in, out)
+			}
+		}
+		dots := strings.Count(once, ".")
+		for s, k := once, 0; k < 4; k++ {
+			next, err := url.PathUnescape(s)
+			if err != nil || next == s {
+				break
+			}
+			if strings.ContainsAny(next, "/\\") || strings.Count(next, ".") > dots {
+				t.Fatalf("%q: canonical form %q holds %q, which decoded again holds a dot or a separator", in, out, seg)
+			}
+			s = next
+		}
 	}
 	for i := 0; i < len(out); i++ {
 		c := out[i]
@@ -130,14 +169,38 @@ func checkCanonical(t *testing.T, in, out string) {
 // segment by segment, as the router documents it: parameters (";x") do not
 // make a segment another one, and a segment of parameters alone is none.
 func underOrders(p string) bool {
-	for seg := range strings.SplitSeq(p[1:], "/") {
-		bare, _, _ := strings.Cut(seg, ";")
+	first, _ := firstSegment(p)
+	return first == "orders"
+}
+
+// underLegacy reports whether the canonical path p is the route of
+// /Legacy, which folds case and ignores ".json": /legacy in any case or
+// below it, or /legacy.json in any case at the end of the path (a trailing
+// slash allowed).
+func underLegacy(p string) bool {
+	first, rest := firstSegment(p)
+	first = strings.ToLower(first)
+	return first == "legacy" || first == "legacy.json" && (rest == "" || rest == "/")
+}
+
+// firstSegment is the first segment of p that is not parameters alone,
+// without its parameters, and what follows it.
+func firstSegment(p string) (bare, rest string) {
+	for p != "" {
+		p = p[1:]
+		seg := p
+		if i := strings.IndexByte(p, '/'); i >= 0 {
+			seg, p = p[:i], p[i:]
+		} else {
+			p = ""
+		}
+		bare, _, _ = strings.Cut(seg, ";")
 		if bare == "" && seg != "" {
 			continue
 		}
-		return bare == "orders"
+		return bare, p
 	}
-	return false
+	return "", ""
 }
 
 func isUpperHex(c byte) bool { return '0' <= c && c <= '9' || 'A' <= c && c <= 'F' }
@@ -152,4 +215,22 @@ func unhex(c byte) byte {
 func isUnreserved(c byte) bool {
 	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' ||
 		c == '-' || c == '.' || c == '_' || c == '~'
+}
+
+// overlongAt reports whether s holds, at i, a lead byte and a continuation
+// byte that together spell a character in more bytes than it takes.
+func overlongAt(s string, i int) bool {
+	lead, next := s[i], s[i+1]
+	if next < 0x80 || next > 0xBF {
+		return false
+	}
+	switch lead {
+	case 0xC0, 0xC1:
+		return true
+	case 0xE0:
+		return next < 0xA0
+	case 0xF0:
+		return next < 0x90
+	}
+	return false
 }

@@ -24,8 +24,8 @@ type FieldError struct {
 
 func (e *FieldError) Error() string { return e.Detail }
 
-// Validate reports every problem of r's rewrite, host header, header rules
-// and upgrades, each a *FieldError, joined. managed are the request headers
+// Validate reports every problem of r's rewrite, host header, header rules,
+// upgrades and ignored extensions, each a *FieldError, joined. managed are the request headers
 // the resolver reads (subject.Options.ManagedHeaders), which no header rule
 // may touch.
 func (r *Route) Validate(managed []string) error {
@@ -55,6 +55,21 @@ func (r *Route) Validate(managed []string) error {
 			problem(field, "Repeated upgrade", "%s is already in the list.", u)
 		default:
 			upgrades = append(upgrades, name)
+		}
+	}
+	seen := map[string]string{} // extension, folded as the route folds it, to its field
+	for i, ext := range r.IgnoreExtensions {
+		field, key := fmt.Sprintf("ignore_extensions[%d]", i), ext
+		if r.CaseInsensitive {
+			key = strings.ToLower(ext)
+		}
+		if !validExtension(ext) {
+			problem(field, "Invalid extension", "%q is not an extension: a dot and letters, digits, '-', '_' or '~', such as \".json\".", ext)
+		} else if first, dup := seen[key]; dup {
+			errs = append(errs, &FieldError{Field: field, Summary: "Repeated extension", Earlier: first,
+				Detail: fmt.Sprintf("%s is already in the list at %s.", ext, first)})
+		} else {
+			seen[key] = field
 		}
 	}
 	return errors.Join(errs...)
