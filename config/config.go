@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
-	"net/url"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -175,15 +174,12 @@ func (c *checker) file(fb *fileBlock) *File {
 		f.Proxy.BodyReadTimeout = c.duration(lb.BodyReadTimeout, lb.Body, "body_read_timeout", 0, time.Millisecond)
 	}
 
-	if fb.Listen != nil && f.Listen.HTTPS != "" && fb.TLS == nil {
-		c.errorf(fb.Listen.DefRange, "HTTPS without TLS", "listen.https needs a tls block with acme or certificate.")
-	}
-	if t := f.Listen.TLS; t != nil && t.ACME != nil && len(t.ACME.Challenges) > 0 &&
-		!slices.Contains(t.ACME.Challenges, edge.ChallengeTLSALPN01) && f.Listen.HTTP == "" {
-		c.errorf(fb.TLS.ACME.Challenges.Range(), "HTTP-01 without an HTTP listener", "acme.challenges allows only http-01, which needs listen.http.")
-	}
-	if fb.TLS != nil && f.Listen.HTTPS == "" {
-		c.errorf(fb.TLS.DefRange, "TLS without HTTPS", "A tls block needs listen.https.")
+	// The listeners' rules are edge's.
+	c.fields(f.Listen.Validate(), "Invalid listener", hcl.Range{}, c.listenFields(fb))
+	if t := f.Listen.TLS; t != nil && t.ACME != nil {
+		for i, d := range t.ACME.Domains {
+			t.ACME.Domains[i] = strings.ToLower(d)
+		}
 	}
 	if f.Limiter.Kind == limiter.KindRedis && fb.Pseudonym == nil {
 		c.errorf(fb.Limiter.DefRange, "Redis needs a pseudonym block",
@@ -250,33 +246,18 @@ func (c *checker) tls(b *tlsBlock) *edge.TLSOptions {
 			CARoot:  c.path(or(ab.CARoot, "")),
 			Storage: c.path(or(ab.Storage, "")),
 		}
-		domains := c.list(ab.Domains, "domains")
-		for _, it := range domains {
-			if it.value == "" || strings.ContainsAny(it.value, " /:*") {
-				c.errorf(it.rng, "Invalid domain", "%q is not a domain name the gateway can get a certificate for.", it.value)
-				continue
-			}
-			acme.Domains = append(acme.Domains, strings.ToLower(it.value))
-		}
-		if len(domains) == 0 {
-			c.errorf(ab.Domains.Range(), "No domains", "acme.domains needs at least one domain.")
+		for _, it := range c.list(ab.Domains, "domains") {
+			c.elements[fmt.Sprintf("tls.acme.domains[%d]", len(acme.Domains))] = it.rng
+			acme.Domains = append(acme.Domains, it.value)
 		}
 		if has(ab.Body, "challenges") {
 			items := c.list(ab.Challenges, "challenges")
-			for _, it := range items {
-				if it.value != "http-01" && it.value != "tls-alpn-01" {
-					c.errorf(it.rng, "Unknown ACME challenge", "Challenges are \"http-01\" and \"tls-alpn-01\", not %q.", it.value)
-					continue
-				}
+			for i, it := range items {
+				c.elements[fmt.Sprintf("tls.acme.challenges[%d]", i)] = it.rng
 				acme.Challenges = append(acme.Challenges, it.value)
 			}
 			if len(items) == 0 {
 				c.errorf(ab.Challenges.Range(), "No ACME challenge", "challenges needs at least one of \"http-01\" and \"tls-alpn-01\".")
-			}
-		}
-		if ab.CA != nil {
-			if u, err := url.Parse(acme.CA); err != nil || u.Scheme != "https" || u.Host == "" {
-				c.errorf(valueRange(ab.Body, "ca"), "Invalid ACME directory", "acme.ca must be an https:// URL.")
 			}
 		}
 		t.ACME = acme
@@ -295,9 +276,6 @@ func (c *checker) tls(b *tlsBlock) *edge.TLSOptions {
 			}
 		}
 		t.Certificates = append(t.Certificates, cert)
-	}
-	if t.ACME == nil && len(t.Certificates) == 0 {
-		c.errorf(b.DefRange, "No certificate source", "tls needs an acme block, one or more certificate blocks, or both.")
 	}
 	return t
 }
@@ -434,10 +412,9 @@ func (c *checker) subject(b *subjectBlock) subject.Options {
 		}
 		*h.dst = *h.value
 	}
+	// Past 128 is edge.Options.Validate's to report: the prefix is the
+	// per-client connection cap's too.
 	o.IPv6Prefix = int(c.integer(b.IPv6Prefix, b.Body, "ipv6_prefix", 0, 1))
-	if o.IPv6Prefix > 128 {
-		c.errorf(valueRange(b.Body, "ipv6_prefix"), "Invalid prefix length", "ipv6_prefix must be between 1 and 128.")
-	}
 	if b.APIKeysFile != nil {
 		o.KnownKeys, o.KeyPlans = c.apiKeys(valueRange(b.Body, "api_keys_file"), c.path(*b.APIKeysFile))
 	}

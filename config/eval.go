@@ -29,13 +29,16 @@ type checker struct {
 	// failed are the expressions gohcl could not decode, already reported:
 	// what it left in their fields is not checked again.
 	failed []hcl.Range
+	// elements are the ranges of list elements read, by the field a
+	// package's Validate names them by ("tls.acme.domains[0]").
+	elements map[string]hcl.Range
 	// pools are the names of the upstream blocks, broken ones included, so
 	// that a route naming a broken one is not reported a second time.
 	pools map[string]bool
 }
 
 func newChecker(dir string, env LookupEnv) *checker {
-	c := &checker{dir: dir}
+	c := &checker{dir: dir, elements: map[string]hcl.Range{}}
 	c.ctx = &hcl.EvalContext{Functions: map[string]function.Function{
 		"env":  envFunction(env),
 		"file": c.fileFunction(),

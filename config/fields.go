@@ -7,6 +7,7 @@ import (
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/hclsyntax"
 
+	"github.com/edgegate/gateway/edge"
 	"github.com/edgegate/gateway/limiter"
 	"github.com/edgegate/gateway/proxy"
 )
@@ -77,6 +78,8 @@ func fieldProblems(err error, summary string) []fieldProblem {
 		return []fieldProblem{{e.Field, e.Summary, e.Detail, ""}}
 	case *proxy.FieldError:
 		return []fieldProblem{{e.Field, e.Summary, e.Detail, e.Earlier}}
+	case *edge.FieldError:
+		return []fieldProblem{{e.Field, e.Summary, e.Detail, ""}}
 	case interface{ Unwrap() []error }:
 		var out []fieldProblem
 		for _, each := range e.Unwrap() {
@@ -88,7 +91,8 @@ func fieldProblems(err error, summary string) []fieldProblem {
 		// block's already; around anything else it is kept.
 		var le *limiter.FieldError
 		var pe *proxy.FieldError
-		if errors.As(err, &le) || errors.As(err, &pe) {
+		var ee *edge.FieldError
+		if errors.As(err, &le) || errors.As(err, &pe) || errors.As(err, &ee) {
 			return fieldProblems(e.Unwrap(), summary)
 		}
 	}
@@ -100,15 +104,23 @@ func fieldProblems(err error, summary string) []fieldProblem {
 // field is not written.
 type finder func(field string) (point, whole hcl.Range, ok bool)
 
-// inBody finds a field in body, or for a "block.name" field in the body
-// blocks[block]: the attribute's value, within the whole attribute.
-func inBody(body hcl.Body, blocks map[string]hcl.Body) finder {
+// finderOf finds a field among what config read of a part of the file:
+// an element it recorded (elements), a block by its path (defs: its
+// definition), or an attribute "path.name" of the block at path in bodies
+// ("" is the part's own body): its value, within the whole attribute.
+func finderOf(bodies map[string]hcl.Body, defs, elements map[string]hcl.Range) finder {
 	return func(field string) (hcl.Range, hcl.Range, bool) {
-		in, name := body, field
-		if block, rest, nested := strings.Cut(field, "."); nested {
-			in, name = blocks[block], rest
+		if rng, ok := elements[field]; ok {
+			return rng, rng, true
 		}
-		if a := attribute(in, name); a != nil {
+		if def, ok := defs[field]; ok {
+			return def, def, true
+		}
+		block, name := "", field
+		if i := strings.LastIndexByte(field, '.'); i >= 0 {
+			block, name = field[:i], field[i+1:]
+		}
+		if a := attribute(bodies[block], name); a != nil {
 			return a.Expr.Range(), a.SrcRange, true
 		}
 		return hcl.Range{}, hcl.Range{}, false
@@ -128,7 +140,7 @@ func (c *checker) fields(err error, summary string, def hcl.Range, find finder) 
 				rng, whole = point, w
 			}
 		}
-		if c.reportedAt(whole) {
+		if c.reportedFor(rng, whole) {
 			continue
 		}
 		detail := p.detail
@@ -141,6 +153,27 @@ func (c *checker) fields(err error, summary string, def hcl.Range, find finder) 
 	}
 }
 
+// reportedFor reports whether the problem of a field written at point,
+// within whole (its attribute, name and value), is reported already: the
+// value failed to decode, or an error is reported at the attribute itself.
+// An error at a part of the value (one element of a list) is another
+// problem.
+func (c *checker) reportedFor(point, whole hcl.Range) bool {
+	if c.decodeFailed(point) {
+		return true
+	}
+	for _, d := range c.diags {
+		if d.Severity != hcl.DiagError || d.Subject == nil || !d.Subject.Overlaps(whole) {
+			continue
+		}
+		within := point.ContainsOffset(d.Subject.Start.Byte) && d.Subject.End.Byte <= point.End.Byte
+		if !within || (d.Subject.Start.Byte == point.Start.Byte && d.Subject.End.Byte == point.End.Byte) {
+			return true
+		}
+	}
+	return false
+}
+
 // reportedAt reports whether an error is already reported within rng.
 func (c *checker) reportedAt(rng hcl.Range) bool {
 	for _, d := range c.diags {
@@ -149,4 +182,23 @@ func (c *checker) reportedAt(rng hcl.Range) bool {
 		}
 	}
 	return c.decodeFailed(rng)
+}
+
+// listenFields finds the fields of edge.Options: the listen and tls
+// blocks, the acme block, and the subject block's ipv6_prefix.
+func (c *checker) listenFields(fb *fileBlock) finder {
+	bodies, defs := map[string]hcl.Body{}, map[string]hcl.Range{}
+	if b := fb.Listen; b != nil {
+		bodies["listen"], defs["listen"] = b.Body, b.DefRange
+	}
+	if b := fb.TLS; b != nil {
+		bodies["tls"], defs["tls"] = b.Body, b.DefRange
+		if b.ACME != nil {
+			bodies["tls.acme"] = b.ACME.Body
+		}
+	}
+	if b := fb.Subject; b != nil {
+		bodies["subject"] = b.Body
+	}
+	return finderOf(bodies, defs, c.elements)
 }

@@ -76,9 +76,9 @@ func (c *checker) policy(b *policyBlock) *limiter.Policy {
 	default:
 		c.errorf(valueRange(b.Body, "mode"), "Unknown mode", "mode must be \"enforce\" or \"shadow\", not %q.", mode)
 	}
-	var blocks map[string]hcl.Body
+	blocks := map[string]hcl.Body{"": b.Body}
 	if db := b.Dedup; db != nil {
-		blocks = map[string]hcl.Body{"dedup": db.Body}
+		blocks["dedup"] = db.Body
 		p.Dedup = limiter.Dedup{
 			Enabled:    or(db.Enabled, true),
 			TTL:        c.durationOr(db.TTL, db.Body, "ttl", p.Dedup.TTL),
@@ -90,7 +90,7 @@ func (c *checker) policy(b *policyBlock) *limiter.Policy {
 	if err == nil {
 		err = p.Exact()
 	}
-	c.fields(err, "Invalid policy", b.DefRange, inBody(b.Body, blocks))
+	c.fields(err, "Invalid policy", b.DefRange, finderOf(blocks, nil, nil))
 	if err != nil || c.reportedAt(blockRange(b.DefRange, b.Body)) {
 		return nil
 	}

@@ -120,13 +120,7 @@ func (c *checker) routes(blocks []*routeBlock, policies map[string]*limiter.Poli
 				r.IgnoreExtensions = append(r.IgnoreExtensions, it.value)
 			}
 		}
-		inRoute := inBody(b.Body, nil)
-		c.fields(r.Validate(so.ManagedHeaders()), "Invalid route", b.DefRange, func(field string) (hcl.Range, hcl.Range, bool) {
-			if rng, ok := elements[field]; ok {
-				return rng, rng, true
-			}
-			return inRoute(field)
-		})
+		c.fields(r.Validate(so.ManagedHeaders()), "Invalid route", b.DefRange, finderOf(map[string]hcl.Body{"": b.Body}, nil, elements))
 		// The file's forms, as the proxy compiles them.
 		if r.Rewrite {
 			r.RewritePrefix, _ = proxy.NormalizeRewritePrefix(r.RewritePrefix)

@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"net/http"
 	"net/netip"
+	"net/url"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -126,58 +128,92 @@ func (o Options) withDefaults() Options {
 	return o
 }
 
-// validate reports every problem of o, or nil. It reads no file: what the
-// TLS block names is checked when Listen loads it.
-func (o Options) validate(public, admin http.Handler) error {
+// FieldError is one problem with one field of Options, named as the
+// configuration file names it: a block ("listen", "tls"), an attribute
+// ("tls.acme.ca"), or one element of a list ("tls.acme.domains[0]"), so
+// that a caller holding the file can point at it.
+type FieldError struct {
+	Field   string
+	Summary string // a title, such as "No domains"
+	Detail  string // a sentence
+}
+
+func (e *FieldError) Error() string { return e.Detail }
+
+// Validate reports every problem of o, each a *FieldError, joined. It reads
+// no file: what the TLS block names is checked when Listen loads it.
+func (o Options) Validate() error {
 	var errs []error
-	problem := func(format string, args ...any) { errs = append(errs, fmt.Errorf("edge: "+format, args...)) }
+	problem := func(field, summary, detail string, args ...any) {
+		errs = append(errs, &FieldError{Field: field, Summary: summary, Detail: fmt.Sprintf(detail, args...)})
+	}
 	if o.HTTPS != "" && o.TLS == nil {
-		problem("an HTTPS listener needs TLS options")
+		problem("listen", "HTTPS without TLS", "listen.https needs a tls block with acme or certificate.")
 	}
 	if o.TLS != nil && o.HTTPS == "" {
-		problem("TLS options need an HTTPS listener")
-	}
-	if (o.HTTP != "" || o.HTTPS != "") && public == nil {
-		problem("the public listeners need a handler")
-	}
-	// A nil handler would make http.Server serve http.DefaultServeMux.
-	if o.Admin != "" && admin == nil {
-		problem("the admin listener needs a handler")
+		problem("tls", "TLS without HTTPS", "A tls block needs listen.https.")
 	}
 	for _, d := range []struct {
-		name  string
+		field string
 		value time.Duration
-	}{{"read header timeout", o.ReadHeaderTimeout}, {"idle timeout", o.IdleTimeout}} {
+	}{{"listen.read_header_timeout", o.ReadHeaderTimeout}, {"listen.idle_timeout", o.IdleTimeout}} {
 		if d.value < 0 {
-			problem("negative %s %s", d.name, d.value)
+			problem(d.field, "Duration too short", "%s must not be negative.", d.field)
 		}
 	}
 	if o.MaxHeaderBytes < 0 {
-		problem("negative max header bytes %d", o.MaxHeaderBytes)
+		problem("listen.max_header_bytes", "Value too small", "max_header_bytes must not be negative.")
 	}
 	if o.ClientIPv6Prefix < 0 || o.ClientIPv6Prefix > 128 {
-		problem("client IPv6 prefix %d is not between 1 and 128", o.ClientIPv6Prefix)
+		problem("subject.ipv6_prefix", "Invalid prefix length", "ipv6_prefix must be between 1 and 128.")
 	}
-	if t := o.TLS; t != nil {
-		if t.HSTSMaxAge < 0 {
-			problem("negative HSTS max age %s", t.HSTSMaxAge)
+	t := o.TLS
+	if t == nil {
+		return errors.Join(errs...)
+	}
+	if t.HSTSMaxAge < 0 {
+		problem("tls.hsts_max_age", "Duration too short", "hsts_max_age must not be negative.")
+	}
+	if t.ACME == nil && len(t.Certificates) == 0 {
+		problem("tls", "No certificate source", "tls needs an acme block, one or more certificate blocks, or both.")
+	}
+	a := t.ACME
+	if a == nil {
+		return errors.Join(errs...)
+	}
+	for i, d := range a.Domains {
+		if d == "" || strings.ContainsAny(d, " /:*") {
+			problem(fmt.Sprintf("tls.acme.domains[%d]", i), "Invalid domain", "%q is not a domain name the gateway can get a certificate for.", d)
 		}
-		if t.ACME == nil && len(t.Certificates) == 0 {
-			problem("TLS needs ACME, certificates or both")
+	}
+	if len(a.Domains) == 0 {
+		problem("tls.acme.domains", "No domains", "acme.domains needs at least one domain.")
+	}
+	for i, c := range a.Challenges {
+		if c != ChallengeHTTP01 && c != ChallengeTLSALPN01 {
+			problem(fmt.Sprintf("tls.acme.challenges[%d]", i), "Unknown ACME challenge", "Challenges are %q and %q, not %q.", ChallengeHTTP01, ChallengeTLSALPN01, c)
 		}
-		if a := t.ACME; a != nil {
-			if len(a.Domains) == 0 {
-				problem("ACME needs at least one domain")
-			}
-			for _, c := range a.Challenges {
-				if c != ChallengeHTTP01 && c != ChallengeTLSALPN01 {
-					problem("unknown ACME challenge %q", c)
-				}
-			}
-			if !a.allows(ChallengeTLSALPN01) && a.allows(ChallengeHTTP01) && o.HTTP == "" {
-				problem("ACME allows only %s, which needs an HTTP listener", ChallengeHTTP01)
-			}
+	}
+	if !a.allows(ChallengeTLSALPN01) && a.allows(ChallengeHTTP01) && o.HTTP == "" {
+		problem("tls.acme.challenges", "HTTP-01 without an HTTP listener", "acme.challenges allows only http-01, which needs listen.http.")
+	}
+	if a.CA != "" {
+		if u, err := url.Parse(a.CA); err != nil || u.Scheme != "https" || u.Host == "" {
+			problem("tls.acme.ca", "Invalid ACME directory", "acme.ca must be an https:// URL.")
 		}
+	}
+	return errors.Join(errs...)
+}
+
+// validate is Validate, and that each listener has its handler.
+func (o Options) validate(public, admin http.Handler) error {
+	errs := []error{o.Validate()}
+	if (o.HTTP != "" || o.HTTPS != "") && public == nil {
+		errs = append(errs, errors.New("the public listeners need a handler"))
+	}
+	// A nil handler would make http.Server serve http.DefaultServeMux.
+	if o.Admin != "" && admin == nil {
+		errs = append(errs, errors.New("the admin listener needs a handler"))
 	}
 	return errors.Join(errs...)
 }

@@ -55,7 +55,7 @@ type Servers struct {
 func Listen(opts Options, public, admin http.Handler) (*Servers, error) {
 	opts = opts.withDefaults()
 	if err := opts.validate(public, admin); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("edge: %w", err)
 	}
 	s := &Servers{opts: opts, logger: opts.Logger, errs: make(chan error, 3)}
 	if s.logger == nil {
