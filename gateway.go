@@ -10,12 +10,14 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel"
 
 	"github.com/edgegate/gateway/config"
 	"github.com/edgegate/gateway/edge"
 	"github.com/edgegate/gateway/limiter"
 	"github.com/edgegate/gateway/proxy"
 	"github.com/edgegate/gateway/subject"
+	"github.com/edgegate/gateway/telemetry"
 )
 
 // gateway is one running instance: its servers, its handler and what
@@ -41,6 +43,10 @@ type gateway struct {
 	jwksMetrics *subject.JWKSMetrics
 	file        *config.File
 	draining    atomic.Bool
+	// tracing exports spans when the file has a telemetry block; nil
+	// otherwise. It lives as long as the process: telemetry changes on
+	// restart only.
+	tracing *telemetry.Tracing
 }
 
 // start builds every part from f, binds the listeners and serves.
@@ -64,7 +70,22 @@ func (g *gateway) start(f *config.File) error {
 	if err != nil {
 		return err
 	}
-	if g.handler, err = proxy.NewHandler(proxy.Options{Logger: g.logger, AccessLog: f.Log.Access, Metrics: g.metrics}, cfg); err != nil {
+	po := proxy.Options{Logger: g.logger, AccessLog: f.Log.Access, Metrics: g.metrics}
+	if f.Telemetry != nil {
+		to := *f.Telemetry
+		to.ServiceVersion = version
+		if g.tracing, err = telemetry.New(to); err != nil {
+			return err
+		}
+		// The SDK reports what it could not export here, from its own
+		// goroutines; without this it would write to stderr past the
+		// JSON log.
+		otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) {
+			g.logger.Warn("telemetry: spans not exported", "error", err.Error())
+		}))
+		po.Tracer = g.tracing.Tracer()
+	}
+	if g.handler, err = proxy.NewHandler(po, cfg); err != nil {
 		return err
 	}
 	eo := f.Listen
@@ -163,7 +184,7 @@ func (g *gateway) reload() {
 		return
 	}
 	if f.RestartNeeded(g.file) {
-		g.logger.Warn("listen addresses and the limiter backend change on restart only")
+		g.logger.Warn("listen addresses, the limiter backend and telemetry change on restart only")
 	}
 	g.level.Set(f.Log.Level)
 	g.file = f
@@ -175,12 +196,22 @@ func (g *gateway) reload() {
 // shutdown timeout; past it, connections are closed.
 func (g *gateway) shutdown() int {
 	g.draining.Store(true)
+	drainEnds := time.Now().Add(g.servers.ShutdownTimeout())
 	code := 0
 	if err := g.servers.Shutdown(); err != nil {
 		g.logger.Warn("drain timed out; connections were closed", "error", err.Error())
 		code = 1
 	}
 	g.handler.Close()
+	if g.tracing != nil {
+		// The spans of the last requests go out within the drain's time,
+		// or are dropped: exit comes no later for them.
+		ctx, cancel := context.WithDeadline(context.Background(), drainEnds)
+		if err := g.tracing.Shutdown(ctx); err != nil {
+			g.logger.Warn("telemetry: spans still queued when the drain ended were dropped", "error", err.Error())
+		}
+		cancel()
+	}
 	g.backend.Close()
 	g.logger.Info("gateway stopped")
 	return code

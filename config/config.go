@@ -23,6 +23,7 @@ import (
 	"github.com/edgegate/gateway/limiter"
 	"github.com/edgegate/gateway/proxy"
 	"github.com/edgegate/gateway/subject"
+	"github.com/edgegate/gateway/telemetry"
 )
 
 // File is a decoded, checked configuration file, in the option types of the
@@ -38,6 +39,8 @@ type File struct {
 	Proxy    proxy.Config // Resolver and Limiter are the caller's
 	Policies []*limiter.Policy
 	Log      Log
+	// Telemetry is the telemetry block; nil without one (no traces).
+	Telemetry *telemetry.Options
 }
 
 // Log is the log block.
@@ -47,11 +50,11 @@ type Log struct {
 }
 
 // RestartNeeded reports whether f differs from old in what only a restart
-// applies: the listeners and the limiter backend. Static certificates are
-// swapped on reload and do not count.
+// applies: the listeners, the limiter backend and telemetry. Static
+// certificates are swapped on reload and do not count.
 func (f *File) RestartNeeded(old *File) bool {
 	return !reflect.DeepEqual(withoutCertificates(f.Listen), withoutCertificates(old.Listen)) ||
-		!reflect.DeepEqual(f.Limiter, old.Limiter)
+		!reflect.DeepEqual(f.Limiter, old.Limiter) || !reflect.DeepEqual(f.Telemetry, old.Telemetry)
 }
 
 func withoutCertificates(o edge.Options) edge.Options {
@@ -140,6 +143,7 @@ func (c *checker) file(fb *fileBlock) *File {
 		f.Subject.PseudonymKeys, f.Subject.PseudonymVersion = c.pseudonym(fb.Pseudonym)
 	}
 	f.Log = c.log(fb.Log)
+	f.Telemetry = c.telemetry(fb.Telemetry)
 
 	policies := map[string]*limiter.Policy{}
 	for _, pb := range fb.Policies {

@@ -20,6 +20,7 @@ import (
 	"github.com/edgegate/gateway/limiter"
 	"github.com/edgegate/gateway/proxy"
 	"github.com/edgegate/gateway/subject"
+	"github.com/edgegate/gateway/telemetry"
 )
 
 // configurationDoc is the configuration reference: a section per block
@@ -69,7 +70,11 @@ var codeDefaults = map[string]any{
 	"Policies[].Dedup.MaxBytes":       limiter.DefaultDedup.MaxBytes,
 	"Policies[].Dedup.Enabled":        limiter.DefaultDedup.Enabled,
 	"Proxy.Routes[].MaxBodyBytes":     proxy.DefaultMaxBodyBytes,
+	"Telemetry.ServiceName":           telemetry.DefaultServiceName,
+	"Telemetry.SampleRatio":           ptr(telemetry.DefaultSampleRatio), // nil when left out
 }
+
+func ptr[T any](v T) *T { return &v }
 
 // defaultContexts are files in which a block's attributes take effect:
 // the block with what it requires, and what it depends on. "@@" marks
@@ -115,6 +120,11 @@ tls {
     algorithms = ["RS256"]
     @@
   }
+}
+` + docRoute,
+	"telemetry": `telemetry {
+  otlp_endpoint = "http://127.0.0.1:4318"
+  @@
 }
 ` + docRoute,
 	"policy": `policy "p" {

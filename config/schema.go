@@ -16,6 +16,7 @@ type fileBlock struct {
 	Subject   *subjectBlock    `hcl:"subject,block"`
 	Pseudonym *pseudonymBlock  `hcl:"pseudonym,block"`
 	Log       *logBlock        `hcl:"log,block"`
+	Telemetry *telemetryBlock  `hcl:"telemetry,block"`
 	Policies  []*policyBlock   `hcl:"policy,block"`
 	Upstreams []*upstreamBlock `hcl:"upstream,block"`
 	Routes    []*routeBlock    `hcl:"route,block"`
@@ -152,6 +153,16 @@ type keyBlock struct {
 	Version      string         `hcl:"version,label"`
 	VersionRange hcl.Range      `hcl:"version,label_range"`
 	Secret       hcl.Expression `hcl:"secret"`
+}
+
+type telemetryBlock struct {
+	OTLPEndpoint      string    `hcl:"otlp_endpoint"`
+	OTLPEndpointRange hcl.Range `hcl:"otlp_endpoint,attr_value_range"`
+	SampleRatio       *float64  `hcl:"sample_ratio,optional"`
+	SampleRatioRange  hcl.Range `hcl:"sample_ratio,attr_value_range"`
+	ServiceName       *string   `hcl:"service_name,optional"`
+	ServiceNameRange  hcl.Range `hcl:"service_name,attr_value_range"`
+	DefRange          hcl.Range `hcl:",def_range"`
 }
 
 type logBlock struct {

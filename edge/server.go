@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"time"
 )
 
 // Servers are the gateway's listeners with every protection wired in. Each
@@ -255,6 +256,10 @@ func (s *Servers) SwapCertificates(files []CertificateFiles) error {
 	s.tls.static.swap(certs)
 	return nil
 }
+
+// ShutdownTimeout is how long Shutdown lets requests in flight finish:
+// Options.ShutdownTimeout, or its default.
+func (s *Servers) ShutdownTimeout() time.Duration { return s.opts.ShutdownTimeout }
 
 // Shutdown stops accepting, lets requests in flight finish within
 // ShutdownTimeout and closes the connections left past it, returning an

@@ -64,6 +64,7 @@ func newForwarder(rt *route, target *url.URL, transport http.RoundTripper, logge
 	upgrades := rt.Upgrades
 	rules := &rt.responseRules
 	noRules := rules.empty()
+	tracing := rt.tracing
 	return &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			// SetURL joins the target's path with the inbound one; the
@@ -83,8 +84,14 @@ func newForwarder(rt *route, target *url.URL, transport http.RoundTripper, logge
 			if rt.HostHeader != "" {
 				pr.Out.Host = rt.HostHeader
 			}
+			if tracing != nil {
+				tracing.inject(pr.Out.Context(), pr.Out.Header)
+			}
 		},
 		ModifyResponse: func(res *http.Response) error {
+			if tracing != nil {
+				upstreamAnswered(res)
+			}
 			if res.StatusCode == http.StatusSwitchingProtocols {
 				if err := checkSwitch(res, upgrades); err != nil {
 					return err

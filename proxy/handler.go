@@ -14,6 +14,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/edgegate/gateway/limiter"
 	"github.com/edgegate/gateway/subject"
 )
@@ -131,11 +133,16 @@ type Options struct {
 	Metrics   *Metrics // nil: no metrics
 	// Transport reaches the upstreams; nil uses newTransport().
 	Transport http.RoundTripper
+	// Tracer starts a span per request, with children for the limiter
+	// and each upstream attempt, and the W3C trace context goes upstream;
+	// nil: no traces, at no cost to the request path.
+	Tracer trace.Tracer
 }
 
 // Handler serves the public listener.
 type Handler struct {
 	opts    Options
+	tracing *tracing // nil without a tracer
 	current atomic.Pointer[compiled]
 	evalIDs evaluationIDs
 	// refusals bound the access log lines of requests that forward
@@ -171,6 +178,7 @@ type route struct {
 	query         subject.Query // what the route asks the resolver
 	metrics       *routeMetrics // nil without metrics
 	tunnels       tunnelSettings
+	tracing       *tracing // nil without a tracer
 }
 
 // NewHandler compiles cfg and returns a ready Handler.
@@ -179,6 +187,9 @@ func NewHandler(opts Options, cfg Config) (*Handler, error) {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	h := &Handler{opts: opts, evalIDs: newEvaluationIDs(), tunnels: newOpenTunnels()}
+	if opts.Tracer != nil {
+		h.tracing = &tracing{tracer: opts.Tracer}
+	}
 	if opts.Metrics != nil {
 		opts.Metrics.upstreams.handler.Store(h)
 	}
@@ -330,6 +341,7 @@ func (h *Handler) compile(cfg Config, prev *compiled) (*compiled, []*http.Transp
 			r.metrics = h.opts.Metrics.forRoute(r.OperationID)
 		}
 		r.tunnels = tunnelSettings{idle: cfg.TunnelIdleTimeout, open: h.tunnels}
+		r.tracing = h.tracing
 		r.forwards = newForwarders(r, h.opts.Logger, cfg.AllowUnderscoreHeaders)
 		routes = append(routes, r)
 	}
@@ -374,6 +386,13 @@ type exchange struct {
 	// in is the request as the resolver sees it, its peer's trust worked
 	// out once for the subject, the client and the forwarding headers.
 	in subject.Inbound
+	// span is the request's server span (nil without a tracer); limits
+	// are the policies the limiter was asked about (nil if it was not),
+	// and decision its answer as outcomeName says it.
+	span     trace.Span
+	limits   *limits
+	decision string
+	method   string // as the access log names it; set only with a span
 }
 
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -382,6 +401,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	cw := captures.Get().(*capture)
 	x.fw = &cw.fw
+	if h.tracing != nil {
+		x.method = c.router.methodName(r.Method)
+		r, x.span = h.tracing.startServer(r, x.method, x.in.PeerTrusted())
+		x.in = c.resolver.Inbound(r) // the request as it goes on, with the span's context
+	}
 	served := false
 	defer func() {
 		if !served {
@@ -408,6 +432,9 @@ func (h *Handler) record(r *http.Request, c *compiled, x *exchange, code int, wr
 	if h.opts.Metrics != nil {
 		h.opts.Metrics.observeRequest(x.route, x.outcome, x.plan, code)
 		x.metrics.observe(x.outcome, took)
+	}
+	if x.span != nil {
+		h.tracing.endServer(x, code, aborted)
 	}
 	if h.opts.AccessLog {
 		var notLogged slog.Attr // empty, and so left out, but after a flood
@@ -478,6 +505,9 @@ func (h *Handler) serve(w http.ResponseWriter, cw *capture, r *http.Request, c *
 		return
 	}
 	x.route = rt.OperationID
+	if x.span != nil {
+		h.tracing.routed(x.span, x.method, rt)
+	}
 	if rt.metrics != nil {
 		x.metrics = rt.metrics
 		rt.metrics.inFlight.Inc()

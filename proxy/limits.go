@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/edgegate/gateway/limiter"
 	"github.com/edgegate/gateway/subject"
 )
@@ -199,10 +201,19 @@ func (h *Handler) limit(w http.ResponseWriter, r *http.Request, c *compiled, rt 
 		EvaluationID: h.evalIDs.next(),
 		Deadline:     start.Add(c.deadline),
 	}
-	o := c.limiter.Evaluate(r.Context(), req)
+	ctx := r.Context()
+	var span trace.Span
+	if h.tracing != nil {
+		ctx, span = h.tracing.startLimiter(ctx, l)
+	}
+	o := c.limiter.Evaluate(ctx, req)
 	took := time.Since(start)
 
 	x.outcome = outcomeName(o)
+	x.limits, x.decision = l, x.outcome
+	if span != nil {
+		h.tracing.endLimiter(span, x.outcome)
+	}
 	if _, decided := o.(limiter.Evaluated); !decided && r.Context().Err() != nil {
 		// The client went away before the decision: that is no limiter
 		// failure, whatever the backend made of the cancelled call, and

@@ -352,10 +352,14 @@ func (rt *route) forward(w http.ResponseWriter, r *http.Request, x *exchange) {
 	}
 	fw := x.fw
 	*fw = forwardWriter{ResponseWriter: w, route: rt, resend: len(p.members) > 1 && mayResend(r)}
-	for {
+	for attempt := 0; ; attempt++ {
 		m := p.members[i]
 		x.target = m.name
-		m.serve(rt.forwards[i], fw, r)
+		if rt.tracing != nil {
+			rt.tracing.serveUpstream(rt.forwards[i], fw, r, x.method, p, m, attempt)
+		} else {
+			m.serve(rt.forwards[i], fw, r)
+		}
 		err := fw.unreached
 		if err == nil {
 			return
@@ -391,6 +395,9 @@ func newForwarders(rt *route, logger *slog.Logger, underscores bool) []*httputil
 		rp := newForwarder(rt, m.url, m, logger, underscores).(*httputil.ReverseProxy)
 		answer := rp.ErrorHandler
 		rp.ErrorHandler = func(w http.ResponseWriter, r *http.Request, err error) {
+			if rt.tracing != nil {
+				upstreamFailed(r, err)
+			}
 			var dialErr *dialError
 			if fw, ok := w.(*forwardWriter); ok && fw.resend && errors.As(err, &dialErr) && r.Context().Err() == nil {
 				fw.unreached = err

@@ -243,6 +243,11 @@ func (r *Resolver) Inbound(req *http.Request) Inbound {
 	return Inbound{r: r, req: req, peer: peer, peerTrusted: r.trusts(peer)}
 }
 
+// PeerTrusted reports whether the request's peer is a trusted proxy: one
+// whose forwarding headers are believed, and whose other assertions about
+// the request (a trace context) may be believed too.
+func (in Inbound) PeerTrusted() bool { return in.peerTrusted }
+
 // Resolve is Resolver.Resolve for the request.
 func (in Inbound) Resolve(q Query) (Subject, error) {
 	r, req, peer, peerTrusted := in.r, in.req, in.peer, in.peerTrusted
