@@ -9,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Clock tells the time. Backends take one so tests can move time by hand.
@@ -38,6 +40,8 @@ type MemoryOptions struct {
 	// sweeps without waiting real time.
 	SweepInterval time.Duration
 	Clock         Clock
+	// Registerer receives the backend's metrics; nil registers none.
+	Registerer prometheus.Registerer
 }
 
 const memoryShards = 64
@@ -115,6 +119,12 @@ func NewMemory(opts MemoryOptions) *Memory {
 		s.slotsUsed = 1
 		s.queues = make([]recordQueue, 1)
 		s.recordIndex = make(map[recordKey]uint32)
+	}
+	if opts.Registerer != nil {
+		opts.Registerer.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "gateway_limiter_evictions_total",
+			Help: "Live limiter keys dropped because the memory backend was full; each gave a subject a fresh budget early.",
+		}, func() float64 { return float64(m.Evictions()) }))
 	}
 	go m.sweeper()
 	return m

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/edgegate/gateway/limiter"
 	"github.com/edgegate/gateway/limiter/limitertest"
 )
@@ -27,7 +29,8 @@ func TestMemoryConformance(t *testing.T) {
 
 func TestMemoryEvictsLeastRecentlyUsedWhenFull(t *testing.T) {
 	clock := limitertest.NewClock()
-	m := limiter.NewMemory(limiter.MemoryOptions{Clock: clock, MaxEntries: 64})
+	reg := prometheus.NewRegistry()
+	m := limiter.NewMemory(limiter.MemoryOptions{Clock: clock, MaxEntries: 64, Registerer: reg})
 	t.Cleanup(func() { m.Close() })
 	p := limitertest.FixedWindow(1, time.Minute)
 	for i := 0; i < 1000; i++ {
@@ -38,6 +41,9 @@ func TestMemoryEvictsLeastRecentlyUsedWhenFull(t *testing.T) {
 	}
 	if m.Evictions() == 0 {
 		t.Fatal("no eviction counted")
+	}
+	if n := metric(t, reg, "gateway_limiter_evictions_total").GetCounter().GetValue(); n != float64(m.Evictions()) {
+		t.Fatalf("gateway_limiter_evictions_total says %v, the backend %d", n, m.Evictions())
 	}
 }
 

@@ -73,14 +73,11 @@ type Backend interface {
 func Open(ctx context.Context, opts Options) (Backend, error) {
 	switch opts.Kind {
 	case KindMemory:
-		m := NewMemory(opts.Memory)
-		if opts.Registerer != nil {
-			opts.Registerer.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
-				Name: "gateway_limiter_evictions_total",
-				Help: "Live limiter keys dropped because the memory backend was full; each gave a subject a fresh budget early.",
-			}, func() float64 { return float64(m.Evictions()) }))
+		mo := opts.Memory
+		if mo.Registerer == nil {
+			mo.Registerer = opts.Registerer
 		}
-		return m, nil
+		return NewMemory(mo), nil
 	case KindRedis:
 		if opts.Logger != nil {
 			// go-redis logs through one process-wide logger.
