@@ -1,6 +1,43 @@
 package limiter
 
-import "time"
+import (
+	"time"
+)
+
+// Algorithm names one of the three counting schemes.
+type Algorithm uint8
+
+const (
+	FixedWindow Algorithm = iota + 1
+	SlidingCounter
+	TokenBucket
+)
+
+func (a Algorithm) String() string { return a.spec().name }
+
+// ParseAlgorithm maps a configuration name to an Algorithm.
+func ParseAlgorithm(s string) (Algorithm, bool) {
+	for _, a := range Algorithms() {
+		if a.String() == s {
+			return a, true
+		}
+	}
+	return 0, false
+}
+
+// Algorithms are every Algorithm there is, in the order the documentation
+// lists them.
+func Algorithms() []Algorithm {
+	all := make([]Algorithm, 0, len(algorithms)-1)
+	for a := range algorithms[1:] {
+		all = append(all, Algorithm(a+1))
+	}
+	return all
+}
+
+// Fields are the fields the algorithm takes, and requires, by their
+// configuration names.
+func (a Algorithm) Fields() []string { return a.spec().fields }
 
 // algorithmSpec is what the Go side knows of one algorithm: its name in
 // the configuration, its number in the script's ARGV (its Algorithm

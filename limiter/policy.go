@@ -8,27 +8,6 @@ import (
 	"time"
 )
 
-// Algorithm names one of the three counting schemes.
-type Algorithm uint8
-
-const (
-	FixedWindow Algorithm = iota + 1
-	SlidingCounter
-	TokenBucket
-)
-
-func (a Algorithm) String() string { return a.spec().name }
-
-// ParseAlgorithm maps a configuration name to an Algorithm.
-func ParseAlgorithm(s string) (Algorithm, bool) {
-	for _, a := range Algorithms() {
-		if a.String() == s {
-			return a, true
-		}
-	}
-	return 0, false
-}
-
 // ClockSource says whose clock a backend uses to place a request in time.
 type ClockSource uint8
 
@@ -127,20 +106,6 @@ func (e *FieldError) Error() string { return e.Detail }
 
 // maxExactInLua: the scripts compute in doubles, exact up to 2^53.
 const maxExactInLua = 1 << 53
-
-// Algorithms are every Algorithm there is, in the order the documentation
-// lists them.
-func Algorithms() []Algorithm {
-	all := make([]Algorithm, 0, len(algorithms)-1)
-	for a := range algorithms[1:] {
-		all = append(all, Algorithm(a+1))
-	}
-	return all
-}
-
-// Fields are the fields the algorithm takes, and requires, by their
-// configuration names.
-func (a Algorithm) Fields() []string { return a.spec().fields }
 
 // Validate reports every problem of p, each a *FieldError (joined). The
 // fields are checked one by one first; only when each is fine are they
