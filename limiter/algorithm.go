@@ -39,12 +39,44 @@ func Algorithms() []Algorithm {
 // configuration names.
 func (a Algorithm) Fields() []string { return a.spec().fields }
 
+// algorithmField is one of the Policy fields that algorithms choose
+// among, by its configuration name: an algorithm requires each it takes
+// (at least 1, or a whole number of milliseconds) and refuses the others.
+type algorithmField struct {
+	name     string
+	value    func(*Policy) int64
+	duration bool
+}
+
+var algorithmFields = []algorithmField{
+	{"limit", limit, false},
+	{"window", func(p *Policy) int64 { return int64(p.Window) }, true},
+	{"capacity", capacity, false},
+	{"refill_tokens", func(p *Policy) int64 { return p.RefillTokens }, false},
+	{"refill_period", func(p *Policy) int64 { return int64(p.RefillPeriod) }, true},
+}
+
+// fieldNamed is the algorithm field called name; the table of algorithms
+// names only those.
+func fieldNamed(name string) algorithmField {
+	for _, f := range algorithmFields {
+		if f.name == name {
+			return f
+		}
+	}
+	panic("limiter: an algorithm takes an unknown field " + name)
+}
+
 // algorithmSpec is what the Go side knows of one algorithm: its name in
 // the configuration, its number in the script's ARGV (its Algorithm
 // value; lua.Algorithms lists the same names in the same order), which of
 // the policy's fields are its quota and period, how exact it is, and its
-// arithmetic, the memory backend's twin of its Lua function. A new
-// algorithm is an entry here, a decide function and a Lua file.
+// arithmetic, the memory backend's twin of its Lua function.
+//
+// A new algorithm is: its Lua file in package lua and its name in that
+// package's list; its Go file here, with its decide function; its
+// Algorithm value and its entry in this table; and a row in
+// algorithmFields for each Policy field it brings.
 type algorithmSpec struct {
 	name      string
 	certainty Certainty

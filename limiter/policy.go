@@ -143,24 +143,17 @@ func (p *Policy) Validate() error {
 		return p.joined(errs)
 	}
 	takes := p.Algorithm.Fields()
-	for _, f := range []struct {
-		name string
-		set  bool
-	}{
-		{"limit", p.Limit != 0}, {"window", p.Window != 0},
-		{"capacity", p.Capacity != 0}, {"refill_tokens", p.RefillTokens != 0}, {"refill_period", p.RefillPeriod != 0},
-	} {
-		if f.set && !slices.Contains(takes, f.name) {
+	for _, f := range algorithmFields {
+		if f.value(p) != 0 && !slices.Contains(takes, f.name) {
 			problem(f.name, "Argument not valid for "+p.Algorithm.String(), "%s does not apply to %s; it takes %s.", f.name, p.Algorithm, strings.Join(takes, ", "))
 		}
 	}
-	if p.Algorithm == TokenBucket {
-		atLeast("capacity", p.Capacity, 1)
-		atLeast("refill_tokens", p.RefillTokens, 1)
-		millis("refill_period", p.RefillPeriod)
-	} else {
-		atLeast("limit", p.Limit, 1)
-		millis("window", p.Window)
+	for _, name := range takes {
+		if f := fieldNamed(name); f.duration {
+			millis(name, time.Duration(f.value(p)))
+		} else {
+			atLeast(name, f.value(p), 1)
+		}
 	}
 	atLeast("max_cost", p.MaxCost, 1)
 	notBelow("cleanup_grace", p.CleanupGrace, 0)

@@ -79,3 +79,20 @@ func TestTheScriptNumbersTheAlgorithmsAsTheGoSideDoes(t *testing.T) {
 		t.Errorf("the Go side knows algorithm %d (%s), which the script does not", a, a)
 	}
 }
+
+// Every field an algorithm takes is one Validate knows how to check.
+func TestEveryAlgorithmsFieldsAreChecked(t *testing.T) {
+	for _, a := range limiter.Algorithms() {
+		p := &limiter.Policy{Name: "p", Algorithm: a, Revision: 1, MaxCost: 1}
+		var fields []string
+		for _, e := range joined(p.Validate()) {
+			var fe *limiter.FieldError
+			if errors.As(e, &fe) {
+				fields = append(fields, fe.Field)
+			}
+		}
+		if !slices.Equal(fields, a.Fields()) {
+			t.Errorf("%s with none of its fields: problems with %q, want %q", a, fields, a.Fields())
+		}
+	}
+}

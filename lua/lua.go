@@ -7,63 +7,43 @@
 package lua
 
 import (
-	_ "embed"
+	"embed"
 	"strings"
 )
 
-var (
-	//go:embed prelude.lua
-	prelude string
-	//go:embed common.lua
-	common string
-	//go:embed epilogue.lua
-	epilogue string
-	//go:embed fixed_window.lua
-	fixedWindow string
-	//go:embed sliding_counter.lua
-	slidingCounter string
-	//go:embed token_bucket.lua
-	tokenBucket string
-)
+//go:embed *.lua
+var files embed.FS
 
-// An algorithm is one Lua file that defines a function of the signature
-// common.lua states.
-type algorithm struct {
-	Name     string // as configured, and as package limiter names it
-	function string
-	src      string
-}
-
-// algorithms in the order of their numbers in ARGV, from 1: package
-// limiter's Algorithm values, which its tests hold to this list.
-var algorithms = []algorithm{
-	{"fixed-window", "fixed_window", fixedWindow},
-	{"sliding-counter", "sliding_counter", slidingCounter},
-	{"token-bucket", "token_bucket", tokenBucket},
-}
+// algorithms are the algorithm files, each defining a function of the
+// signature common.lua states, in the order of their numbers in ARGV from
+// 1: package limiter's Algorithm values, which its tests hold to this
+// list. A file is named after its algorithm, and its function after the
+// file.
+var algorithms = []string{"fixed-window", "sliding-counter", "token-bucket"}
 
 // Algorithms names the algorithms by their number in ARGV, from 1.
-func Algorithms() []string {
-	names := make([]string, len(algorithms))
-	for i, a := range algorithms {
-		names[i] = a.Name
-	}
-	return names
-}
+func Algorithms() []string { return append([]string(nil), algorithms...) }
 
 // Script is the whole script.
 var Script = script()
 
 func script() string {
 	var b strings.Builder
-	b.WriteString(prelude)
-	b.WriteString(common)
+	read := func(name string) {
+		src, err := files.ReadFile(name)
+		if err != nil {
+			panic(err) // a file the list names and the build lacks: every test fails at once
+		}
+		b.Write(src)
+	}
+	read("prelude.lua")
+	read("common.lua")
 	functions := make([]string, len(algorithms))
 	for i, a := range algorithms {
-		b.WriteString(a.src)
-		functions[i] = a.function
+		functions[i] = strings.ReplaceAll(a, "-", "_")
+		read(functions[i] + ".lua")
 	}
 	b.WriteString("local decide_by = {" + strings.Join(functions, ", ") + "}\n")
-	b.WriteString(epilogue)
+	read("epilogue.lua")
 	return b.String()
 }
