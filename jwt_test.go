@@ -138,3 +138,55 @@ func TestAGatewayStartsWhileItsIdentityProviderIsDown(t *testing.T) {
 		t.Fatalf("with the provider down again: %d, want 200 (the last good set)", s)
 	}
 }
+
+// jwt.invalid_token_policy and max_token_bytes reach the request path:
+// a token over max_token_bytes is refused and charged like any invalid
+// one, and past the named policy's limit the client gets 429 naming it.
+func TestTheInvalidTokenPolicyAndMaxTokenBytesFromTheFile(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	defer up.Close()
+	dir := t.TempDir()
+	jwks, path := filepath.Join(dir, "jwks.json"), filepath.Join(dir, "gateway.hcl")
+	k := jwttest.EC(t, "e1")
+	if err := os.WriteFile(jwks, jwttest.JWKS(k), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	writeJWTConfig(t, path, up.URL, `jwks_file = "jwks.json"
+    max_token_bytes      = 2048
+    invalid_token_policy = "bad-tokens"`)
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprint(f, `
+policy "bad-tokens" {
+  algorithm = "fixed-window"
+  limit     = 2
+  window    = "1h"
+}
+`)
+	f.Close()
+	r := startFile(t, path)
+	exp := time.Now().Add(time.Hour)
+	claims := jwttest.Claims("alice", exp)
+	claims["pad"] = strings.Repeat("x", 2048)
+	long := k.Sign(t, claims) // valid, but longer than max_token_bytes
+	alice := k.Sign(t, jwttest.Claims("alice", exp))
+	if got := []int{r.getWithToken(t, alice), r.getWithToken(t, long), r.getWithToken(t, "junk"), r.getWithToken(t, "junk")}; fmt.Sprint(got) != "[200 401 401 429]" {
+		t.Fatalf("statuses %v, want [200 401 401 429]", got)
+	}
+	req, _ := http.NewRequest("GET", "http://"+r.servers.HTTPAddr().String()+"/orders", nil)
+	req.Header.Set("Authorization", "Bearer junk")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != 429 || res.Header.Get("RateLimit-Policy") != `"bad-tokens";q=2;w=3600` {
+		t.Fatalf("%d, RateLimit-Policy %q", res.StatusCode, res.Header.Get("RateLimit-Policy"))
+	}
+	// A token verified before still passes.
+	if got := r.getWithToken(t, alice); got != 200 {
+		t.Fatalf("a token verified before: %d", got)
+	}
+}
