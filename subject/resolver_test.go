@@ -262,3 +262,23 @@ func TestAPlanIsPartOfThePseudonymOnlyWhereTheRouteMapsIt(t *testing.T) {
 		})
 	}
 }
+
+func TestClientIsTheAddressTheClientIPSourceSees(t *testing.T) {
+	r := newResolver(t)
+	for name, c := range map[string]struct {
+		req  *http.Request
+		want string
+	}{
+		"an IPv4 peer":                          {request("192.0.2.7:1234"), "192.0.2.7/32"},
+		"an IPv6 peer, as its /64":              {request("[2001:db8:1:2:3:4:5:6]:1234"), "2001:db8:1:2::/64"},
+		"behind a trusted proxy, the forwarded": {request("10.0.0.1:1234", "X-Forwarded-For", "198.51.100.9"), "198.51.100.9/32"},
+		"an untrusted peer's header is ignored": {request("192.0.2.7:1234", "X-Forwarded-For", "198.51.100.9"), "192.0.2.7/32"},
+	} {
+		if got := r.Client(c.req).String(); got != c.want {
+			t.Errorf("%s: %s, want %s", name, got, c.want)
+		}
+	}
+	if p := r.Client(request("not an address")); p.IsValid() {
+		t.Errorf("a request without an address: %s, want none", p)
+	}
+}
