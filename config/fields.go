@@ -2,6 +2,7 @@ package config
 
 import (
 	"errors"
+	"slices"
 	"strings"
 
 	"github.com/hashicorp/hcl/v2"
@@ -123,6 +124,11 @@ func finderOf(bodies map[string]hcl.Body, defs, elements map[string]hcl.Range) f
 		if a := attribute(bodies[block], name); a != nil {
 			return a.Expr.Range(), a.SrcRange, true
 		}
+		if def, ok := defs[block]; ok && block != "" {
+			// Absent from a nested block: that is reported already
+			// where the block says so.
+			return def, blockRange(def, bodies[block]), true
+		}
 		return hcl.Range{}, hcl.Range{}, false
 	}
 }
@@ -132,8 +138,12 @@ func finderOf(bodies map[string]hcl.Body, defs, elements map[string]hcl.Range) f
 // and a problem of the whole block, is reported at def. A problem where an
 // error is already reported (the attribute failed to decode, or a check of
 // the file's own found it) is not reported again.
-func (c *checker) fields(err error, summary string, def hcl.Range, find finder) {
+// Problems of the fields skip are the file's to say, and left out.
+func (c *checker) fields(err error, summary string, def hcl.Range, find finder, skip ...string) {
 	for _, p := range fieldProblems(err, summary) {
+		if slices.Contains(skip, p.field) {
+			continue
+		}
 		rng, whole := def, def
 		if p.field != "" {
 			if point, w, ok := find(p.field); ok {
@@ -163,7 +173,7 @@ func (c *checker) reportedFor(point, whole hcl.Range) bool {
 		return true
 	}
 	for _, d := range c.diags {
-		if d.Severity != hcl.DiagError || d.Subject == nil || !d.Subject.Overlaps(whole) {
+		if d.Severity != hcl.DiagError || d.Subject == nil || !touches(*d.Subject, whole) {
 			continue
 		}
 		within := point.ContainsOffset(d.Subject.Start.Byte) && d.Subject.End.Byte <= point.End.Byte
@@ -172,6 +182,15 @@ func (c *checker) reportedFor(point, whole hcl.Range) bool {
 		}
 	}
 	return false
+}
+
+// touches reports whether the diagnostic range d lies on rng: overlapping
+// it, or, as an empty range (a missing argument's), within it.
+func touches(d, rng hcl.Range) bool {
+	if d.Start.Byte == d.End.Byte {
+		return d.Filename == rng.Filename && rng.Start.Byte <= d.Start.Byte && d.Start.Byte <= rng.End.Byte
+	}
+	return d.Overlaps(rng)
 }
 
 // reportedAt reports whether an error is already reported within rng.

@@ -258,8 +258,9 @@ type upstreamBlock struct {
 }
 
 type healthBlock struct {
-	Path     string   `hcl:"path"`
-	Interval *string  `hcl:"interval,optional"`
-	Timeout  *string  `hcl:"timeout,optional"`
-	Body     hcl.Body `hcl:",body"`
+	Path     string    `hcl:"path"`
+	Interval *string   `hcl:"interval,optional"`
+	Timeout  *string   `hcl:"timeout,optional"`
+	DefRange hcl.Range `hcl:",def_range"`
+	Body     hcl.Body  `hcl:",body"`
 }

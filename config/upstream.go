@@ -1,6 +1,7 @@
 package config
 
 import (
+	"fmt"
 	"net/url"
 	"strings"
 	"time"
@@ -33,20 +34,15 @@ func (c *checker) upstreams(blocks []*upstreamBlock) []proxy.Pool {
 			c.errorf(b.DefRange, "Missing required argument", "An upstream block needs targets, a list of URLs.")
 			continue
 		}
-		seen := map[string]hcl.Range{}
+		elements := map[string]hcl.Range{}
 		items := c.list(b.Targets, "targets")
 		for _, it := range items {
-			u, ok := targetURL(it.value)
-			if !ok {
+			u, err := proxy.ParseTarget(it.value)
+			if err != nil {
 				c.errorf(it.rng, "Invalid target", "Each target must be an http:// or https:// URL with a host and no credentials, query or fragment, not %q.", it.value)
 				continue
 			}
-			key := targetKey(u)
-			if first, dup := seen[key]; dup {
-				c.errorf(it.rng, "Duplicate target", "%s is already a target of this upstream, at %s.", it.value, first)
-				continue
-			}
-			seen[key] = it.rng
+			elements[fmt.Sprintf("targets[%d]", len(p.Targets))] = it.rng
 			p.Targets = append(p.Targets, u)
 		}
 		if len(items) == 0 && !c.decodeFailed(b.Targets.Range()) {
@@ -72,25 +68,21 @@ func (c *checker) upstreams(blocks []*upstreamBlock) []proxy.Pool {
 		// As for max_fails, the file's 0 (no target ejected by failures)
 		// is proxy's negative.
 		p.MaxEjectedPercent = int(c.integer(b.MaxEjected, b.Body, "max_ejected_percent", 0, 0))
-		switch {
-		case p.MaxEjectedPercent > 100:
-			c.errorf(valueRange(b.Body, "max_ejected_percent"), "Value too large", "max_ejected_percent is a share of the upstream's targets, at most 100.")
-			p.MaxEjectedPercent = 0
-		case b.MaxEjected != nil && *b.MaxEjected == 0:
+		if b.MaxEjected != nil && *b.MaxEjected == 0 {
 			p.MaxEjectedPercent = -1
 		}
+		bodies, defs := map[string]hcl.Body{"": b.Body}, map[string]hcl.Range{}
 		if hb := b.Health; hb != nil {
-			h := &proxy.HealthCheck{Path: hb.Path}
-			if n, err := proxy.NormalizePath(hb.Path); err != nil || n != hb.Path {
-				c.errorf(valueRange(hb.Body, "path"), "Invalid health path", "path must be a normalized absolute path such as \"/healthz\", not %q.", hb.Path)
+			bodies["health"], defs["health"] = hb.Body, hb.DefRange
+			p.Health = &proxy.HealthCheck{
+				Path:     hb.Path,
+				Interval: c.duration(hb.Interval, hb.Body, "interval", 0, time.Millisecond),
+				Timeout:  c.duration(hb.Timeout, hb.Body, "timeout", 0, time.Millisecond),
 			}
-			h.Interval = c.duration(hb.Interval, hb.Body, "interval", proxy.DefaultHealthInterval, time.Millisecond)
-			h.Timeout = c.duration(hb.Timeout, hb.Body, "timeout", 0, time.Millisecond)
-			if hb.Timeout != nil && h.Timeout > h.Interval {
-				c.errorf(valueRange(hb.Body, "timeout"), "Health timeout above interval", "timeout is %s but checks run every %s; a check must end before the next.", h.Timeout, h.Interval)
-			}
-			p.Health = h
 		}
+		// The rest of an upstream's rules are proxy.Pool.Validate's; that
+		// no target is left is said above, for the list as written.
+		c.fields(p.Validate(), "Invalid upstream", b.DefRange, finderOf(bodies, defs, elements), "targets")
 		pools = append(pools, p)
 	}
 	return pools
@@ -106,24 +98,10 @@ func (c *checker) routeUpstream(value string, rng hcl.Range) (*url.URL, string) 
 		}
 		return nil, value
 	}
-	u, ok := targetURL(value)
-	if !ok {
+	u, err := proxy.ParseTarget(value)
+	if err != nil {
 		c.errorf(rng, "Invalid upstream", "upstream must name an upstream block or be an http:// or https:// URL with a host and no credentials, query or fragment, not %q.", value)
 		return nil, ""
 	}
 	return u, ""
-}
-
-func targetURL(s string) (*url.URL, bool) {
-	u, err := url.Parse(s)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" {
-		return nil, false
-	}
-	return u, true
-}
-
-// targetKey is a target as a server sees it, so that two spellings of one
-// target are found out.
-func targetKey(u *url.URL) string {
-	return u.Scheme + "://" + strings.ToLower(u.Host) + strings.TrimSuffix(u.EscapedPath(), "/")
 }

@@ -1,10 +1,8 @@
 package proxy
 
 import (
-	"errors"
 	"fmt"
 	"net/url"
-	"strings"
 	"time"
 )
 
@@ -95,27 +93,8 @@ const (
 
 // withDefaults checks p and fills in what it leaves zero.
 func (p Pool) withDefaults() (Pool, error) {
-	if p.Name == "" {
-		return p, errors.New("proxy: a pool needs a name")
-	}
-	if len(p.Targets) == 0 {
-		return p, fmt.Errorf("proxy: pool %q has no targets", p.Name)
-	}
-	seen := map[string]bool{}
-	for _, t := range p.Targets {
-		if err := checkTarget(t); err != nil {
-			return p, fmt.Errorf("proxy: pool %q: %w", p.Name, err)
-		}
-		if seen[t.String()] {
-			return p, fmt.Errorf("proxy: pool %q lists %s twice", p.Name, t)
-		}
-		seen[t.String()] = true
-	}
-	if p.Balance != RoundRobin && p.Balance != LeastRequests {
-		return p, fmt.Errorf("proxy: pool %q: unknown balance %d", p.Name, p.Balance)
-	}
-	if p.ConnectTimeout < 0 || p.ResponseTimeout < 0 || p.FailTimeout < 0 {
-		return p, fmt.Errorf("proxy: pool %q: negative timeout", p.Name)
+	if err := p.Validate(); err != nil {
+		return p, fmt.Errorf("proxy: pool %q: %w", p.Name, err)
 	}
 	p.ConnectTimeout = defaultIfZero(p.ConnectTimeout, DefaultConnectTimeout)
 	p.ResponseTimeout = defaultIfZero(p.ResponseTimeout, DefaultResponseTimeout)
@@ -123,20 +102,11 @@ func (p Pool) withDefaults() (Pool, error) {
 	if p.MaxFails == 0 {
 		p.MaxFails = DefaultMaxFails
 	}
-	if p.MaxEjectedPercent > 100 {
-		return p, fmt.Errorf("proxy: pool %q: max ejected percent %d is over 100", p.Name, p.MaxEjectedPercent)
-	}
 	if p.MaxEjectedPercent == 0 {
 		p.MaxEjectedPercent = DefaultMaxEjectedPercent
 	}
 	if h := p.Health; h != nil {
 		c := *h
-		if !strings.HasPrefix(c.Path, "/") {
-			return p, fmt.Errorf("proxy: pool %q: health path %q must start with /", p.Name, c.Path)
-		}
-		if c.Interval < 0 || c.Timeout < 0 {
-			return p, fmt.Errorf("proxy: pool %q: negative health interval or timeout", p.Name)
-		}
 		c.Interval = defaultIfZero(c.Interval, DefaultHealthInterval)
 		c.Timeout = min(defaultIfZero(c.Timeout, DefaultHealthTimeout), c.Interval)
 		p.Health = &c

@@ -4,8 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"slices"
 	"strings"
+	"time"
 )
 
 // FieldError is one problem with one field of a Route, named as the
@@ -123,4 +125,79 @@ func lowerCase(names []string) []string {
 		out[i] = strings.ToLower(n)
 	}
 	return out
+}
+
+// ParseTarget parses s as a pool's target or a route's upstream URL: an
+// http:// or https:// URL with a host and no credentials, query or
+// fragment.
+func ParseTarget(s string) (*url.URL, error) {
+	u, err := url.Parse(s)
+	if err != nil {
+		return nil, err
+	}
+	return u, checkTarget(u)
+}
+
+// Validate reports every problem of p, each a *FieldError naming the field
+// as an upstream block does ("targets[1]", "health.timeout"), joined.
+func (p Pool) Validate() error {
+	var errs []error
+	problem := func(field, summary, detail string, args ...any) *FieldError {
+		e := &FieldError{Field: field, Summary: summary, Detail: fmt.Sprintf(detail, args...)}
+		errs = append(errs, e)
+		return e
+	}
+	if p.Name == "" {
+		problem("name", "Invalid upstream name", "A pool needs a name.")
+	}
+	if len(p.Targets) == 0 {
+		problem("targets", "No targets", "targets needs at least one URL.")
+	}
+	seen := map[string]string{} // a target as a server sees it, to its field
+	for i, t := range p.Targets {
+		field := fmt.Sprintf("targets[%d]", i)
+		if err := checkTarget(t); err != nil {
+			problem(field, "Invalid target", "%s.", err)
+			continue
+		}
+		key := targetKey(t)
+		if first, dup := seen[key]; dup {
+			problem(field, "Duplicate target", "%s is already a target of this upstream, at %s.", t, first).Earlier = first
+			continue
+		}
+		seen[key] = field
+	}
+	if p.Balance != RoundRobin && p.Balance != LeastRequests {
+		problem("balance", "Unknown balance", "balance %d is neither round_robin nor least_requests.", p.Balance)
+	}
+	for _, d := range []struct {
+		field string
+		value time.Duration
+	}{{"connect_timeout", p.ConnectTimeout}, {"response_timeout", p.ResponseTimeout}, {"fail_timeout", p.FailTimeout}} {
+		if d.value < 0 {
+			problem(d.field, "Duration too short", "%s must not be negative.", d.field)
+		}
+	}
+	if p.MaxEjectedPercent > 100 {
+		problem("max_ejected_percent", "Value too large", "max_ejected_percent is a share of the upstream's targets, at most 100.")
+	}
+	if h := p.Health; h != nil {
+		if n, err := NormalizePath(h.Path); err != nil || n != h.Path {
+			problem("health.path", "Invalid health path", "path must be a normalized absolute path such as \"/healthz\", not %q.", h.Path)
+		}
+		interval := defaultIfZero(h.Interval, DefaultHealthInterval)
+		switch {
+		case h.Interval < 0 || h.Timeout < 0:
+			problem("health.interval", "Duration too short", "interval and timeout must not be negative.")
+		case h.Timeout > interval:
+			problem("health.timeout", "Health timeout above interval", "timeout is %s but checks run every %s; a check must end before the next.", h.Timeout, interval)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// targetKey is a target as a server sees it, so that two spellings of one
+// target are found out.
+func targetKey(u *url.URL) string {
+	return u.Scheme + "://" + strings.ToLower(u.Host) + strings.TrimSuffix(u.EscapedPath(), "/")
 }

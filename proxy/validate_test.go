@@ -2,8 +2,10 @@ package proxy_test
 
 import (
 	"errors"
+	"net/url"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/edgegate/gateway/proxy"
 )
@@ -21,18 +23,7 @@ func TestRouteValidateNamesTheFieldOfEachProblem(t *testing.T) {
 		ResponseHeaders: proxy.HeaderRules{Remove: []string{"bad name"}},
 		Upgrades:        []string{"websocket", "h2c", "WebSocket"},
 	}
-	var fields []string
-	var earlier string
-	for _, e := range r.Validate(nil).(interface{ Unwrap() []error }).Unwrap() {
-		var fe *proxy.FieldError
-		if !errors.As(e, &fe) {
-			t.Fatalf("%v is no FieldError", e)
-		}
-		fields = append(fields, fe.Field)
-		if fe.Earlier != "" {
-			earlier = fe.Earlier
-		}
-	}
+	fields, earlier := problemFields(t, r.Validate(nil))
 	want := []string{"rewrite_prefix", "host_header", "request_headers.set[1]", "request_headers.set[1].value",
 		"request_headers.remove[0]", "response_headers.remove[0]", "upgrade[1]", "upgrade[2]"}
 	if !slices.Equal(fields, want) {
@@ -45,4 +36,39 @@ func TestRouteValidateNamesTheFieldOfEachProblem(t *testing.T) {
 	if err := ok.Validate(nil); err != nil {
 		t.Errorf("a rewrite prefix and an upgrade in any accepted form: %v", err)
 	}
+}
+
+// An upstream's rules are the proxy's too: two spellings of one target, a
+// health check slower than its interval (the default one too) and a path
+// that is not normalized are each named by field.
+func TestPoolValidateNamesTheFieldOfEachProblem(t *testing.T) {
+	a, _ := proxy.ParseTarget("http://10.0.0.11:9000")
+	b, _ := proxy.ParseTarget("http://10.0.0.11:9000/")
+	p := proxy.Pool{Name: "u", Targets: []*url.URL{a, b}, MaxEjectedPercent: 101,
+		Health: &proxy.HealthCheck{Path: "/a/../healthz", Timeout: proxy.DefaultHealthInterval + time.Second}}
+	fields, earlier := problemFields(t, p.Validate())
+	want := []string{"targets[1]", "max_ejected_percent", "health.path", "health.timeout"}
+	if !slices.Equal(fields, want) || earlier != "targets[0]" {
+		t.Errorf("fields %q (earlier %q), want %q", fields, earlier, want)
+	}
+	if _, err := proxy.ParseTarget("ftp://10.0.0.11"); err == nil {
+		t.Error("an ftp:// target was parsed")
+	}
+}
+
+// problemFields are the fields err's problems name, and the earlier field
+// a clash names.
+func problemFields(t *testing.T, err error) (fields []string, earlier string) {
+	t.Helper()
+	for _, e := range err.(interface{ Unwrap() []error }).Unwrap() {
+		var fe *proxy.FieldError
+		if !errors.As(e, &fe) {
+			t.Fatalf("%v is no FieldError", e)
+		}
+		fields = append(fields, fe.Field)
+		if fe.Earlier != "" {
+			earlier = fe.Earlier
+		}
+	}
+	return fields, earlier
 }
