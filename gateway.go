@@ -90,7 +90,7 @@ func (g *gateway) start(f *config.File) error {
 	}
 	eo := f.Listen
 	eo.Logger, eo.Registerer = g.logger, g.registry
-	if g.servers, err = edge.Listen(eo, g.handler, withProfiling(proxy.AdminHandler(g.ready, g.registry))); err != nil {
+	if g.servers, err = edge.Listen(eo, g.handler, withProfiling(proxy.AdminHandler(g.ready, g.registry, g.handler.AdminAPI()))); err != nil {
 		return err
 	}
 	g.serveErr = g.servers.Serve()

@@ -144,6 +144,9 @@ func (c *checker) file(fb *fileBlock) *File {
 	}
 	f.Log = c.log(fb.Log)
 	f.Telemetry = c.telemetry(fb.Telemetry)
+	if fb.Admin != nil {
+		f.Proxy.AdminToken = c.adminToken(fb.Admin.Token)
+	}
 
 	policies := map[string]*limiter.Policy{}
 	for _, pb := range fb.Policies {
@@ -533,4 +536,19 @@ func (c *checker) log(b *logBlock) Log {
 	}
 	l.Access = or(b.Access, l.Access)
 	return l
+}
+
+// adminToken reads the admin block's token: a secret, long enough for
+// proxy.CheckAdminToken, and not empty (an empty one would turn the API
+// off without a word).
+func (c *checker) adminToken(expr hcl.Expression) string {
+	token, ok := c.secret(expr, "token")
+	if !ok {
+		return ""
+	}
+	if err := proxy.CheckAdminToken(token); err != nil || token == "" {
+		c.errorf(expr.Range(), "Admin token too short", "The admin token is %d bytes; at least %d are needed.", len(token), proxy.MinAdminTokenBytes)
+		return ""
+	}
+	return token
 }

@@ -17,6 +17,7 @@ type fileBlock struct {
 	Pseudonym *pseudonymBlock  `hcl:"pseudonym,block"`
 	Log       *logBlock        `hcl:"log,block"`
 	Telemetry *telemetryBlock  `hcl:"telemetry,block"`
+	Admin     *adminBlock      `hcl:"admin,block"`
 	Policies  []*policyBlock   `hcl:"policy,block"`
 	Upstreams []*upstreamBlock `hcl:"upstream,block"`
 	Routes    []*routeBlock    `hcl:"route,block"`
@@ -153,6 +154,10 @@ type keyBlock struct {
 	Version      string         `hcl:"version,label"`
 	VersionRange hcl.Range      `hcl:"version,label_range"`
 	Secret       hcl.Expression `hcl:"secret"`
+}
+
+type adminBlock struct {
+	Token hcl.Expression `hcl:"token"`
 }
 
 type telemetryBlock struct {

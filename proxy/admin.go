@@ -17,11 +17,11 @@ type readiness struct {
 	Reason string `json:"reason,omitempty"`
 }
 
-// AdminHandler serves /healthz, /readyz and /metrics. It belongs on the
-// admin listener only. /readyz answers 200 when ready returns nil within two
+// AdminHandler serves /healthz, /readyz, /metrics and, under /v1/, api
+// (Handler.AdminAPI; nil: none). It belongs on the admin listener only. /readyz answers 200 when ready returns nil within two
 // seconds, and 503 otherwise, with {"ready": false, "reason": "..."}; a nil ready means no
 // configuration is loaded yet.
-func AdminHandler(ready func(ctx context.Context) error, gatherer prometheus.Gatherer) http.Handler {
+func AdminHandler(ready func(ctx context.Context) error, gatherer prometheus.Gatherer, api http.Handler) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -44,5 +44,8 @@ func AdminHandler(ready func(ctx context.Context) error, gatherer prometheus.Gat
 		json.NewEncoder(w).Encode(readiness{Ready: true})
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
+	if api != nil {
+		mux.Handle("/v1/", api)
+	}
 	return mux
 }

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -94,7 +95,10 @@ const DefaultMaxBodyBytes = 10 << 20
 // Config is everything the request path reads. It is immutable once passed
 // to NewHandler or Swap.
 type Config struct {
-	Routes            []Route
+	Routes []Route
+	// AdminToken is the bearer token of the admin API (AdminAPI); empty,
+	// the API answers 404. See CheckAdminToken.
+	AdminToken        string
 	Resolver          *subject.Resolver
 	Limiter           Limiter
 	Deadline          time.Duration // default limiter.DefaultDeadline
@@ -164,6 +168,8 @@ type compiled struct {
 	bodyReadTimeout   time.Duration
 	pools             map[string]*pool
 	unrouted          *routeMetrics // the requests no route matched; nil without metrics
+	routes            []*route      // in file order, for the admin API
+	adminToken        *adminToken   // nil: no admin API
 	tokens            *tokenBudget
 }
 
@@ -349,8 +355,18 @@ func (h *Handler) compile(cfg Config, prev *compiled) (*compiled, []*http.Transp
 	if h.opts.Metrics != nil {
 		unrouted = h.opts.Metrics.forRoute("none")
 	}
+	if err := CheckAdminToken(cfg.AdminToken); err != nil {
+		return nil, nil, fmt.Errorf("proxy: %w", err)
+	}
+	var admin *adminToken
+	if cfg.AdminToken != "" {
+		t := adminToken(sha256.Sum256([]byte(cfg.AdminToken)))
+		admin = &t
+	}
 	return &compiled{
 		unrouted:          unrouted,
+		routes:            routes,
+		adminToken:        admin,
 		router:            newRouter(routes),
 		resolver:          cfg.Resolver,
 		limiter:           cfg.Limiter,
