@@ -154,17 +154,7 @@ func (c *checker) routes(blocks []*routeBlock, policies map[string]*limiter.Poli
 			if len(items) == 0 {
 				c.errorf(b.Policies.Range(), "No policy in policies", "policies needs at least one policy name; leave it out for no limit.")
 			}
-			seenPolicy := map[string]bool{}
-			for _, it := range items {
-				if seenPolicy[it.value] {
-					c.errorf(it.rng, "Repeated policy", "%q is already in the list; a policy counts once per route.", it.value)
-					continue
-				}
-				seenPolicy[it.value] = true
-				if p := usePolicy(it.value, it.rng); p != nil {
-					r.Policies = append(r.Policies, p)
-				}
-			}
+			r.Policies, _ = c.policyList(items, "route", usePolicy)
 		case b.Policy == nil && !hasPolicies && b.Cost != nil && !has(b.Body, "plans"):
 			c.errorf(nameRange(b.Body, "cost"), "Cost without a policy", "cost means nothing on a route without a policy.")
 		}
@@ -260,21 +250,26 @@ func (c *checker) plans(expr hcl.Expression, usePolicy func(string, hcl.Range) *
 			}
 			items = []listItem{{v.AsString(), p.Value.Range()}}
 		}
-		var ps []*limiter.Policy
-		repeated := map[string]bool{}
-		for _, it := range items {
-			if repeated[it.value] {
-				c.errorf(it.rng, "Repeated policy", "%q is already in the list; a policy counts once per plan.", it.value)
-				continue
-			}
-			repeated[it.value] = true
-			if pol := usePolicy(it.value, it.rng); pol != nil {
-				ps = append(ps, pol)
-			}
-		}
-		if len(ps) == len(items) {
+		if ps, whole := c.policyList(items, "plan", usePolicy); whole {
 			out[name] = ps
 		}
 	}
 	return out
+}
+
+// policyList reads the policies a route or a plan (per) lists, each once;
+// whole reports that every name became a policy.
+func (c *checker) policyList(items []listItem, per string, usePolicy func(string, hcl.Range) *limiter.Policy) (ps []*limiter.Policy, whole bool) {
+	repeated := map[string]bool{}
+	for _, it := range items {
+		if repeated[it.value] {
+			c.errorf(it.rng, "Repeated policy", "%q is already in the list; a policy counts once per %s.", it.value, per)
+			continue
+		}
+		repeated[it.value] = true
+		if p := usePolicy(it.value, it.rng); p != nil {
+			ps = append(ps, p)
+		}
+	}
+	return ps, len(ps) == len(items)
 }
