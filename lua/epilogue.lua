@@ -1,5 +1,6 @@
 -- The rate-limit script's tail: read and decide every policy, then write.
-local reply = {0}
+-- Sized for one policy at once; more grow it.
+local reply = {0, 0, 0, 0, 0}
 local state = {}
 local admitted = true
 for i = 1, n do
@@ -32,12 +33,13 @@ for i = 1, n do
   if allowed == 0 and ARGV[at + 8] == '0' then
     admitted = false
   end
-  state[i] = {now = now, exists = raw[4] ~= false or raw[5] ~= false, eb = raw[5],
-    fields = {'s', n_start, 'c', n_count, 'p', n_prev, 't', now}, ttl = ttl}
-  reply[#reply + 1] = allowed
-  reply[#reply + 1] = remaining
-  reply[#reply + 1] = reset
-  reply[#reply + 1] = retry
+  -- now, whether the key exists, its eb, and what a charge writes
+  state[i] = {now, raw[4] ~= false or raw[5] ~= false, raw[5], n_start, n_count, n_prev, ttl}
+  local at_reply = 2 + (i - 1) * 4
+  reply[at_reply] = allowed
+  reply[at_reply + 1] = remaining
+  reply[at_reply + 2] = reset
+  reply[at_reply + 3] = retry
 end
 if not admitted then
   for i = 1, n do
@@ -54,8 +56,8 @@ for i = 1, n do
   local fields = {}
   local keep = 0
   if admitted and reply[2 + (i - 1) * 4] == 1 then
-    fields = s.fields
-    keep = s.ttl
+    fields = {'s', s[4], 'c', s[5], 'p', s[6], 't', s[1]}
+    keep = s[7]
   end
   if i == 1 and record then
     local dedup_ttl = tonumber(ARGV[3])
@@ -66,15 +68,12 @@ for i = 1, n do
     -- the list and the bookkeeping of a key with a TTL.
     local size = #record + #id + 128
     if size <= max_bytes then
-      local parts = {string.format('%d', s.now + dedup_ttl)}
-      for j = 2, #reply do
-        parts[j] = string.format('%d', reply[j])
-      end
-      redis.call('SET', record, table.concat(parts, ','), 'PX', dedup_ttl)
+      local format = '%d' .. string.rep(',%d', #reply - 1)
+      redis.call('SET', record, string.format(format, s[1] + dedup_ttl, unpack(reply, 2)), 'PX', dedup_ttl)
       local entries = redis.call('RPUSH', queue, id)
       local bytes = size
       if entries > 1 then
-        bytes = tonumber(s.eb or '0') + size
+        bytes = tonumber(s[3] or '0') + size
       end
       -- Oldest first out, until both bounds hold: a retry follows its first
       -- try closely, so the newest records are the ones worth keeping.
@@ -92,7 +91,7 @@ for i = 1, n do
   end
   if #fields > 0 then
     redis.call('HSET', key, unpack(fields))
-    if s.exists then
+    if s[2] then
       redis.call('PEXPIRE', key, keep, 'GT')
     else
       -- A new key has no TTL, and GT takes that for an endless one.
