@@ -134,6 +134,13 @@ tls {
   @@
 }
 ` + docRoute,
+	// lease_ttl belongs to concurrency policies only.
+	"policy.lease_ttl": `policy "p" {
+  algorithm = "concurrency"
+  limit     = 10
+  @@
+}
+` + docRoute,
 	"policy.dedup": `policy "p" {
   algorithm = "fixed-window"
   limit     = 10
@@ -444,11 +451,11 @@ func literalDefault(t *testing.T, block string, a docAttr) (string, bool) {
 // it set to value, and with it set to another value.
 func checkDocDefault(t *testing.T, block string, a docAttr, value string) {
 	dir := docFolder(t)
-	without := docLoad(t, dir, block, "")
+	without := docLoad(t, dir, block, a.name, "")
 	if without == nil {
 		t.Fatalf("the file for block %s does not load without %s; fix defaultContexts in %s", block, a.name, "config/doc_test.go")
 	}
-	with := docLoad(t, dir, block, a.name+" = "+value)
+	with := docLoad(t, dir, block, a.name, a.name+" = "+value)
 	if with == nil {
 		t.Fatalf("%s:%d: %s = %s, the documented default, does not load", configurationDoc, a.line, a.name, value)
 	}
@@ -471,7 +478,7 @@ func checkDocDefault(t *testing.T, block string, a docAttr, value string) {
 		}
 	}
 	if other, ok := otherValue(value); ok {
-		if changed := docLoad(t, dir, block, a.name+" = "+other); changed != nil && reflect.DeepEqual(*changed, *without) {
+		if changed := docLoad(t, dir, block, a.name, a.name+" = "+other); changed != nil && reflect.DeepEqual(*changed, *without) {
 			t.Errorf("%s = %s loads the same as leaving it out, so this check sees nothing; fix defaultContexts for %s in config/doc_test.go", a.name, other, block)
 		}
 	}
@@ -494,9 +501,12 @@ func docFolder(t *testing.T) string {
 
 // docLoad parses the context of block with attr in place of its marker,
 // as a file in dir. nil when it has errors.
-func docLoad(t *testing.T, dir, block, attr string) *File {
+func docLoad(t *testing.T, dir, block, name, attr string) *File {
 	t.Helper()
-	src, ok := defaultContexts[block]
+	src, ok := defaultContexts[block+"."+name] // an attribute's own context
+	if !ok {
+		src, ok = defaultContexts[block]
+	}
 	if !ok {
 		parts := strings.Split(block, ".")
 		src = strings.Join(parts, " {\n") + " {\n@@\n" + strings.Repeat("}\n", len(parts)) + docRoute

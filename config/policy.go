@@ -28,10 +28,11 @@ func (c *checker) policy(b *policyBlock) *limiter.Policy {
 	}
 	// Which attributes the algorithm takes is the limiter's to say; that
 	// the file writes them, or one another algorithm takes, is the file's.
-	takes := alg.Fields()
+	required := alg.Fields()
+	takes := slices.Concat(required, alg.OptionalFields())
 	var others []string
 	for _, other := range limiter.Algorithms() {
-		for _, name := range other.Fields() {
+		for _, name := range slices.Concat(other.Fields(), other.OptionalFields()) {
 			if !slices.Contains(takes, name) && !slices.Contains(others, name) {
 				others = append(others, name)
 			}
@@ -42,7 +43,7 @@ func (c *checker) policy(b *policyBlock) *limiter.Policy {
 			c.errorf(nameRange(b.Body, name), "Argument not valid for "+alg.String(), "%s does not apply to %s; it takes %s.", name, alg, strings.Join(takes, ", "))
 		}
 	}
-	for _, name := range takes {
+	for _, name := range required {
 		if !has(b.Body, name) {
 			c.errorf(b.DefRange, "Missing required argument", "A %s policy needs %s.", alg, name)
 		}
@@ -56,10 +57,14 @@ func (c *checker) policy(b *policyBlock) *limiter.Policy {
 		Capacity:           or(b.Capacity, 0),
 		RefillTokens:       or(b.RefillTokens, 0),
 		RefillPeriod:       c.durationOr(b.RefillPeriod, b.Body, "refill_period", 0),
+		LeaseTTL:           c.durationOr(b.LeaseTTL, b.Body, "lease_ttl", 0),
 		MaxCost:            or(b.MaxCost, 1),
 		CleanupGrace:       c.durationOr(b.CleanupGrace, b.Body, "cleanup_grace", limiter.DefaultCleanupGrace),
 		MaxClockRegression: c.durationOr(b.MaxClockRegression, b.Body, "max_clock_regression", limiter.DefaultMaxClockRegression),
 		Dedup:              limiter.DefaultDedup,
+	}
+	if alg == limiter.Concurrency && b.LeaseTTL == nil {
+		p.LeaseTTL = limiter.DefaultLeaseTTL
 	}
 	switch clock := or(b.Clock, "redis"); clock {
 	case "redis":

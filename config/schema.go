@@ -186,6 +186,7 @@ type policyBlock struct {
 	Capacity     *int64  `hcl:"capacity,optional"`
 	RefillTokens *int64  `hcl:"refill_tokens,optional"`
 	RefillPeriod *string `hcl:"refill_period,optional"`
+	LeaseTTL     *string `hcl:"lease_ttl,optional"`
 
 	Revision           *int64  `hcl:"revision,optional"`
 	MaxCost            *int64  `hcl:"max_cost,optional"`

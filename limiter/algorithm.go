@@ -1,16 +1,23 @@
 package limiter
 
 import (
+	"slices"
 	"time"
 )
 
-// Algorithm names one of the three counting schemes.
+// Algorithm names one of the counting schemes: three that count requests
+// over time, and Concurrency, which counts the requests in flight.
 type Algorithm uint8
 
 const (
 	FixedWindow Algorithm = iota + 1
 	SlidingCounter
 	TokenBucket
+	// Concurrency admits a request while fewer than Limit leases of its
+	// subject are held; an admitted request holds a lease (cost leases)
+	// until the caller releases it, or until LeaseTTL passes without a
+	// renewal (a gateway that died gives its leases back by expiry).
+	Concurrency
 )
 
 func (a Algorithm) String() string { return a.spec().name }
@@ -39,21 +46,31 @@ func Algorithms() []Algorithm {
 // configuration names.
 func (a Algorithm) Fields() []string { return a.spec().fields }
 
+// OptionalFields are the fields the algorithm takes that have a default
+// (lease_ttl's is DefaultLeaseTTL), by their configuration names.
+func (a Algorithm) OptionalFields() []string { return a.spec().optional }
+
+// takes are the fields the algorithm takes, required or not.
+func (a Algorithm) takes() []string { return slices.Concat(a.spec().fields, a.spec().optional) }
+
 // algorithmField is one of the Policy fields that algorithms choose
 // among, by its configuration name: an algorithm requires each it takes
-// (at least 1, or a whole number of milliseconds) and refuses the others.
+// (at least 1, or a whole number of milliseconds, within [min, max]
+// when those are set) and refuses the others.
 type algorithmField struct {
 	name     string
 	value    func(*Policy) int64
 	duration bool
+	min, max time.Duration
 }
 
 var algorithmFields = []algorithmField{
-	{"limit", limit, false},
-	{"window", func(p *Policy) int64 { return int64(p.Window) }, true},
-	{"capacity", capacity, false},
-	{"refill_tokens", func(p *Policy) int64 { return p.RefillTokens }, false},
-	{"refill_period", func(p *Policy) int64 { return int64(p.RefillPeriod) }, true},
+	{"limit", limit, false, 0, 0},
+	{"window", func(p *Policy) int64 { return int64(p.Window) }, true, 0, 0},
+	{"capacity", capacity, false, 0, 0},
+	{"refill_tokens", func(p *Policy) int64 { return p.RefillTokens }, false, 0, 0},
+	{"refill_period", func(p *Policy) int64 { return int64(p.RefillPeriod) }, true, 0, 0},
+	{"lease_ttl", func(p *Policy) int64 { return int64(p.LeaseTTL) }, true, MinLeaseTTL, MaxLeaseTTL},
 }
 
 // fieldNamed is the algorithm field called name; the table of algorithms
@@ -81,8 +98,8 @@ type algorithmSpec struct {
 	name      string
 	certainty Certainty
 	// fields are the Policy fields it takes, and requires, by their
-	// configuration names.
-	fields []string
+	// configuration names; optional are those it takes with a default.
+	fields, optional []string
 	// quota is the most a subject may spend at once; period is the unit of
 	// time the algorithm counts in (ARGV's window or refill period).
 	quota  func(*Policy) int64
@@ -92,7 +109,14 @@ type algorithmSpec struct {
 	// keepsPrev: the state's Prev field is the algorithm's (the memory
 	// backend reads it from a second cache line only then).
 	keepsPrev bool
-	decide    func(p *Policy, st state, nowMillis, cost int64) step
+	// leases: the state's Count is the leases held now, which the backend
+	// counts from its live leases before deciding; a charge takes a lease
+	// (cost leases) under the request's evaluation ID that lives for
+	// LeaseTTL unless released or renewed. A shadow policy's lease is
+	// taken even when it would have refused: the request is in flight.
+	// Its denials are never remembered (denials): any release may end one.
+	leases bool
+	decide func(p *Policy, st state, nowMillis, cost int64) step
 }
 
 var algorithms = [...]algorithmSpec{
@@ -104,6 +128,8 @@ var algorithms = [...]algorithmSpec{
 		keepsPrev: true, decide: decideSlidingCounter},
 	TokenBucket: {name: "token-bucket", fields: []string{"capacity", "refill_tokens", "refill_period"}, quota: capacity, period: refillPeriod, quotaWindow: bucketFill,
 		decide: decideTokenBucket},
+	Concurrency: {name: "concurrency", fields: []string{"limit"}, optional: []string{"lease_ttl"}, quota: limit, period: leaseTTL, quotaWindow: leaseTTL,
+		leases: true, decide: decideConcurrency},
 }
 
 var windowFields = []string{"limit", "window"}
@@ -131,6 +157,7 @@ func (a Algorithm) spec() *algorithmSpec {
 //	sliding-counter: Start = current window start, Count = spent in it,
 //	                 Prev = spent in the window before
 //	token-bucket:    Start = time of the last whole-period refill, Count = tokens
+//	concurrency:     Count = leases held (counted from the live leases)
 //
 // Seen is the latest clock reading that wrote the state; it is what the clock
 // regression bound is checked against. The Lua scripts keep the same fields
@@ -154,7 +181,7 @@ type step struct {
 }
 
 // decide applies a request of the given cost at nowMillis to st. A denial
-// never changes state.
+// never changes state, but a shadow concurrency policy's takes its lease.
 func decide(p *Policy, st state, nowMillis, cost int64) step {
 	if st.Valid && st.Seen > nowMillis {
 		if st.Seen-nowMillis > p.MaxClockRegression.Milliseconds() {

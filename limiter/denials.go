@@ -16,7 +16,8 @@ import (
 // meets the denials of its predecessor) and cost that were refused. The
 // retry time is counted from before the request was sent, so the entry
 // ends no later than the backend's own denial would (a millisecond sooner,
-// for the scripts' rounding). A fixed window cannot
+// for the scripts' rounding). A concurrency denial is never kept: any
+// release may end it. A fixed window cannot
 // admit before it ends; a token bucket only gains tokens with time, and
 // other instances can only spend them.
 //
@@ -147,10 +148,10 @@ func (d *denials) put(k denialKey, ps []*Policy, o Evaluated, sent time.Time) {
 		dec := o.PolicyDecision(i)
 		switch {
 		case refused:
-			if !p.Shadow && !dec.Allowed && dec.Certainty == Certain {
+			if !p.Shadow && !dec.Allowed && dec.Certainty == Certain && !p.HoldsLeases() {
 				stands = max(stands, dec.RetryAfter)
 			}
-		case dec.Allowed || dec.Certainty != Certain:
+		case dec.Allowed || dec.Certainty != Certain || p.HoldsLeases():
 			return
 		case i == 0 || dec.RetryAfter < stands:
 			stands = dec.RetryAfter

@@ -61,6 +61,27 @@ func (f *fallback) Evaluate(ctx context.Context, req Request) Outcome {
 	return e
 }
 
+// Release gives the leases back where they were taken: the shared backend,
+// or this instance's when the decision was a fallback's.
+func (f *fallback) Release(req Request, leased Evaluated) {
+	if leased.Fallback {
+		req.Policies = f.scaleAll(req.Policies)
+		f.local.Release(req, leased)
+		return
+	}
+	f.shared.Release(req, leased)
+}
+
+// Renew renews where Release would release.
+func (f *fallback) Renew(ctx context.Context, req Request, leased Evaluated) {
+	if leased.Fallback {
+		req.Policies = f.scaleAll(req.Policies)
+		f.local.Renew(ctx, req, leased)
+		return
+	}
+	f.shared.Renew(ctx, req, leased)
+}
+
 // scaleAll is scale for every policy of a request, made once per slice.
 func (f *fallback) scaleAll(ps []*Policy) []*Policy {
 	f.mu.Lock()

@@ -3,6 +3,7 @@ package limiter
 import (
 	"context"
 	"errors"
+	"strconv"
 	"testing"
 	"time"
 )
@@ -14,9 +15,11 @@ type down struct{}
 func (down) Evaluate(context.Context, Request) Outcome {
 	return Unavailable{Category: AdmissionRejected, Err: errors.New("down")}
 }
-func (down) StandingDenial(Request) (Evaluated, bool) { return Evaluated{}, false }
-func (down) Ready(context.Context) error              { return errors.New("down") }
-func (down) Close() error                             { return nil }
+func (down) StandingDenial(Request) (Evaluated, bool)  { return Evaluated{}, false }
+func (down) Release(Request, Evaluated)                {}
+func (down) Renew(context.Context, Request, Evaluated) {}
+func (down) Ready(context.Context) error               { return errors.New("down") }
+func (down) Close() error                              { return nil }
 
 // Every reload brings new policy values; the fallback's scaled copies of
 // them stay bounded, and a budget outlives the copies being made again.
@@ -45,5 +48,39 @@ func TestFallbackScaledPoliciesStayBoundedAcrossReloads(t *testing.T) {
 	// ceil(4/2) = 2 a window; a window of an hour may start once in the run.
 	if allowed < 2 || allowed > 4 {
 		t.Fatalf("%d admitted, want ceil(4/2) = 2 (4 if the hour turned)", allowed)
+	}
+}
+
+// While the shared backend cannot decide, a concurrency limit is divided
+// like any budget (ceil(5/2) = 3 leases on this instance), and a lease
+// taken by the fallback is given back to it.
+func TestFallbackDividesAConcurrencyLimitAndReleasesLocally(t *testing.T) {
+	f := newFallback(down{}, FallbackOptions{Instances: 2})
+	defer f.Close()
+	p := &Policy{Name: "in-flight", Revision: 1, Algorithm: Concurrency, Limit: 5, LeaseTTL: time.Minute, MaxCost: 1,
+		CleanupGrace: DefaultCleanupGrace, MaxClockRegression: DefaultMaxClockRegression, Dedup: DefaultDedup}
+	ps := []*Policy{p}
+	acquire := func(i int) (Request, Evaluated) {
+		req := Request{Policies: ps, Subject: "s", Cost: 1, EvaluationID: "e" + strconv.Itoa(i)}
+		e, ok := f.Evaluate(context.Background(), req).(Evaluated)
+		if !ok || !e.Fallback {
+			t.Fatalf("request %d: not a fallback decision", i)
+		}
+		return req, e
+	}
+	var first Request
+	var firstE Evaluated
+	for i := range 4 {
+		req, e := acquire(i)
+		if e.Allowed != (i < 3) {
+			t.Fatalf("request %d: allowed %v, want the first 3 of ceil(5/2)", i, e.Allowed)
+		}
+		if i == 0 {
+			first, firstE = req, e
+		}
+	}
+	f.Release(first, firstE)
+	if _, e := acquire(9); !e.Allowed {
+		t.Fatal("a lease released to the fallback did not free a slot")
 	}
 }

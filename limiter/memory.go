@@ -119,6 +119,7 @@ func NewMemory(opts MemoryOptions) *Memory {
 		s.slotsUsed = 1
 		s.queues = make([]recordQueue, 1)
 		s.recordIndex = make(map[recordKey]uint32)
+		s.leases = make(map[memoryKey]map[evaluationKey]heldLease)
 	}
 	if opts.Registerer != nil {
 		opts.Registerer.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
@@ -196,8 +197,9 @@ func (m *Memory) evaluate(req Request, keys []memoryKey) Outcome {
 	}
 	idx, slots, steps, each = idx[:n], slots[:n], steps[:n], each[:n]
 	dedup := ps[0].Dedup.Enabled && req.EvaluationID != ""
+	leased := HoldsLeases(ps)
 	var id evaluationKey
-	if dedup {
+	if dedup || leased {
 		id = m.sumString(req.EvaluationID)
 	}
 	var locked uint64 // one bit per shard; memoryShards is 64
@@ -251,6 +253,9 @@ func (m *Memory) evaluate(req Request, keys []memoryKey) Outcome {
 		if slots[k] != nil {
 			st = slots[k].state(p.Algorithm)
 		}
+		if p.HoldsLeases() {
+			st.Count = m.shards[keys[k][0]%memoryShards].held(keys[k], nowMillis)
+		}
 		steps[k] = decide(p, st, nowMillis, req.Cost)
 		if steps[k].clockUnsafe {
 			return Unavailable{Category: ClockUnsafe}
@@ -283,6 +288,9 @@ func (m *Memory) evaluate(req Request, keys []memoryKey) Outcome {
 		if write {
 			e.setState(res.next)
 			e.expiresAt = max(e.expiresAt, nowMillis+res.ttlMillis)
+			if ps[k].HoldsLeases() {
+				s.lease(keys[k], id, req.Cost, nowMillis+ps[k].LeaseTTL.Milliseconds())
+			}
 		}
 		if dedup {
 			s.remember(i, e, id, len(req.EvaluationID), each[k], nowMillis, ps[0].Dedup)

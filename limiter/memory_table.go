@@ -32,6 +32,9 @@ type memoryShard struct {
 	// recordIndex finds the records of a queue longer than recordsScanned,
 	// by sequence number; a shorter queue is searched in order.
 	recordIndex map[recordKey]uint32
+	// leases are the concurrency leases of the shard's keys (leases.go);
+	// a key's go with its slot.
+	leases map[memoryKey]map[evaluationKey]heldLease
 }
 
 // paddedShard keeps each shard's lock and list heads off its neighbours'
@@ -161,6 +164,9 @@ func (s *memoryShard) insert(key memoryKey, evictions *atomic.Uint64, now int64)
 // remove frees slot i and every evaluation its key remembers.
 func (s *memoryShard) remove(i uint32) {
 	e := s.slot(i)
+	if len(s.leases) != 0 {
+		delete(s.leases, e.key)
+	}
 	if s.index[e.key.half()] == i {
 		delete(s.index, e.key.half())
 	} else {

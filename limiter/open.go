@@ -63,6 +63,15 @@ type Backend interface {
 	// now without charging anything and without a round trip; false
 	// means only Evaluate can tell.
 	StandingDenial(req Request) (Evaluated, bool)
+	// Release gives back the leases req holds (see HoldsLeases): leased
+	// is its outcome, which admitted it. It never blocks: on Redis the
+	// release is sent in the background, and one that fails is recovered
+	// by the leases' expiry.
+	Release(req Request, leased Evaluated)
+	// Renew gives the leases req holds another LeaseTTL; the caller of
+	// a request open for longer than a third of it renews. It blocks for
+	// at most the backend's call.
+	Renew(ctx context.Context, req Request, leased Evaluated)
 	// Ready reports why the backend cannot decide now, or nil; /readyz
 	// serves it.
 	Ready(ctx context.Context) error

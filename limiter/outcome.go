@@ -99,6 +99,9 @@ const (
 	UnknownPolicy IncompatibleReason = iota + 1
 	CostOutOfRange
 	StateUnreadable
+	// LeaseWithoutID: a request under a concurrency policy has no
+	// EvaluationID to name its lease by.
+	LeaseWithoutID
 )
 
 func (r IncompatibleReason) String() string {
@@ -109,6 +112,8 @@ func (r IncompatibleReason) String() string {
 		return "cost_out_of_range"
 	case StateUnreadable:
 		return "state_unreadable"
+	case LeaseWithoutID:
+		return "lease_without_id"
 	}
 	return "unknown"
 }
@@ -157,7 +162,9 @@ type Request struct {
 	// enforced (not Shadow) policy allows, and then each policy that allows
 	// is charged; when any enforced one denies, none is charged.
 	// De-duplication follows the first policy's Dedup. Backends keep the
-	// slice (a route's, made once): it must not change.
+	// slice (a route's, made once): it must not change. When any policy
+	// holds leases (HoldsLeases), an admitted request holds them under
+	// EvaluationID, which it then needs, until Backend.Release.
 	Policies     []*Policy
 	Subject      string
 	Cost         int64
@@ -184,6 +191,9 @@ func admit(ctx context.Context, req Request) Outcome {
 		}
 		if req.Cost < 1 || req.Cost > p.MaxCost {
 			return Incompatible{Reason: CostOutOfRange}
+		}
+		if req.EvaluationID == "" && p.HoldsLeases() {
+			return Incompatible{Reason: LeaseWithoutID}
 		}
 	}
 	if err := ctx.Err(); err != nil {

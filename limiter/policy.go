@@ -34,7 +34,8 @@ var DefaultDedup = Dedup{Enabled: true, TTL: 5 * time.Second, MaxEntries: 256, M
 
 // Policy is one compiled limit. Which fields apply depends on Algorithm:
 // Limit and Window for the window algorithms, Capacity, RefillTokens and
-// RefillPeriod for the token bucket. A Policy is immutable once built.
+// RefillPeriod for the token bucket, Limit and LeaseTTL for concurrency.
+// A Policy is immutable once built.
 type Policy struct {
 	Name      string
 	Algorithm Algorithm
@@ -46,6 +47,11 @@ type Policy struct {
 	Capacity     int64
 	RefillTokens int64
 	RefillPeriod time.Duration
+
+	// LeaseTTL is how long a concurrency lease lives unless renewed: the
+	// longest a lease of a gateway that died (or a release that was lost)
+	// keeps a slot. A holder renews at a third of it.
+	LeaseTTL time.Duration
 
 	// Shadow policies are decided and charged like enforced ones, but a
 	// denial of theirs never refuses a request: the caller forwards it and
@@ -68,7 +74,33 @@ const MaxHeaderInteger = 999_999_999_999_999
 const (
 	DefaultCleanupGrace       = 5 * time.Second
 	DefaultMaxClockRegression = 2 * time.Second
+	// DefaultLeaseTTL is a concurrency policy's lease_ttl when the file
+	// sets none.
+	DefaultLeaseTTL = 30 * time.Second
 )
+
+// The bounds of LeaseTTL: renewal at a third of it must be far from the
+// decision's own time, and a slot leaked by a dead gateway must come back
+// within the hour.
+const (
+	MinLeaseTTL = time.Second
+	MaxLeaseTTL = time.Hour
+)
+
+// HoldsLeases reports whether an admitted request holds leases of p until
+// it is released: whether p counts requests in flight (concurrency).
+func (p *Policy) HoldsLeases() bool { return p.Algorithm.spec().leases }
+
+// HoldsLeases reports whether any of ps holds leases: a request admitted
+// under them must be released (Backend.Release).
+func HoldsLeases(ps []*Policy) bool {
+	for _, p := range ps {
+		if p.HoldsLeases() {
+			return true
+		}
+	}
+	return false
+}
 
 // Quota is the most a subject may spend at once: the window's limit or the
 // bucket's capacity.
@@ -142,16 +174,20 @@ func (p *Policy) Validate() error {
 		problem("algorithm", "Unknown algorithm", "algorithm %d is none of %v.", p.Algorithm, Algorithms())
 		return p.joined(errs)
 	}
-	takes := p.Algorithm.Fields()
+	takes := p.Algorithm.takes()
 	for _, f := range algorithmFields {
 		if f.value(p) != 0 && !slices.Contains(takes, f.name) {
 			problem(f.name, "Argument not valid for "+p.Algorithm.String(), "%s does not apply to %s; it takes %s.", f.name, p.Algorithm, strings.Join(takes, ", "))
 		}
 	}
 	for _, name := range takes {
-		if f := fieldNamed(name); f.duration {
-			millis(name, time.Duration(f.value(p)))
-		} else {
+		f := fieldNamed(name)
+		switch d := time.Duration(f.value(p)); {
+		case f.max != 0 && (d < f.min || d > f.max):
+			problem(name, "Duration out of range", "%s must be between %s and %s.", name, f.min, f.max)
+		case f.duration:
+			millis(name, d)
+		default:
 			atLeast(name, f.value(p), 1)
 		}
 	}

@@ -88,6 +88,10 @@ type Redis struct {
 	prefix     string
 	clock      Clock
 	script     *script
+	// leaseScript releases and renews leases (lua.Lease); releases runs
+	// the releases sent in the background, which Close waits for.
+	leaseScript *script
+	releases    sync.WaitGroup
 	// policies holds a *compiledPolicy per *Policy; compiledCount bounds it.
 	policies      sync.Map
 	compiledCount atomic.Int64
@@ -133,6 +137,9 @@ const (
 //
 //	ACL SETUSER gateway on >secret ~rl:* -@all +evalsha +script|load +ping +hello
 //	    +time +hmget +hset +pexpire +get +set +rpush +lpop +del
+//	    +zadd +zrem +zremrangebyscore +zcard +pttl
+//
+// (the last line for concurrency policies only).
 
 // NewRedis connects, checks the topology and loads the scripts. It fails
 // rather than start a backend that would deny or fail every request.
@@ -162,8 +169,9 @@ func NewRedis(ctx context.Context, opts RedisOptions) (*Redis, error) {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	r := &Redis{mode: opts.Mode, prefix: opts.KeyPrefix, clock: opts.Clock,
-		script:   &script{name: "ratelimit", src: lua.Script, sha: redis.NewScript(lua.Script).Hash()},
-		batching: !opts.DisableBatching, breakers: opts.Breaker, logger: opts.Logger,
+		script:      &script{name: "ratelimit", src: lua.Script, sha: redis.NewScript(lua.Script).Hash()},
+		leaseScript: &script{name: "lease", src: lua.Lease, sha: redis.NewScript(lua.Lease).Hash()},
+		batching:    !opts.DisableBatching, breakers: opts.Breaker, logger: opts.Logger,
 		loading: make(chan struct{}, 1)}
 	r.nodes.Store(&map[*redis.Client]*node{})
 	switch {
@@ -222,8 +230,10 @@ func NewRedis(ctx context.Context, opts RedisOptions) (*Redis, error) {
 	return r, nil
 }
 
-// Close stops connecting and the batchers, then closes the client.
+// Close waits for the releases in flight, stops connecting and the
+// batchers, then closes the client.
 func (r *Redis) Close() error {
+	r.releases.Wait()
 	if r.stopConnect != nil {
 		close(r.stopConnect)
 		<-r.connectDone
@@ -278,6 +288,9 @@ func (r *Redis) Evaluate(ctx context.Context, req Request) Outcome {
 	}
 	keys := r.keys(ps, req.Subject, id)
 	args := r.args(ps, req.Cost)
+	if HoldsLeases(ps) {
+		args = append(args, req.EvaluationID) // the lease ID, after every policy's
+	}
 	o := r.decide(ctx, ps, keys, args)
 	if _, ambiguous := o.(Indeterminate); ambiguous && dedup && ctx.Err() == nil {
 		// The first call may have been charged; the same evaluation ID makes

@@ -79,13 +79,14 @@ func (r *Redis) load(ctx context.Context, seenGen uint64) error {
 	if r.loadGen.Load() > seenGen {
 		return nil
 	}
-	s := r.script
-	sha, err := r.client.ScriptLoad(ctx, s.src).Result()
-	if err != nil {
-		return fmt.Errorf("load script %s: %w", s.name, err)
-	}
-	if sha != s.sha {
-		return fmt.Errorf("load script %s: server says sha %s, expected %s: %w", s.name, sha, s.sha, errScriptMismatch)
+	for _, s := range []*script{r.script, r.leaseScript} {
+		sha, err := r.client.ScriptLoad(ctx, s.src).Result()
+		if err != nil {
+			return fmt.Errorf("load script %s: %w", s.name, err)
+		}
+		if sha != s.sha {
+			return fmt.Errorf("load script %s: server says sha %s, expected %s: %w", s.name, sha, s.sha, errScriptMismatch)
+		}
 	}
 	if seenGen > 0 {
 		// A load after one that worked: the server lost the scripts.

@@ -13,6 +13,9 @@ func (m *Memory) StandingDenial(req Request) (Evaluated, bool) {
 		return Evaluated{}, false
 	}
 	p := req.Policies[0]
+	if p.HoldsLeases() {
+		return Evaluated{}, false // any release may end it
+	}
 	var keyBuf [160]byte
 	key := m.sum(appendMemoryKey(keyBuf[:0], p, req.Subject))
 	nowMillis := m.clock.Now().UnixMilli()

@@ -1,4 +1,7 @@
 -- The rate-limit script's tail: read and decide every policy, then write.
+-- A policy whose algorithm holds leases (holds_leases) counts the live
+-- members of its lease set KEYS[i] .. ':l' (same hash tag) as its state's
+-- count, and when charged adds its lease, named by lease_id.
 -- Sized for one policy at once; more grow it.
 local reply = {0, 0, 0, 0, 0}
 local state = {}
@@ -27,14 +30,23 @@ for i = 1, n do
       now = st_seen
     end
   end
-  local allowed, remaining, reset, retry, n_start, n_count, n_prev, ttl = decide_by[tonumber(ARGV[at + 1])](
+  local alg = tonumber(ARGV[at + 1])
+  local leases = holds_leases[alg] and KEYS[i] .. ':l'
+  if leases then
+    -- The leases held are the live members of the lease set.
+    redis.call('ZREMRANGEBYSCORE', leases, '-inf', now)
+    st_count = redis.call('ZCARD', leases)
+  end
+  local allowed, remaining, reset, retry, n_start, n_count, n_prev, ttl = decide_by[alg](
     now, cost, tonumber(ARGV[at + 3]), tonumber(ARGV[at + 4]), tonumber(ARGV[at + 5]), tonumber(ARGV[at + 6]),
     valid, st_start, st_count, st_prev)
   if allowed == 0 and ARGV[at + 8] == '0' then
     admitted = false
   end
-  -- now, whether the key exists, its eb, and what a charge writes
-  state[i] = {now, raw[4] ~= false or raw[5] ~= false, raw[5], n_start, n_count, n_prev, ttl}
+  -- now, whether the key exists, its eb, what a charge writes, and for a
+  -- policy that holds leases its lease set, lease TTL and whether shadow
+  state[i] = {now, raw[4] ~= false or raw[5] ~= false, raw[5], n_start, n_count, n_prev, ttl,
+    leases, tonumber(ARGV[at + 4]), ARGV[at + 8] == '1'}
   local at_reply = 2 + (i - 1) * 4
   reply[at_reply] = allowed
   reply[at_reply + 1] = remaining
@@ -55,9 +67,21 @@ for i = 1, n do
   local s = state[i]
   local fields = {}
   local keep = 0
-  if admitted and reply[2 + (i - 1) * 4] == 1 then
+  -- A shadow concurrency policy takes its lease even when it denies.
+  if admitted and (reply[2 + (i - 1) * 4] == 1 or (s[8] and s[10])) then
     fields = {'s', s[4], 'c', s[5], 'p', s[6], 't', s[1]}
     keep = s[7]
+    if s[8] then
+      local members = {}
+      for k = 1, cost do
+        members[2 * k - 1] = s[1] + s[9]
+        members[2 * k] = lease_member(lease_id, k)
+      end
+      redis.call('ZADD', s[8], unpack(members))
+      if redis.call('PTTL', s[8]) < keep then
+        redis.call('PEXPIRE', s[8], keep)
+      end
+    end
   end
   if i == 1 and record then
     local dedup_ttl = tonumber(ARGV[3])

@@ -8,6 +8,8 @@ package lua
 
 import (
 	"embed"
+	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -19,31 +21,44 @@ var files embed.FS
 // 1: package limiter's Algorithm values, which its tests hold to this
 // list. A file is named after its algorithm, and its function after the
 // file.
-var algorithms = []string{"fixed-window", "sliding-counter", "token-bucket"}
+var algorithms = []string{"fixed-window", "sliding-counter", "token-bucket", "concurrency"}
+
+// leaseAlgorithms count the live members of a policy's lease set as their
+// state's count (epilogue.lua), as package limiter's concurrency does.
+var leaseAlgorithms = []string{"concurrency"}
 
 // Algorithms names the algorithms by their number in ARGV, from 1.
 func Algorithms() []string { return append([]string(nil), algorithms...) }
 
-// Script is the whole script.
+// Script is the whole rate-limit script.
 var Script = script()
+
+// Lease is the script that releases or renews a request's leases
+// (lease.lua).
+var Lease = read("lease_member.lua") + read("lease.lua")
 
 func script() string {
 	var b strings.Builder
-	read := func(name string) {
-		src, err := files.ReadFile(name)
-		if err != nil {
-			panic(err) // a file the list names and the build lacks: every test fails at once
-		}
-		b.Write(src)
-	}
-	read("prelude.lua")
-	read("common.lua")
+	b.WriteString(read("prelude.lua"))
+	b.WriteString(read("common.lua"))
+	b.WriteString(read("lease_member.lua"))
 	functions := make([]string, len(algorithms))
+	leases := make([]string, len(algorithms))
 	for i, a := range algorithms {
 		functions[i] = strings.ReplaceAll(a, "-", "_")
-		read(functions[i] + ".lua")
+		b.WriteString(read(functions[i] + ".lua"))
+		leases[i] = strconv.FormatBool(slices.Contains(leaseAlgorithms, a))
 	}
 	b.WriteString("local decide_by = {" + strings.Join(functions, ", ") + "}\n")
-	read("epilogue.lua")
+	b.WriteString("local holds_leases = {" + strings.Join(leases, ", ") + "}\n")
+	b.WriteString(read("epilogue.lua"))
 	return b.String()
+}
+
+func read(name string) string {
+	src, err := files.ReadFile(name)
+	if err != nil {
+		panic(err) // a file the list names and the build lacks: every test fails at once
+	}
+	return string(src)
 }

@@ -27,6 +27,8 @@
 --   (one clock for every gateway), limit or capacity, window or refill
 --   period in ms, refill tokens, cleanup grace in ms, max clock regression
 --   in ms, shadow (1) or enforced (0)
+--   then, after every policy's, the lease ID (the evaluation ID) when a
+--   policy holds leases (concurrency; epilogue.lua)
 --
 -- Reply: {status}, then when decided or replayed allowed, remaining,
 -- reset_ms, retry_ms per policy. Status 0 decided, 1 clock unsafe, 2 state
@@ -39,6 +41,7 @@ local cost = tonumber(ARGV[2])
 local record = KEYS[n + 1]
 local queue = KEYS[n + 2]
 local per_policy = 8
+local lease_id = ARGV[5 + n * per_policy + 1]
 
 local redis_now
 local function clock(arg)

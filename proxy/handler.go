@@ -27,6 +27,11 @@ type Limiter interface {
 	// StandingDenial reports a denial the limiter can tell without
 	// charging or a round trip; see limiter.Backend.
 	StandingDenial(req limiter.Request) (limiter.Evaluated, bool)
+	// Release and Renew end and extend the leases of a request admitted
+	// under a concurrency policy; Release never blocks. See
+	// limiter.Backend.
+	Release(req limiter.Request, leased limiter.Evaluated)
+	Renew(ctx context.Context, req limiter.Request, leased limiter.Evaluated)
 }
 
 // Route is one route block, compiled. Route.Validate holds the rules of
@@ -324,6 +329,7 @@ func (h *Handler) compile(cfg Config, prev *compiled) (*compiled, []*http.Transp
 			if err != nil {
 				return nil, nil, fmt.Errorf("proxy: route %q: %w", r.OperationID, err)
 			}
+			l.bindLeaseGauges(h.opts.Metrics, r.OperationID)
 			r.limits = l
 		}
 		for plan, ps := range r.Plans {
@@ -337,6 +343,7 @@ func (h *Handler) compile(cfg Config, prev *compiled) (*compiled, []*http.Transp
 			if r.planLimits == nil {
 				r.planLimits = map[string]*limits{}
 			}
+			l.bindLeaseGauges(h.opts.Metrics, r.OperationID)
 			r.planLimits[plan] = l
 		}
 		r.query = subject.Query{Sources: r.Subject, OperationID: r.OperationID, MapsPlan: r.mapsPlan, Gate: gate}
@@ -399,6 +406,9 @@ type exchange struct {
 	// forwarded: the request was handed to the upstream forwarder, so the
 	// limiter (or a route without one) let it through.
 	forwarded bool
+	// lease is held from the decision until the response is complete;
+	// nil when the request holds none.
+	lease *lease
 	// in is the request as the resolver sees it, its peer's trust worked
 	// out once for the subject, the client and the forwarding headers.
 	in subject.Inbound
@@ -428,12 +438,14 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			// ReverseProxy aborts a response cut off mid-body with a
 			// panic (http.ErrAbortHandler) that the server recovers: the
 			// request reached the upstream, and is counted and logged.
+			x.releaseLease()
 			code, written := cw.result()
 			h.record(r, c, &x, code, written, start, true)
 		}
 	}()
 	h.serve(cw.wrap(w), cw, r, c, &x)
 	served = true
+	x.releaseLease()
 	code, written := cw.result()
 	cw.done()
 	h.record(r, c, &x, code, written, start, false)

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/edgegate/gateway/limiter"
@@ -37,6 +38,13 @@ type limits struct {
 	// when every one of them denied, as the only one of a route always does.
 	enforced   int
 	problem429 []byte
+	// leases: a policy holds leases, so an admitted request holds them
+	// until its response is complete (lease.go); leaseTTL is the shortest
+	// of their lease TTLs, and leasesHeld each policy's gauge (nil
+	// without metrics, or for a policy without leases).
+	leases     bool
+	leaseTTL   time.Duration
+	leasesHeld []prometheus.Gauge
 }
 
 func newLimits(ps []*limiter.Policy) (*limits, error) {
@@ -66,6 +74,12 @@ func newLimits(ps []*limiter.Policy) (*limits, error) {
 	}
 	l.enforced = len(enforced)
 	l.problem429 = quotaProblem(enforced)
+	l.leases = limiter.HoldsLeases(ps)
+	for _, p := range ps {
+		if p.HoldsLeases() && (l.leaseTTL == 0 || p.LeaseTTL < l.leaseTTL) {
+			l.leaseTTL = p.LeaseTTL
+		}
+	}
 	return l, nil
 }
 
@@ -86,7 +100,7 @@ func (l *limits) setHeaders(h http.Header, o limiter.Evaluated) {
 		if len(b) > 0 {
 			b = append(b, ", "...)
 		}
-		b = appendRateLimitMember(b, l.names[i], o.PolicyDecision(i))
+		b = appendRateLimitMember(b, l.names[i], o.PolicyDecision(i), !p.HoldsLeases())
 	}
 	h["Ratelimit-Policy"] = l.policyHeader
 	h["Ratelimit"] = []string{string(b)}
@@ -131,10 +145,16 @@ func (l *limits) shadowDenials(o limiter.Evaluated) []string {
 	return names
 }
 
-func appendRateLimitMember(b []byte, name string, d limiter.Decision) []byte {
+// appendRateLimitMember is one member of RateLimit: what is left, and
+// with reset the seconds until the quota is whole again (a concurrency
+// policy's frees when requests end, which no time says).
+func appendRateLimitMember(b []byte, name string, d limiter.Decision, reset bool) []byte {
 	b = append(b, name...)
 	b = append(b, ";r="...)
 	b = strconv.AppendInt(b, max(d.Remaining, 0), 10)
+	if !reset {
+		return b
+	}
 	b = append(b, ";t="...)
 	return strconv.AppendInt(b, ceilSeconds(d.ResetAfter), 10)
 }
@@ -234,6 +254,9 @@ func (h *Handler) limit(w http.ResponseWriter, r *http.Request, c *compiled, rt 
 	case limiter.Evaluated:
 		l.setHeaders(w.Header(), o)
 		if l.admits(o) {
+			if l.leases {
+				x.lease = holdLease(c.limiter, req, o, l)
+			}
 			if names := l.shadowDenials(o); names != nil {
 				h.shadowDenied(rt, names, x)
 			}
@@ -253,6 +276,15 @@ func (h *Handler) limit(w http.ResponseWriter, r *http.Request, c *compiled, rt 
 	}
 	writeUnavailable(w, c.failureRetryAfter)
 	return false
+}
+
+// releaseLease ends the request's hold on its leases, if it has one:
+// its response is complete, or will never be.
+func (x *exchange) releaseLease() {
+	if x.lease != nil {
+		x.lease.release()
+		x.lease = nil
+	}
 }
 
 // mapsPlan reports whether the route gives plan budgets of its own: a

@@ -35,6 +35,9 @@ type Metrics struct {
 	RequestDuration  *prometheus.HistogramVec
 	UpstreamDuration *prometheus.HistogramVec
 	InFlight         *prometheus.GaugeVec
+	// LeasesHeld are the concurrency leases this instance's requests hold
+	// now, by route and policy.
+	LeasesHeld *prometheus.GaugeVec
 }
 
 // durationBuckets are OpenTelemetry's advised boundaries for HTTP
@@ -95,8 +98,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Name: "gateway_requests_in_flight",
 		Help: "Requests a route matched that are being served now (an upgraded connection counts until it closes).",
 	}, []string{"route"})
+	m.LeasesHeld = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "gateway_limiter_leases_held",
+		Help: "Concurrency leases this instance's requests hold now (an upgraded connection's until it closes), by route and policy.",
+	}, []string{"route", "policy"})
 	reg.MustRegister(m.Requests, m.LimiterDuration, m.Fallbacks, m.ShadowDenials, m.UpstreamRequests, m.UpstreamFailures, m.UpstreamRetries, m.UpstreamEjections,
-		m.upstreams, m.RequestDuration, m.UpstreamDuration, m.InFlight)
+		m.upstreams, m.RequestDuration, m.UpstreamDuration, m.InFlight, m.LeasesHeld)
 	return m
 }
 

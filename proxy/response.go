@@ -120,10 +120,15 @@ func quotaProblem(violated []string) []byte {
 
 // policyMember is one member of the RateLimit-Policy list of draft-ietf-
 // httpapi-ratelimit-headers-11: the policy name as a Structured Field
-// string with its quota and window in whole seconds.
+// string with its quota and window in whole seconds. A concurrency
+// policy's quota is in requests in flight, which no window measures:
+// its unit says so, and it has no w.
 func policyMember(p *limiter.Policy) string {
-	return sfString(p.Name) + ";q=" + strconv.FormatInt(p.Quota(), 10) +
-		";w=" + strconv.FormatInt(max(ceilSeconds(p.QuotaWindow()), 1), 10)
+	m := sfString(p.Name) + ";q=" + strconv.FormatInt(p.Quota(), 10)
+	if p.HoldsLeases() {
+		return m + `;qu="concurrent-requests"`
+	}
+	return m + ";w=" + strconv.FormatInt(max(ceilSeconds(p.QuotaWindow()), 1), 10)
 }
 
 // sfString serializes s as a Structured Field string (RFC 8941 3.3.3).

@@ -18,6 +18,8 @@ import (
 type Backend interface {
 	Evaluate(ctx context.Context, req limiter.Request) limiter.Outcome
 	StandingDenial(req limiter.Request) (limiter.Evaluated, bool)
+	Release(req limiter.Request, leased limiter.Evaluated)
+	Renew(ctx context.Context, req limiter.Request, leased limiter.Evaluated)
 }
 
 // Factory returns a fresh backend that reads time from clock for policies
@@ -70,6 +72,12 @@ func SlidingCounter(limit int64, window time.Duration) *limiter.Policy {
 
 func TokenBucket(capacity, refill int64, period time.Duration) *limiter.Policy {
 	return base(&limiter.Policy{Algorithm: limiter.TokenBucket, Capacity: capacity, RefillTokens: refill, RefillPeriod: period, MaxCost: capacity})
+}
+
+// Concurrency returns a valid concurrency policy of the given limit and
+// lease TTL.
+func Concurrency(limit int64, leaseTTL time.Duration) *limiter.Policy {
+	return base(&limiter.Policy{Algorithm: limiter.Concurrency, Limit: limit, LeaseTTL: leaseTTL, MaxCost: limit})
 }
 
 func base(p *limiter.Policy) *limiter.Policy {
@@ -366,6 +374,7 @@ func Run(t *testing.T, newBackend Factory) {
 		}
 	})
 	runSeveral(t, newBackend)
+	runConcurrency(t, newBackend)
 }
 
 func sequence(t *testing.T, newBackend Factory, p *limiter.Policy, steps []want) {
