@@ -67,6 +67,14 @@ func (u *slowUpstream) url(t *testing.T) *url.URL {
 	return p
 }
 
+// cutConnection closes the connection of the response w writes, as an
+// upstream that fails does.
+func cutConnection(w http.ResponseWriter) {
+	if c, _, err := http.NewResponseController(w).Hijack(); err == nil {
+		c.Close()
+	}
+}
+
 // waitFor polls cond until it holds or 10 seconds pass.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
@@ -84,17 +92,20 @@ func concurrencyRoute(t *testing.T, u *url.URL, ps ...*limiter.Policy) proxy.Rou
 		Subject: []subject.Kind{subject.ClientIP}, Cost: 1, Upgrades: []string{"echo"}}
 }
 
-func TestConcurrencyLimitOverHTTP(t *testing.T) {
+// onEachBackend runs test against a memory backend and a standalone Redis.
+func onEachBackend(t *testing.T, test func(t *testing.T, lim proxy.Limiter)) {
 	t.Run("memory", func(t *testing.T) {
 		m := limiter.NewMemory(limiter.MemoryOptions{})
 		t.Cleanup(func() { m.Close() })
-		tenAtOnceLimitThree(t, m)
+		test(t, m)
 	})
 	t.Run("redis", func(t *testing.T) {
 		s := redistest.Start(t)
-		tenAtOnceLimitThree(t, redistest.NewLimiter(t, limiter.RedisOptions{Addrs: []string{s.Addr}}))
+		test(t, redistest.NewLimiter(t, limiter.RedisOptions{Addrs: []string{s.Addr}}))
 	})
 }
+
+func TestConcurrencyLimitOverHTTP(t *testing.T) { onEachBackend(t, tenAtOnceLimitThree) }
 
 // tenAtOnceLimitThree sends 10 requests at once to a slow upstream behind
 // a concurrency limit of 3: the upstream holds exactly 3, the other 7 are
@@ -200,10 +211,7 @@ func TestConcurrencyLeaseEndsWithTheResponse(t *testing.T) {
 			w.Header().Set("Content-Length", "100")
 			w.Write([]byte("part"))
 			http.NewResponseController(w).Flush()
-			c, _, err := http.NewResponseController(w).Hijack()
-			if err == nil {
-				c.Close()
-			}
+			cutConnection(w)
 		})
 		req, _ := http.NewRequest("GET", g.URL+"/cut", nil)
 		if res, err := http.DefaultClient.Do(req); err == nil {
@@ -214,12 +222,8 @@ func TestConcurrencyLeaseEndsWithTheResponse(t *testing.T) {
 	})
 	t.Run("the upstream fails", func(t *testing.T) {
 		g, m := newConcurrencyGateway(t, func(w http.ResponseWriter, r *http.Request) {
-			if r.Header.Get("X-Next") != "" {
-				return
-			}
-			c, _, err := http.NewResponseController(w).Hijack()
-			if err == nil {
-				c.Close()
+			if r.Header.Get("X-Next") == "" {
+				cutConnection(w)
 			}
 		})
 		if res := g.get(t, "/fail"); res.StatusCode != http.StatusBadGateway {

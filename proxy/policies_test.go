@@ -40,17 +40,7 @@ func violated(t *testing.T, res *http.Response) []string {
 	return body.Violated
 }
 
-func TestShadowPolicyForwardsWouldBeDenials(t *testing.T) {
-	t.Run("memory", func(t *testing.T) {
-		m := limiter.NewMemory(limiter.MemoryOptions{})
-		t.Cleanup(func() { m.Close() })
-		shadowFiveOfFive(t, m)
-	})
-	t.Run("redis", func(t *testing.T) {
-		s := redistest.Start(t)
-		shadowFiveOfFive(t, redistest.NewLimiter(t, limiter.RedisOptions{Addrs: []string{s.Addr}}))
-	})
-}
+func TestShadowPolicyForwardsWouldBeDenials(t *testing.T) { onEachBackend(t, shadowFiveOfFive) }
 
 func shadowFiveOfFive(t *testing.T, lim proxy.Limiter) {
 	up := newUpstream(t)
