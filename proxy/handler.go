@@ -385,42 +385,6 @@ func (h *Handler) compile(cfg Config, prev *compiled) (*compiled, []*http.Transp
 	}, dropped, nil
 }
 
-// exchange is what one request leaves for the access log and the metrics.
-type exchange struct {
-	route       string
-	subjectKind subject.Kind
-	pseudonym   string
-	outcome     string
-	reason      string // why a token was refused, from a fixed set
-	upstream    time.Duration
-	// shadowDenied names the shadow policies that would have denied.
-	shadowDenied string
-	target       string         // the target the request went to last
-	fw           *forwardWriter // lent by the capture
-	// plan is the subject's plan as logged and counted: a name from the
-	// configuration, "other" for a plan it does not know, "" for none.
-	plan string
-	// metrics are the matched route's series, or the unmatched requests'
-	// (nil without metrics).
-	metrics *routeMetrics
-	// forwarded: the request was handed to the upstream forwarder, so the
-	// limiter (or a route without one) let it through.
-	forwarded bool
-	// lease is held from the decision until the response is complete;
-	// nil when the request holds none.
-	lease *lease
-	// in is the request as the resolver sees it, its peer's trust worked
-	// out once for the subject, the client and the forwarding headers.
-	in subject.Inbound
-	// span is the request's server span (nil without a tracer); limits
-	// are the policies the limiter was asked about (nil if it was not),
-	// and decision its answer as outcomeName says it.
-	span     trace.Span
-	limits   *limits
-	decision string
-	method   string // as the access log names it; set only with a span
-}
-
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	c := h.current.Load()
 	x := exchange{metrics: c.unrouted, in: c.resolver.Inbound(r)}
@@ -449,61 +413,6 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	code, written := cw.result()
 	cw.done()
 	h.record(r, c, &x, code, written, start, false)
-}
-
-// record counts a request in the metrics and writes its access log line;
-// aborted says that its response was cut off. A request that forwarded
-// nothing is logged at most once a second per route, client and outcome
-// (refusalLog), and no field of a line is longer than maxLogField.
-func (h *Handler) record(r *http.Request, c *compiled, x *exchange, code int, written int64, start time.Time, aborted bool) {
-	took := time.Since(start)
-	if h.opts.Metrics != nil {
-		h.opts.Metrics.observeRequest(x.route, x.outcome, x.plan, code)
-		x.metrics.observe(x.outcome, took)
-	}
-	if x.span != nil {
-		h.tracing.endServer(x, code, aborted)
-	}
-	if h.opts.AccessLog {
-		var notLogged slog.Attr // empty, and so left out, but after a flood
-		if !x.forwarded {
-			k := refusalLogKey{route: x.route, outcome: x.outcome, reason: x.reason, pseudonym: x.pseudonym}
-			if k.pseudonym == "" {
-				k.client = x.in.Client()
-			}
-			log, skipped := h.refusals.admit(k)
-			if !log {
-				return
-			}
-			if skipped > 0 {
-				notLogged = slog.Int64("not_logged", skipped)
-			}
-		}
-		var policy, plan slog.Attr
-		if x.shadowDenied != "" {
-			policy = slog.String("policy", clampField(x.shadowDenied))
-		}
-		if x.plan != "" {
-			plan = slog.String("plan", clampField(x.plan))
-		}
-		h.opts.Logger.LogAttrs(r.Context(), slog.LevelInfo, "request",
-			slog.String("route", clampField(x.route)),
-			slog.String("method", clampField(c.router.methodName(r.Method))),
-			slog.String("subject_kind", x.subjectKind.String()),
-			slog.String("pseudonym", x.pseudonym),
-			plan,
-			slog.String("outcome", x.outcome),
-			reasonAttr(x.reason),
-			slog.Int("status", code),
-			slog.Int64("bytes", written),
-			slog.Duration("duration", took),
-			slog.Duration("upstream_duration", x.upstream),
-			slog.String("target", clampField(x.target)),
-			notLogged,
-			policy,
-			abortedAttr(aborted),
-		)
-	}
 }
 
 // serve is the request path, in order. Every branch that does not forward
@@ -598,25 +507,4 @@ func (h *Handler) serve(w http.ResponseWriter, cw *capture, r *http.Request, c *
 	if x.outcome == "" {
 		x.outcome = "allowed"
 	}
-}
-
-func abortedAttr(aborted bool) slog.Attr {
-	if !aborted {
-		return slog.Attr{}
-	}
-	return slog.Bool("aborted", true)
-}
-
-func reasonAttr(reason string) slog.Attr {
-	if reason == "" {
-		return slog.Attr{}
-	}
-	return slog.String("reason", reason)
-}
-
-func errAttr(err error) slog.Attr {
-	if err == nil {
-		return slog.Attr{}
-	}
-	return slog.String("error", err.Error())
 }
