@@ -7,7 +7,7 @@
 -- ARGV: 1 "release" or "renew", 2 the lease ID (the evaluation ID),
 --   3 cost, then three per key from 3 + (i-1)*3 + 1: now in ms or "" to
 --   read Redis TIME, the lease TTL in ms, the cleanup grace in ms.
--- Reply: the number of members released or renewed. A renewal touches
+-- Reply: {the number of members released or renewed}. A renewal touches
 -- only members still held (XX) and never shortens one (GT): a lease
 -- released, or expired and dropped, stays so.
 local op, id, cost = ARGV[1], ARGV[2], tonumber(ARGV[3])
@@ -40,4 +40,4 @@ for i = 1, #KEYS do
     end
   end
 end
-return done
+return {done}
