@@ -63,10 +63,11 @@ func evaluated(policies []*Policy, each []Decision) Evaluated {
 
 // uncharged corrects, for a refused request, the decisions of the policies
 // that would have allowed it: nothing was taken from them, so what they
-// have left is cost more than their decision said.
-func uncharged(each []Decision, cost int64) {
-	for i := range each {
-		if each[i].Allowed {
+// have left is cost more than their decision said. A policy charged by the
+// response was only checked, never charged (see Phase).
+func uncharged(policies []*Policy, each []Decision, cost int64) {
+	for i, p := range policies {
+		if each[i].Allowed && !p.ChargedByResponse() {
 			each[i].Remaining += cost
 		}
 	}

@@ -116,7 +116,8 @@ type algorithmSpec struct {
 	// taken even when it would have refused: the request is in flight.
 	// Its denials are never remembered (denials): any release may end one.
 	leases bool
-	decide func(p *Policy, st state, nowMillis, cost int64) step
+	// decide charges cost when it fits, or with debt whatever is left.
+	decide func(p *Policy, st state, nowMillis, cost int64, debt bool) step
 }
 
 var algorithms = [...]algorithmSpec{
@@ -141,7 +142,7 @@ func window(p *Policy) time.Duration { return p.Window }
 // that a policy built in code with one fails Validate rather than panics.
 var unknownAlgorithm = algorithmSpec{
 	name: "unknown", quota: limit, period: window, quotaWindow: window,
-	decide: func(*Policy, state, int64, int64) step { return step{} },
+	decide: func(*Policy, state, int64, int64, bool) step { return step{} },
 }
 
 func (a Algorithm) spec() *algorithmSpec {
@@ -180,9 +181,10 @@ type step struct {
 	clockUnsafe bool
 }
 
-// decide applies a request of the given cost at nowMillis to st. A denial
-// never changes state, but a shadow concurrency policy's takes its lease.
-func decide(p *Policy, st state, nowMillis, cost int64) step {
+// decide applies a request of the given cost at nowMillis to st, in the
+// phase given (see Phase). A denial never changes state, but a shadow
+// concurrency policy's takes its lease.
+func decide(p *Policy, st state, nowMillis, cost int64, phase Phase) step {
 	if st.Valid && st.Seen > nowMillis {
 		if st.Seen-nowMillis > p.MaxClockRegression.Milliseconds() {
 			return step{clockUnsafe: true}
@@ -191,7 +193,20 @@ func decide(p *Policy, st state, nowMillis, cost int64) step {
 		// runs backwards for a key, so the request is placed at the stored time.
 		nowMillis = st.Seen
 	}
-	res := p.Algorithm.spec().decide(p, st, nowMillis, cost)
+	var res step
+	switch {
+	case phase == Settlement:
+		res = p.Algorithm.spec().decide(p, st, nowMillis, cost, true)
+	case p.ChargedByResponse():
+		// Checked, not charged: anything left admits.
+		res = p.Algorithm.spec().decide(p, st, nowMillis, 1, false)
+		if res.charged {
+			res.charged = false
+			res.decision.Remaining++
+		}
+	default:
+		res = p.Algorithm.spec().decide(p, st, nowMillis, cost, false)
+	}
 	res.decision.Certainty = p.Certainty()
 	return res
 }

@@ -8,7 +8,7 @@ func leaseTTL(p *Policy) time.Duration { return p.LeaseTTL }
 // request of the subject ends, which nothing predicts.
 const concurrencyRetry = time.Second
 
-func decideConcurrency(p *Policy, st state, now, cost int64) step {
+func decideConcurrency(p *Policy, st state, now, cost int64, _ bool) step {
 	held := st.Count
 	next := state{Valid: true, Count: held + cost, Seen: now}
 	ttl := p.LeaseTTL.Milliseconds() + p.CleanupGrace.Milliseconds()

@@ -1,6 +1,6 @@
 package limiter
 
-func decideFixedWindow(p *Policy, st state, now, cost int64) step {
+func decideFixedWindow(p *Policy, st state, now, cost int64, debt bool) step {
 	window := p.Window.Milliseconds()
 	start := now - now%window
 	spent := int64(0)
@@ -8,7 +8,7 @@ func decideFixedWindow(p *Policy, st state, now, cost int64) step {
 		spent = st.Count
 	}
 	reset := start + window - now
-	if spent+cost > p.Limit {
+	if spent+cost > p.Limit && !debt {
 		return step{decision: Decision{
 			Limit: p.Limit, Remaining: p.Limit - spent,
 			ResetAfter: ms(reset), RetryAfter: ms(reset),

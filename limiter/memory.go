@@ -256,7 +256,7 @@ func (m *Memory) evaluate(req Request, keys []memoryKey) Outcome {
 		if p.HoldsLeases() {
 			st.Count = m.shards[keys[k][0]%memoryShards].held(keys[k], nowMillis)
 		}
-		steps[k] = decide(p, st, nowMillis, req.Cost)
+		steps[k] = decide(p, st, nowMillis, req.Cost, req.Phase)
 		if steps[k].clockUnsafe {
 			return Unavailable{Category: ClockUnsafe}
 		}
@@ -264,7 +264,7 @@ func (m *Memory) evaluate(req Request, keys []memoryKey) Outcome {
 	}
 	charge := admitted(ps, each)
 	if !charge {
-		uncharged(each, req.Cost)
+		uncharged(ps, each, req.Cost)
 	}
 	for k := range ps {
 		res := steps[k]

@@ -169,6 +169,10 @@ type Request struct {
 	Subject      string
 	Cost         int64
 	EvaluationID string
+	// Phase is Admission, before forwarding, or Settlement, after the
+	// response, which charges the policies given (those of the request
+	// charged by the response) whatever they have left.
+	Phase Phase
 	// Deadline bounds the evaluation, as the context's deadline does; the
 	// earlier of the two applies. It is a field so that a backend that never
 	// blocks (memory) costs the caller no timer and no derived context.

@@ -59,6 +59,14 @@ type Policy struct {
 	// shadow policy's denial does not stop the others from being charged.
 	Shadow bool
 
+	// CountStatuses and CostHeader make the policy charged by the
+	// upstream's response instead of when the request is admitted (see
+	// Phase): 1 for a response whose status is in CountStatuses, or the
+	// integer the response header or trailer CostHeader carries (at most
+	// MaxCost). At most one of the two is set.
+	CountStatuses Statuses
+	CostHeader    string
+
 	MaxCost            int64
 	CleanupGrace       time.Duration
 	MaxClockRegression time.Duration
@@ -192,6 +200,7 @@ func (p *Policy) Validate() error {
 		}
 	}
 	atLeast("max_cost", p.MaxCost, 1)
+	p.validateResponseCharge(problem)
 	notBelow("cleanup_grace", p.CleanupGrace, 0)
 	notBelow("max_clock_regression", p.MaxClockRegression, 0)
 	// A Dedup that is not the zero value (off) is checked even when it is

@@ -98,3 +98,42 @@ func TestEveryAlgorithmsFieldsAreChecked(t *testing.T) {
 		}
 	}
 }
+
+// count_statuses and cost_header are checked like every other field, each
+// problem naming its own.
+func TestValidateChecksWhatAResponseChargesBy(t *testing.T) {
+	valid := func() *limiter.Policy {
+		return &limiter.Policy{Name: "p", Algorithm: limiter.FixedWindow, Revision: 1, Limit: 5, Window: time.Minute, MaxCost: 5}
+	}
+	for _, c := range []struct {
+		name  string
+		edit  func(*limiter.Policy)
+		field string // "" when valid
+	}{
+		{"a list of error statuses is valid", func(p *limiter.Policy) { p.CountStatuses = limiter.StatusSet(401, 403) }, ""},
+		{"a header name is valid", func(p *limiter.Policy) { p.CostHeader = "X-Usage-Cost" }, ""},
+		{"a status below 100 is refused", func(p *limiter.Policy) { p.CountStatuses = limiter.StatusSet(401, 99) }, "count_statuses"},
+		{"a status above 599 is refused", func(p *limiter.Policy) { p.CountStatuses = limiter.StatusSet(600) }, "count_statuses"},
+		{"a status past any set is refused", func(p *limiter.Policy) { p.CountStatuses = limiter.StatusSet(100000) }, "count_statuses"},
+		{"a header name with a space is refused", func(p *limiter.Policy) { p.CostHeader = "X Cost" }, "cost_header"},
+		{"both ways at once are refused", func(p *limiter.Policy) {
+			p.CountStatuses, p.CostHeader = limiter.StatusSet(401), "X-Cost"
+		}, "cost_header"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			p := valid()
+			c.edit(p)
+			err := p.Validate()
+			var fe *limiter.FieldError
+			switch {
+			case c.field == "" && err != nil:
+				t.Fatalf("refused: %v", err)
+			case c.field != "" && (!errors.As(err, &fe) || fe.Field != c.field):
+				t.Fatalf("got %v, want a problem with %s", err, c.field)
+			}
+			if !p.ChargedByResponse() {
+				t.Fatal("not charged by the response")
+			}
+		})
+	}
+}

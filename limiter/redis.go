@@ -271,8 +271,13 @@ func (r *Redis) Evaluate(ctx context.Context, req Request) Outcome {
 	ps := req.Policies
 	dk := newDenialKey(ps, req.Subject, req.Cost)
 	sent := r.now(ps[0])
-	if r.denials != nil {
-		if e, ok := r.denials.get(dk, ps, sent); ok {
+	// A settlement never denies: a remembered denial is no answer to it.
+	denials := r.denials
+	if req.Phase == Settlement {
+		denials = nil
+	}
+	if denials != nil {
+		if e, ok := denials.get(dk, ps, sent); ok {
 			r.m.cached.Inc()
 			return e
 		}
@@ -287,7 +292,7 @@ func (r *Redis) Evaluate(ctx context.Context, req Request) Outcome {
 		id = req.EvaluationID
 	}
 	keys := r.keys(ps, req.Subject, id)
-	args := r.args(ps, req.Cost)
+	args := r.args(ps, req.Cost, req.Phase)
 	if HoldsLeases(ps) {
 		args = append(args, req.EvaluationID) // the lease ID, after every policy's
 	}
@@ -297,8 +302,8 @@ func (r *Redis) Evaluate(ctx context.Context, req Request) Outcome {
 		// a repeat return that first result instead of charging again.
 		o = r.decide(ctx, ps, keys, args)
 	}
-	if e, ok := o.(Evaluated); ok && r.denials != nil {
-		r.denials.put(dk, ps, e, sent)
+	if e, ok := o.(Evaluated); ok && denials != nil {
+		denials.put(dk, ps, e, sent)
 	}
 	return o
 }

@@ -31,12 +31,26 @@ type compiledPolicy struct {
 }
 
 // The script's ARGV (lua/prelude.lua): argsHead values for the request,
-// then argsPerPolicy for each policy, of which argNow is the clock.
+// then argsPerPolicy for each policy, of which argNow is the clock and
+// argCharge how the policy is charged (see chargeMode).
 const (
 	argsHead      = 5
-	argsPerPolicy = 8
+	argsPerPolicy = 9
 	argNow        = 1
+	argCharge     = 8
 )
+
+// chargeMode is how one policy of one call is charged: the script's
+// ARGV per policy, and the Go side of Phase.
+func chargeMode(p *Policy, phase Phase) int {
+	switch {
+	case phase == Settlement:
+		return 2 // charged whatever is left
+	case p.ChargedByResponse():
+		return 1 // checked, not charged
+	}
+	return 0 // charged when it fits
+}
 
 // maxCompiled bounds the compiled policies kept: every reload brings new
 // ones, and the old ones are not told apart from those still in use.
@@ -55,7 +69,7 @@ func (r *Redis) compiled(p *Policy) *compiledPolicy {
 	}
 	c.args = [argsPerPolicy]any{
 		int(p.Algorithm), "", p.Quota(), p.Period().Milliseconds(), p.RefillTokens,
-		p.CleanupGrace.Milliseconds(), p.MaxClockRegression.Milliseconds(), shadow,
+		p.CleanupGrace.Milliseconds(), p.MaxClockRegression.Milliseconds(), shadow, chargeMode(p, Admission),
 	}
 	c.dedup = [3]any{p.Dedup.TTL.Milliseconds(), p.Dedup.MaxEntries, p.Dedup.MaxBytes}
 	if r.compiledCount.Add(1) > maxCompiled {
@@ -115,8 +129,8 @@ func (r *Redis) keys(ps []*Policy, subject, evaluationID string) []string {
 	return keys
 }
 
-// args is the script's ARGV for a request of cost over ps.
-func (r *Redis) args(ps []*Policy, cost int64) []any {
+// args is the script's ARGV for a request of cost over ps in phase.
+func (r *Redis) args(ps []*Policy, cost int64, phase Phase) []any {
 	args := make([]any, argsHead, argsHead+argsPerPolicy*len(ps))
 	for i, p := range ps {
 		c := r.compiled(p)
@@ -127,6 +141,9 @@ func (r *Redis) args(ps []*Policy, cost int64) []any {
 		args = append(args, c.args[:]...)
 		if p.Clock == ClockGateway {
 			args[len(args)-argsPerPolicy+argNow] = strconv.FormatInt(r.clock.Now().UnixMilli(), 10)
+		}
+		if phase != Admission {
+			args[len(args)-argsPerPolicy+argCharge] = chargeMode(p, phase)
 		}
 	}
 	return args

@@ -1,6 +1,6 @@
 package limiter
 
-func decideSlidingCounter(p *Policy, st state, now, cost int64) step {
+func decideSlidingCounter(p *Policy, st state, now, cost int64, debt bool) step {
 	window := p.Window.Milliseconds()
 	start := now - now%window
 	elapsed := now - start
@@ -14,7 +14,7 @@ func decideSlidingCounter(p *Policy, st state, now, cost int64) step {
 		}
 	}
 	estimate := previous*(window-elapsed)/window + current
-	if estimate+cost > p.Limit {
+	if estimate+cost > p.Limit && !debt {
 		var retry int64
 		if room := p.Limit - cost - current; room >= 0 {
 			retry = decayWait(previous, room, window) - elapsed

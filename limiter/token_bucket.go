@@ -11,7 +11,7 @@ func bucketFill(p *Policy) time.Duration {
 	return time.Duration(periods) * p.RefillPeriod
 }
 
-func decideTokenBucket(p *Policy, st state, now, cost int64) step {
+func decideTokenBucket(p *Policy, st state, now, cost int64, debt bool) step {
 	period := p.RefillPeriod.Milliseconds()
 	tokens, refilled := p.Capacity, now
 	if st.Valid {
@@ -34,7 +34,7 @@ func decideTokenBucket(p *Policy, st state, now, cost int64) step {
 		periods := (p.Capacity - tokens + p.RefillTokens - 1) / p.RefillTokens
 		return refilled + periods*period - now
 	}
-	if tokens < cost {
+	if tokens < cost && !debt {
 		periods := (cost - tokens + p.RefillTokens - 1) / p.RefillTokens
 		retry := refilled + periods*period - now
 		return step{decision: Decision{

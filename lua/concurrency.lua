@@ -3,7 +3,7 @@
 -- (KEYS[i] .. ':l') before calling; window is the lease TTL. A denial
 -- still returns the state a lease would leave, which the epilogue writes
 -- for a shadow policy only: its request goes on, and is in flight.
-local function concurrency(now, cost, limit, window, refill, grace, valid, st_start, st_count, st_prev)
+local function concurrency(now, cost, limit, window, refill, grace, valid, st_start, st_count, st_prev, debt)
   local held = st_count
   if held + cost > limit then
     return 0, math.max(limit - held, 0), 1000, 1000, 0, held + cost, 0, window + grace

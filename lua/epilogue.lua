@@ -37,16 +37,25 @@ for i = 1, n do
     redis.call('ZREMRANGEBYSCORE', leases, '-inf', now)
     st_count = redis.call('ZCARD', leases)
   end
+  local charge = ARGV[at + 9]
+  local asked = cost
+  if charge == '1' then
+    asked = 1
+  end
   local allowed, remaining, reset, retry, n_start, n_count, n_prev, ttl = decide_by[alg](
-    now, cost, tonumber(ARGV[at + 3]), tonumber(ARGV[at + 4]), tonumber(ARGV[at + 5]), tonumber(ARGV[at + 6]),
-    valid, st_start, st_count, st_prev)
+    now, asked, tonumber(ARGV[at + 3]), tonumber(ARGV[at + 4]), tonumber(ARGV[at + 5]), tonumber(ARGV[at + 6]),
+    valid, st_start, st_count, st_prev, charge == '2')
+  if charge == '1' and allowed == 1 then
+    remaining = remaining + 1
+  end
   if allowed == 0 and ARGV[at + 8] == '0' then
     admitted = false
   end
   -- now, whether the key exists, its eb, what a charge writes, and for a
-  -- policy that holds leases its lease set, lease TTL and whether shadow
+  -- policy that holds leases its lease set, lease TTL and whether shadow,
+  -- then whether an admission charges it (not when only checked)
   state[i] = {now, raw[4] ~= false or raw[5] ~= false, raw[5], n_start, n_count, n_prev, ttl,
-    leases, tonumber(ARGV[at + 4]), ARGV[at + 8] == '1'}
+    leases, tonumber(ARGV[at + 4]), ARGV[at + 8] == '1', charge ~= '1'}
   local at_reply = 2 + (i - 1) * 4
   reply[at_reply] = allowed
   reply[at_reply + 1] = remaining
@@ -55,7 +64,7 @@ for i = 1, n do
 end
 if not admitted then
   for i = 1, n do
-    if reply[2 + (i - 1) * 4] == 1 then
+    if reply[2 + (i - 1) * 4] == 1 and state[i][11] then
       reply[3 + (i - 1) * 4] = reply[3 + (i - 1) * 4] + cost
     end
   end
@@ -68,7 +77,7 @@ for i = 1, n do
   local fields = {}
   local keep = 0
   -- A shadow concurrency policy takes its lease even when it denies.
-  if admitted and (reply[2 + (i - 1) * 4] == 1 or (s[8] and s[10])) then
+  if admitted and s[11] and (reply[2 + (i - 1) * 4] == 1 or (s[8] and s[10])) then
     fields = {'s', s[4], 'c', s[5], 'p', s[6], 't', s[1]}
     keep = s[7]
     if s[8] then

@@ -22,11 +22,14 @@
 -- ARGV:
 --   1 n    2 cost    3 dedup TTL in ms    4 dedup max entries
 --   5 dedup max bytes (3-5: the first policy's)
---   then eight per policy, from 5 + (i-1)*8 + 1:
+--   then nine per policy, from 5 + (i-1)*9 + 1:
 --   algorithm (its place in decide_by), now in ms or "" to read Redis TIME
 --   (one clock for every gateway), limit or capacity, window or refill
 --   period in ms, refill tokens, cleanup grace in ms, max clock regression
---   in ms, shadow (1) or enforced (0)
+--   in ms, shadow (1) or enforced (0), charge: 0 charged cost when it fits,
+--   1 checked only (allows while at least 1 is left, charged nothing, and
+--   reports what is left uncharged), 2 charged cost whatever is left (a
+--   debt may follow, and remaining may be negative)
 --   then, after every policy's, the lease ID (the evaluation ID) when a
 --   policy holds leases (concurrency; epilogue.lua)
 --
@@ -40,7 +43,7 @@ local n = tonumber(ARGV[1])
 local cost = tonumber(ARGV[2])
 local record = KEYS[n + 1]
 local queue = KEYS[n + 2]
-local per_policy = 8
+local per_policy = 9
 local lease_id = ARGV[5 + n * per_policy + 1]
 
 local redis_now
@@ -59,7 +62,7 @@ if record then
   local rec = redis.call('GET', record)
   if rec then
     local v = {}
-    for x in string.gmatch(rec, '%d+') do
+    for x in string.gmatch(rec, '-?%d+') do
       v[#v + 1] = tonumber(x)
     end
     if #v == 1 + 4 * n and v[1] > clock(ARGV[7]) then

@@ -7,7 +7,7 @@ local function decay_wait(count, allowed, window)
   return window - idiv((allowed + 1) * window - 1, count)
 end
 
-local function sliding_counter(now, cost, limit, window, refill, grace, valid, st_start, st_count, st_prev)
+local function sliding_counter(now, cost, limit, window, refill, grace, valid, st_start, st_count, st_prev, debt)
   local start = now - now % window
   local elapsed = now - start
   local current, previous = 0, 0
@@ -19,7 +19,7 @@ local function sliding_counter(now, cost, limit, window, refill, grace, valid, s
     end
   end
   local estimate = idiv(previous * (window - elapsed), window) + current
-  if estimate + cost > limit then
+  if estimate + cost > limit and not debt then
     local retry
     local room = limit - cost - current
     if room >= 0 then

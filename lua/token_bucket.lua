@@ -1,7 +1,7 @@
 -- token-bucket: capacity tokens, refill tokens added per whole period;
 -- the stored timestamp advances by whole periods only, so the partial
 -- period in progress is never lost.
-local function token_bucket(now, cost, limit, window, refill, grace, valid, st_start, st_count, st_prev)
+local function token_bucket(now, cost, limit, window, refill, grace, valid, st_start, st_count, st_prev, debt)
   local capacity, period = limit, window
   local tokens, refilled = capacity, now
   if valid then
@@ -22,7 +22,7 @@ local function token_bucket(now, cost, limit, window, refill, grace, valid, st_s
     end
     return refilled + idiv(capacity - t + refill - 1, refill) * period - now
   end
-  if tokens < cost then
+  if tokens < cost and not debt then
     local retry = refilled + idiv(cost - tokens + refill - 1, refill) * period - now
     return 0, tokens, until_full(tokens), retry
   end

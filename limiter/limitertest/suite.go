@@ -375,6 +375,7 @@ func Run(t *testing.T, newBackend Factory) {
 	})
 	runSeveral(t, newBackend)
 	runConcurrency(t, newBackend)
+	runResponseCharged(t, newBackend)
 }
 
 func sequence(t *testing.T, newBackend Factory, p *limiter.Policy, steps []want) {

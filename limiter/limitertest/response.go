@@ -1,0 +1,129 @@
+package limitertest
+
+import (
+	"testing"
+	"time"
+
+	"github.com/edgegate/gateway/limiter"
+)
+
+// runResponseCharged holds a backend to the two phases of a policy
+// charged by the response (limiter.Phase).
+func runResponseCharged(t *testing.T, newBackend Factory) {
+	// ask is one request at cost in phase, under an evaluation ID of its own
+	// unless id is given.
+	ask := func(t *testing.T, b Backend, ps []*limiter.Policy, s string, cost int64, phase limiter.Phase, id string) limiter.Evaluated {
+		t.Helper()
+		if id == "" {
+			id = Subject()
+		}
+		o := b.Evaluate(ctx(t), limiter.Request{Policies: ps, Subject: s, Cost: cost, EvaluationID: id, Phase: phase})
+		e, ok := o.(limiter.Evaluated)
+		if !ok {
+			t.Fatalf("outcome %#v, want Evaluated", o)
+		}
+		return e
+	}
+	t.Run("a response-charged policy is checked, not charged, at admission", func(t *testing.T) {
+		for _, p := range []*limiter.Policy{FixedWindow(2, time.Minute), SlidingCounter(2, time.Minute), TokenBucket(2, 1, time.Minute)} {
+			p.CountStatuses = limiter.StatusSet(401, 403)
+			b := newBackend(t, NewClock())
+			s := Subject()
+			for i := range 4 {
+				if e := ask(t, b, []*limiter.Policy{p}, s, 1, limiter.Admission, ""); !e.Allowed || e.Remaining != 2 {
+					t.Fatalf("%s: admission %d: allowed %v, remaining %d; want allowed with 2 left", p.Algorithm, i+1, e.Allowed, e.Remaining)
+				}
+			}
+		}
+	})
+	t.Run("a settlement charges past the quota, and admissions are refused until the debt is paid back", func(t *testing.T) {
+		clock := NewClock()
+		b := newBackend(t, clock)
+		p := TokenBucket(100, 10, time.Second)
+		p.CostHeader = "X-Usage-Cost"
+		ps := []*limiter.Policy{p}
+		s := Subject()
+		for i, want := range []int64{60, 20, -20} {
+			if e := ask(t, b, ps, s, 40, limiter.Settlement, ""); !e.Allowed || e.Remaining != want {
+				t.Fatalf("charge %d: allowed %v, remaining %d; want allowed with %d left", i+1, e.Allowed, e.Remaining, want)
+			}
+		}
+		// 21 tokens short of 1: three refills of 10.
+		e := ask(t, b, ps, s, 1, limiter.Admission, "")
+		if e.Allowed || e.Remaining != -20 || e.RetryAfter != 3*time.Second {
+			t.Fatalf("in debt: allowed %v, remaining %d, retry %s; want denied, -20, 3s", e.Allowed, e.Remaining, e.RetryAfter)
+		}
+		clock.Advance(2 * time.Second)
+		if e := ask(t, b, ps, s, 1, limiter.Admission, ""); e.Allowed {
+			t.Fatal("admitted while the debt is not yet paid back")
+		}
+		clock.Advance(time.Second)
+		if e := ask(t, b, ps, s, 1, limiter.Admission, ""); !e.Allowed || e.Remaining != 10 {
+			t.Fatalf("paid back: allowed %v, remaining %d; want allowed with 10 left", e.Allowed, e.Remaining)
+		}
+	})
+	t.Run("a window in debt admits again when the next window starts", func(t *testing.T) {
+		clock := NewClock()
+		b := newBackend(t, clock)
+		p := FixedWindow(5, time.Minute)
+		p.CountStatuses = limiter.StatusSet(401)
+		ps := []*limiter.Policy{p}
+		s := Subject()
+		for range 5 {
+			ask(t, b, ps, s, 1, limiter.Settlement, "")
+		}
+		if e := ask(t, b, ps, s, 1, limiter.Admission, ""); e.Allowed || e.Remaining != 0 {
+			t.Fatalf("spent: allowed %v, remaining %d; want denied with 0 left", e.Allowed, e.Remaining)
+		}
+		if e := ask(t, b, ps, s, 1, limiter.Settlement, ""); !e.Allowed || e.Remaining != -1 {
+			t.Fatalf("a sixth charge: allowed %v, remaining %d; want charged to -1", e.Allowed, e.Remaining)
+		}
+		clock.Advance(time.Minute)
+		if e := ask(t, b, ps, s, 1, limiter.Admission, ""); !e.Allowed || e.Remaining != 5 {
+			t.Fatalf("next window: allowed %v, remaining %d; want allowed with 5 left", e.Allowed, e.Remaining)
+		}
+	})
+	t.Run("a retried settlement is charged once", func(t *testing.T) {
+		b := newBackend(t, NewClock())
+		p := FixedWindow(5, time.Minute)
+		p.CountStatuses = limiter.StatusSet(401)
+		ps := []*limiter.Policy{p}
+		s, id := Subject(), Subject()
+		for i := range 6 {
+			// A debt's negative remaining survives the replay too.
+			for range 2 {
+				if e := ask(t, b, ps, s, 2, limiter.Settlement, id); e.Remaining != 3 {
+					t.Fatalf("try %d: remaining %d, want 3", i+1, e.Remaining)
+				}
+			}
+		}
+		id = Subject()
+		for range 2 {
+			for range 2 {
+				ask(t, b, ps, s, 4, limiter.Settlement, id)
+			}
+		}
+		if e := ask(t, b, ps, s, 1, limiter.Settlement, id); e.Remaining != -1 {
+			t.Fatalf("replayed debt: remaining %d, want -1", e.Remaining)
+		}
+	})
+	t.Run("mixed with a request-counted policy, the admission is atomic: one refuses, neither is charged", func(t *testing.T) {
+		b := newBackend(t, NewClock())
+		counted, failures := FixedWindow(3, time.Minute), FixedWindow(1, time.Minute)
+		failures.CountStatuses = limiter.StatusSet(401)
+		ps := []*limiter.Policy{counted, failures}
+		s := Subject()
+		e := ask(t, b, ps, s, 1, limiter.Admission, "")
+		if !e.Allowed || e.Policies[0].Remaining != 2 || e.Policies[1].Remaining != 1 {
+			t.Fatalf("first: %+v; want allowed, 2 and 1 left", e)
+		}
+		ask(t, b, []*limiter.Policy{failures}, s, 1, limiter.Settlement, "")
+		e = ask(t, b, ps, s, 1, limiter.Admission, "")
+		if e.Allowed || e.Policies[0].Remaining != 2 || !e.Policies[0].Allowed || e.Policies[1].Allowed || e.Policies[1].Remaining != 0 {
+			t.Fatalf("after a failure: %+v; want denied by the second, the first uncharged with 2 left", e)
+		}
+		if n := left(t, b, counted, s); n != 2 {
+			t.Fatalf("the request-counted policy has %d left, want 2", n)
+		}
+	})
+}
