@@ -1,0 +1,155 @@
+package proxy_test
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/edgegate/gateway/limiter"
+	"github.com/edgegate/gateway/limiter/limitertest"
+	"github.com/edgegate/gateway/limiter/redistest"
+	"github.com/edgegate/gateway/proxy"
+)
+
+// The fault matrix's faults, for a concurrency policy's acquires and
+// releases: through each fault and after it, clients see only 200 or 503,
+// and once the load is over no lease is left, neither counted by the
+// gateway nor live in Redis once lease_ttl has passed (a release the
+// fault lost is recovered by expiry).
+func TestFaultMatrixLeasesReturnAfterTheLoad(t *testing.T) {
+	const leaseTTL = 2 * time.Second
+	for _, c := range []struct {
+		name       string
+		begin, end func(s *redistest.Server, l *redistest.Link)
+	}{
+		{"replies later than the deadline",
+			func(_ *redistest.Server, l *redistest.Link) { l.Delay(2 * faultDeadline) },
+			func(_ *redistest.Server, l *redistest.Link) { l.Heal() }},
+		{"a black hole",
+			func(_ *redistest.Server, l *redistest.Link) { l.Blackhole() },
+			func(_ *redistest.Server, l *redistest.Link) { l.Heal() }},
+		{"connections reset in the middle of replies",
+			func(_ *redistest.Server, l *redistest.Link) { l.ResetMidReply() },
+			func(_ *redistest.Server, l *redistest.Link) { l.Heal() }},
+		{"a redis-server frozen by SIGSTOP",
+			func(s *redistest.Server, _ *redistest.Link) { s.Stop() },
+			func(s *redistest.Server, _ *redistest.Link) { s.Cont() }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s := redistest.Start(t)
+			link := redistest.StartLink(t, s.Addr, false)
+			up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				time.Sleep(10 * time.Millisecond)
+				io.WriteString(w, "report")
+			}))
+			t.Cleanup(up.Close)
+			upURL, _ := url.Parse(up.URL)
+			p := redisPolicy(limitertest.Concurrency(100, leaseTTL), "matrix-in-flight")
+			m := proxy.NewMetrics(prometheus.NewRegistry())
+			h, err := proxy.NewHandler(proxy.Options{Metrics: m}, proxy.Config{
+				Routes:   []proxy.Route{concurrencyRoute(t, upURL, p)},
+				Resolver: newResolver(t, []string{"127.0.0.1/32"}),
+				Limiter:  redistest.NewLimiter(t, limiter.RedisOptions{Addrs: []string{link.Addr}}),
+				Deadline: faultDeadline,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			gw := httptest.NewServer(h)
+			t.Cleanup(gw.Close)
+
+			var mu sync.Mutex
+			statuses := map[int]int{}
+			drive := func(d time.Duration) {
+				var wg sync.WaitGroup
+				until := time.Now().Add(d)
+				for w := range faultWorkers {
+					wg.Go(func() {
+						client := &http.Client{Timeout: 5 * time.Second}
+						for time.Now().Before(until) {
+							req, _ := http.NewRequest("GET", gw.URL+"/report", nil)
+							req.Header.Set(faultPrincipal, "worker-"+strconv.Itoa(w))
+							res, err := client.Do(req)
+							if err != nil {
+								t.Error(err)
+								return
+							}
+							io.Copy(io.Discard, res.Body)
+							res.Body.Close()
+							mu.Lock()
+							statuses[res.StatusCode]++
+							mu.Unlock()
+						}
+					})
+				}
+				wg.Wait()
+			}
+			drive(200 * time.Millisecond)
+			c.begin(s, link)
+			drive(600 * time.Millisecond)
+			c.end(s, link)
+			// Decisions return (the breaker closes within its cooldown),
+			// then a last load runs on a healthy Redis.
+			for until := time.Now().Add(6 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+				res, err := http.Get(gw.URL + "/report")
+				if err == nil {
+					io.Copy(io.Discard, res.Body)
+					res.Body.Close()
+					if res.StatusCode == 200 {
+						break
+					}
+				}
+				if time.Now().After(until) {
+					t.Fatal("no request admitted within 6s of the fault's end")
+				}
+			}
+			before := statuses[200]
+			drive(300 * time.Millisecond)
+			if statuses[200] == before {
+				t.Errorf("statuses %v: nothing admitted after recovery", statuses)
+			}
+			for code := range statuses {
+				if code != 200 && code != 503 {
+					t.Errorf("statuses %v: only 200 and 503 may come", statuses)
+				}
+			}
+			if n := testutil.ToFloat64(m.LeasesHeld.WithLabelValues("reports", p.Name)); n != 0 {
+				t.Errorf("the gateway counts %v leases held after the load, want 0", n)
+			}
+			admin := s.Client(t)
+			ctx := context.Background()
+			live := func() int64 {
+				keys, err := admin.Keys(ctx, "rl:*:l").Result()
+				if err != nil {
+					t.Fatal(err)
+				}
+				now, err := admin.Time(ctx).Result()
+				if err != nil {
+					t.Fatal(err)
+				}
+				var n int64
+				for _, k := range keys {
+					n += admin.ZCount(ctx, k, "("+strconv.FormatInt(now.UnixMilli(), 10), "+inf").Val()
+				}
+				return n
+			}
+			ended := time.Now()
+			for live() != 0 {
+				if time.Since(ended) > leaseTTL+time.Second {
+					t.Fatalf("%d leases still live in Redis %v after the load, want none past lease_ttl (%v)", live(), time.Since(ended), leaseTTL)
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+			t.Logf("statuses %v; no live lease %v after the load", statuses, time.Since(ended).Round(time.Millisecond))
+		})
+	}
+}
