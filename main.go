@@ -19,6 +19,9 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	// The IANA zones in the binary: a calendar policy's timezone loads on a
+	// machine without zoneinfo (a scratch or distroless image).
+	_ "time/tzdata"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"

@@ -44,7 +44,7 @@ func (c *checker) policy(b *policyBlock) *limiter.Policy {
 		}
 	}
 	for _, name := range required {
-		if !has(b.Body, name) {
+		if !has(b.Body, name) && alg.Requires(name, func(f string) bool { return has(b.Body, f) }) {
 			c.errorf(b.DefRange, "Missing required argument", "A %s policy needs %s.", alg, name)
 		}
 	}
@@ -65,6 +65,17 @@ func (c *checker) policy(b *policyBlock) *limiter.Policy {
 	}
 	if alg == limiter.Concurrency && b.LeaseTTL == nil {
 		p.LeaseTTL = limiter.DefaultLeaseTTL
+	}
+	if b.Calendar != nil {
+		cal, ok := limiter.ParseCalendar(*b.Calendar)
+		if !ok {
+			c.errorf(valueRange(b.Body, "calendar"), "Unknown calendar", "calendar must be \"day\", \"week\" or \"month\", not %q.", *b.Calendar)
+			return nil
+		}
+		p.Calendar = cal
+	}
+	if b.Timezone != nil {
+		p.Timezone = limiter.LoadTimezone(*b.Timezone)
 	}
 	switch clock := or(b.Clock, "redis"); clock {
 	case "redis":

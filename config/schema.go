@@ -187,6 +187,8 @@ type policyBlock struct {
 	RefillTokens *int64  `hcl:"refill_tokens,optional"`
 	RefillPeriod *string `hcl:"refill_period,optional"`
 	LeaseTTL     *string `hcl:"lease_ttl,optional"`
+	Calendar     *string `hcl:"calendar,optional"`
+	Timezone     *string `hcl:"timezone,optional"`
 
 	Revision           *int64  `hcl:"revision,optional"`
 	MaxCost            *int64  `hcl:"max_cost,optional"`

@@ -47,8 +47,19 @@ func Algorithms() []Algorithm {
 func (a Algorithm) Fields() []string { return a.spec().fields }
 
 // OptionalFields are the fields the algorithm takes that have a default
-// (lease_ttl's is DefaultLeaseTTL), by their configuration names.
+// (lease_ttl's is DefaultLeaseTTL; a fixed window's calendar is none, its
+// timezone UTC), by their configuration names.
 func (a Algorithm) OptionalFields() []string { return a.spec().optional }
+
+// Requires reports whether a policy of the algorithm must write field,
+// given which fields it writes: every one of Fields, but window where
+// calendar replaces it.
+func (a Algorithm) Requires(field string, written func(field string) bool) bool {
+	if !slices.Contains(a.Fields(), field) {
+		return false
+	}
+	return field != "window" || !slices.Contains(a.OptionalFields(), "calendar") || !written("calendar")
+}
 
 // takes are the fields the algorithm takes, required or not.
 func (a Algorithm) takes() []string { return slices.Concat(a.spec().fields, a.spec().optional) }
@@ -56,21 +67,30 @@ func (a Algorithm) takes() []string { return slices.Concat(a.spec().fields, a.sp
 // algorithmField is one of the Policy fields that algorithms choose
 // among, by its configuration name: an algorithm requires each it takes
 // (at least 1, or a whole number of milliseconds, within [min, max]
-// when those are set) and refuses the others.
+// when those are set) and refuses the others. A field whose zero value
+// is its default (unset) is checked by Validate's own rules for it.
 type algorithmField struct {
 	name     string
 	value    func(*Policy) int64
 	duration bool
 	min, max time.Duration
+	unset    bool
 }
 
 var algorithmFields = []algorithmField{
-	{"limit", limit, false, 0, 0},
-	{"window", func(p *Policy) int64 { return int64(p.Window) }, true, 0, 0},
-	{"capacity", capacity, false, 0, 0},
-	{"refill_tokens", func(p *Policy) int64 { return p.RefillTokens }, false, 0, 0},
-	{"refill_period", func(p *Policy) int64 { return int64(p.RefillPeriod) }, true, 0, 0},
-	{"lease_ttl", func(p *Policy) int64 { return int64(p.LeaseTTL) }, true, MinLeaseTTL, MaxLeaseTTL},
+	{"limit", limit, false, 0, 0, false},
+	{"window", func(p *Policy) int64 { return int64(p.Window) }, true, 0, 0, false},
+	{"capacity", capacity, false, 0, 0, false},
+	{"refill_tokens", func(p *Policy) int64 { return p.RefillTokens }, false, 0, 0, false},
+	{"refill_period", func(p *Policy) int64 { return int64(p.RefillPeriod) }, true, 0, 0, false},
+	{"lease_ttl", func(p *Policy) int64 { return int64(p.LeaseTTL) }, true, MinLeaseTTL, MaxLeaseTTL, false},
+	{"calendar", func(p *Policy) int64 { return int64(p.Calendar) }, false, 0, 0, true},
+	{"timezone", func(p *Policy) int64 {
+		if p.Timezone != (Timezone{}) {
+			return 1
+		}
+		return 0
+	}, false, 0, 0, true},
 }
 
 // fieldNamed is the algorithm field called name; the table of algorithms
@@ -121,7 +141,8 @@ type algorithmSpec struct {
 }
 
 var algorithms = [...]algorithmSpec{
-	FixedWindow: {name: "fixed-window", fields: windowFields, quota: limit, period: window, quotaWindow: window, decide: decideFixedWindow},
+	FixedWindow: {name: "fixed-window", fields: windowFields, optional: []string{"calendar", "timezone"},
+		quota: limit, period: window, quotaWindow: window, decide: decideFixedWindow},
 	// The sliding counter weighs the previous window by the fraction that
 	// still overlaps; it never keeps a log of requests, so its decisions
 	// are estimates.
@@ -135,8 +156,21 @@ var algorithms = [...]algorithmSpec{
 
 var windowFields = []string{"limit", "window"}
 
-func limit(p *Policy) int64          { return p.Limit }
-func window(p *Policy) time.Duration { return p.Window }
+func limit(p *Policy) int64 { return p.Limit }
+
+// window is the policy's window; a calendar's is as long as its longest
+// period.
+func window(p *Policy) time.Duration {
+	switch p.Calendar {
+	case CalendarDay:
+		return 25 * time.Hour
+	case CalendarWeek:
+		return 7*24*time.Hour + time.Hour
+	case CalendarMonth:
+		return 31*24*time.Hour + time.Hour
+	}
+	return p.Window
+}
 
 // unknownAlgorithm answers for an Algorithm value outside the table, so
 // that a policy built in code with one fails Validate rather than panics.

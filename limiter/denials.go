@@ -125,7 +125,7 @@ func (d *denials) get(k denialKey, ps []*Policy, now time.Time) (Evaluated, bool
 	for i, p := range ps {
 		part := e.each[i]
 		each = append(each, p.decision(part.allowed, part.remaining,
-			max(part.resetAt.Sub(now), 0), max(part.retryAt.Sub(now), 0)))
+			max(part.resetAt.Sub(now), 0), max(part.retryAt.Sub(now), 0), now.UnixMilli()))
 	}
 	return evaluated(ps, each), true
 }

@@ -50,7 +50,7 @@ const dedupRecordOverhead = 64
 // recall returns the decision remembered under id, if it has not expired.
 func (s *memoryShard) recall(i uint32, e *memorySlot, id evaluationKey, now int64, p *Policy) (Decision, bool) {
 	if e.flags&lastHeld != 0 && e.lastID == id && e.last.expiresAt > now {
-		return e.last.decision(p, e.flags&lastAllowed != 0), true
+		return e.last.decision(p, e.flags&lastAllowed != 0, now), true
 	}
 	if e.queue == 0 {
 		return Decision{}, false
@@ -74,11 +74,11 @@ func (s *memoryShard) recall(i uint32, e *memorySlot, id evaluationKey, now int6
 	if pos < 0 || q.decisions[pos].expiresAt <= now {
 		return Decision{}, false
 	}
-	return q.decisions[pos].decision(p, q.decisions[pos].allowed), true
+	return q.decisions[pos].decision(p, q.decisions[pos].allowed, now), true
 }
 
-func (r rememberedDecision) decision(p *Policy, allowed bool) Decision {
-	return p.decision(allowed, r.remaining, r.resetAfter, r.retryAfter)
+func (r rememberedDecision) decision(p *Policy, allowed bool, nowMillis int64) Decision {
+	return p.decision(allowed, r.remaining, r.resetAfter, r.retryAfter, nowMillis)
 }
 
 // remember keeps d under id for the policy's dedup TTL, within its bounds on

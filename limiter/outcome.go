@@ -147,8 +147,14 @@ type Decision struct {
 	RetryAfter time.Duration
 	// The small fields come last, packed in one word: an Evaluated, which
 	// a backend returns boxed in an Outcome, stays in a 64-byte size class.
-	Allowed   bool
-	Certainty Certainty
+	//
+	// WindowSeconds is, for a policy with a Calendar, the length in
+	// seconds of the period the decision counted in (a day of a
+	// daylight-saving change is 82,800 or 90,000); 0 for any other policy,
+	// whose window is its own.
+	WindowSeconds uint32
+	Allowed       bool
+	Certainty     Certainty
 	// Fallback: decided by this instance alone, with a divided budget,
 	// while the shared backend could not decide (FallbackOptions).
 	Fallback bool

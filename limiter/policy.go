@@ -43,6 +43,10 @@ type Policy struct {
 
 	Limit  int64
 	Window time.Duration
+	// Calendar, on a fixed-window policy, replaces Window: the window is
+	// the day, ISO week or month of Timezone that holds the request.
+	Calendar Calendar
+	Timezone Timezone
 
 	Capacity     int64
 	RefillTokens int64
@@ -128,9 +132,12 @@ func (p *Policy) QuotaWindow() time.Duration { return p.Algorithm.spec().quotaWi
 // decision is the Decision a backend reports from the numbers it keeps (a
 // script's reply, a remembered evaluation): the limit and the certainty
 // follow from the policy.
-func (p *Policy) decision(allowed bool, remaining int64, resetAfter, retryAfter time.Duration) Decision {
+// nowMillis is when the caller read its clock, from which a calendar
+// policy's period is found again.
+func (p *Policy) decision(allowed bool, remaining int64, resetAfter, retryAfter time.Duration, nowMillis int64) Decision {
 	return Decision{Allowed: allowed, Limit: p.Quota(), Remaining: remaining,
-		ResetAfter: resetAfter, RetryAfter: retryAfter, Certainty: p.Certainty()}
+		ResetAfter: resetAfter, RetryAfter: retryAfter, Certainty: p.Certainty(),
+		WindowSeconds: p.windowSeconds(nowMillis, resetAfter)}
 }
 
 // FieldError is one problem with one field of a Policy, named as the
@@ -188,15 +195,31 @@ func (p *Policy) Validate() error {
 			problem(f.name, "Argument not valid for "+p.Algorithm.String(), "%s does not apply to %s; it takes %s.", f.name, p.Algorithm, strings.Join(takes, ", "))
 		}
 	}
+	calendar := p.Calendar != 0 && slices.Contains(takes, "calendar")
 	for _, name := range takes {
 		f := fieldNamed(name)
 		switch d := time.Duration(f.value(p)); {
+		case f.unset:
+		case name == "window" && calendar:
+			if p.Window != 0 {
+				problem("window", "Argument not valid with calendar", "calendar replaces window: a policy sets one of them.")
+			}
 		case f.max != 0 && (d < f.min || d > f.max):
 			problem(name, "Duration out of range", "%s must be between %s and %s.", name, f.min, f.max)
 		case f.duration:
 			millis(name, d)
 		default:
 			atLeast(name, f.value(p), 1)
+		}
+	}
+	if calendar && p.Calendar.String() == "none" {
+		problem("calendar", "Unknown calendar", "calendar %d is none of day, week or month.", p.Calendar)
+	}
+	if p.Timezone != (Timezone{}) {
+		if p.Timezone.err != nil {
+			problem("timezone", "Unknown time zone", "timezone must be an IANA time zone name such as \"Europe/Berlin\" (%v).", p.Timezone.err)
+		} else if p.Calendar == 0 && slices.Contains(takes, "calendar") {
+			problem("timezone", "timezone without calendar", "timezone applies only to a policy with a calendar.")
 		}
 	}
 	atLeast("max_cost", p.MaxCost, 1)

@@ -311,9 +311,11 @@ func (r *Redis) Evaluate(ctx context.Context, req Request) Outcome {
 // now is the clock the policy's decisions are placed by, as far as this
 // instance can read it: the injected clock for ClockGateway, and for
 // ClockBackend the local one, which runs at Redis's rate.
-func (r *Redis) now(p *Policy) time.Time {
+func (r *Redis) now(p *Policy) time.Time { return policyNow(r.clock, p) }
+
+func policyNow(clock Clock, p *Policy) time.Time {
 	if p.Clock == ClockGateway {
-		return r.clock.Now()
+		return clock.Now()
 	}
 	return time.Now()
 }
@@ -323,7 +325,7 @@ func (r *Redis) decide(ctx context.Context, ps []*Policy, keys []string, args []
 	if err != nil {
 		return r.classify(err)
 	}
-	return decodeReply(ps, reply)
+	return decodeReply(ps, reply, r.clock)
 }
 
 // ParseRedisMode maps a configuration name to a RedisMode.

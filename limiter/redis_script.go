@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strconv"
 	"strings"
+	"sync/atomic"
 )
 
 type script struct {
@@ -28,6 +29,9 @@ type compiledPolicy struct {
 	keyTail string // "}:" + name + ":" + revision
 	args    [argsPerPolicy]any
 	dedup   [3]any // ARGV 3 to 5, when it is a request's first policy
+	// calendar is a calendar policy's window argument, made again when
+	// the gateway's clock leaves the period it was made in.
+	calendar atomic.Pointer[calendarBounds]
 }
 
 // The script's ARGV (lua/prelude.lua): argsHead values for the request,
@@ -37,6 +41,7 @@ const (
 	argsHead      = 5
 	argsPerPolicy = 9
 	argNow        = 1
+	argWindow     = 3
 	argCharge     = 8
 )
 
@@ -145,8 +150,27 @@ func (r *Redis) args(ps []*Policy, cost int64, phase Phase) []any {
 		if phase != Admission {
 			args[len(args)-argsPerPolicy+argCharge] = chargeMode(p, phase)
 		}
+		if p.Calendar != 0 {
+			args[len(args)-argsPerPolicy+argWindow] = c.calendarArg(r.now(p).UnixMilli())
+		}
 	}
 	return args
+}
+
+// calendarArg is a calendar policy's window argument: the period
+// boundaries around nowMillis (calendarBounds), from which the script
+// picks the period that holds its own now. With clock = "redis" only the
+// script knows now, and Lua has no time zone data to find a local
+// midnight with; the gateway's clock is within seconds of Redis's, so the
+// periods on either side of the gateway's hold Redis's now. The list is
+// made once a period, not once a request.
+func (c *compiledPolicy) calendarArg(nowMillis int64) any {
+	b := c.calendar.Load()
+	if b == nil || nowMillis < b.from || nowMillis >= b.until {
+		b = c.policy.Calendar.bounds(c.policy.Timezone, nowMillis)
+		c.calendar.Store(b)
+	}
+	return b.arg
 }
 
 var errMalformedReply = errors.New("redis: malformed script reply")
@@ -160,8 +184,9 @@ const (
 )
 
 // decodeReply reads the script's reply: a status, then four numbers per
-// policy.
-func decodeReply(ps []*Policy, reply []any) Outcome {
+// policy. clock is the gateway's injected clock: with the wall clock it is
+// how a calendar policy's period is found from the time to its end.
+func decodeReply(ps []*Policy, reply []any, clock Clock) Outcome {
 	if len(reply) == 0 {
 		return Indeterminate{Err: errMalformedReply}
 	}
@@ -192,7 +217,11 @@ func decodeReply(ps []*Policy, reply []any) Outcome {
 			}
 			n[j] = x
 		}
-		each = append(each, p.decision(n[0] == 1, n[1], ms(n[2]), ms(n[3])))
+		var nowMillis int64
+		if p.Calendar != 0 {
+			nowMillis = policyNow(clock, p).UnixMilli()
+		}
+		each = append(each, p.decision(n[0] == 1, n[1], ms(n[2]), ms(n[3]), nowMillis))
 	}
 	return evaluated(ps, each)
 }

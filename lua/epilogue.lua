@@ -30,6 +30,10 @@ for i = 1, n do
       now = st_seen
     end
   end
+  local window = window_at(ARGV[at + 4], now)
+  if not window then
+    return {1}
+  end
   local alg = tonumber(ARGV[at + 1])
   local leases = holds_leases[alg] and KEYS[i] .. ':l'
   if leases then
@@ -43,7 +47,7 @@ for i = 1, n do
     asked = 1
   end
   local allowed, remaining, reset, retry, n_start, n_count, n_prev, ttl = decide_by[alg](
-    now, asked, tonumber(ARGV[at + 3]), tonumber(ARGV[at + 4]), tonumber(ARGV[at + 5]), tonumber(ARGV[at + 6]),
+    now, asked, tonumber(ARGV[at + 3]), window, tonumber(ARGV[at + 5]), tonumber(ARGV[at + 6]),
     valid, st_start, st_count, st_prev, charge == '2')
   if charge == '1' and allowed == 1 then
     remaining = remaining + 1

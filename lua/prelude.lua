@@ -25,11 +25,12 @@
 --   then nine per policy, from 5 + (i-1)*9 + 1:
 --   algorithm (its place in decide_by), now in ms or "" to read Redis TIME
 --   (one clock for every gateway), limit or capacity, window or refill
---   period in ms, refill tokens, cleanup grace in ms, max clock regression
---   in ms, shadow (1) or enforced (0), charge: 0 charged cost when it fits,
---   1 checked only (allows while at least 1 is left, charged nothing, and
---   reports what is left uncharged), 2 charged cost whatever is left (a
---   debt may follow, and remaining may be negative)
+--   period in ms (a calendar policy's: its period boundaries, window_at
+--   in common.lua), refill tokens, cleanup grace in ms, max clock
+--   regression in ms, shadow (1) or enforced (0), charge: 0 charged cost
+--   when it fits, 1 checked only (allows while at least 1 is left, charged
+--   nothing, and reports what is left uncharged), 2 charged cost whatever
+--   is left (a debt may follow, and remaining may be negative)
 --   then, after every policy's, the lease ID (the evaluation ID) when a
 --   policy holds leases (concurrency; epilogue.lua)
 --

@@ -34,6 +34,10 @@ type limits struct {
 	// policyHeader is the RateLimit-Policy value: one list member per
 	// enforced policy, in route order; nil when shadowOnly.
 	policyHeader []string
+	// calendar: an enforced policy's window is a calendar period, whose
+	// length, the header's w, is the decision's: RateLimit-Policy is made
+	// per decision, not once.
+	calendar bool
 	// enforced counts the enforced policies; problem429 is the 429 body
 	// when every one of them denied, as the only one of a route always does.
 	enforced   int
@@ -65,8 +69,9 @@ func newLimits(ps []*limiter.Policy) (*limits, error) {
 		l.names = append(l.names, sfString(p.Name))
 		if !p.Shadow {
 			l.shadowOnly = false
-			members = append(members, policyMember(p))
+			members = append(members, string(appendPolicyMember(nil, l.names[len(l.names)-1], p, 0)))
 			enforced = append(enforced, p.Name)
+			l.calendar = l.calendar || p.Calendar != 0
 		}
 	}
 	if len(members) > 0 {
@@ -91,19 +96,28 @@ func (l *limits) setHeaders(h http.Header, o limiter.Evaluated) {
 	if l.policyHeader == nil {
 		return
 	}
-	var buf [160]byte
-	b := buf[:0]
+	var buf, policyBuf [160]byte
+	b, pb := buf[:0], policyBuf[:0]
 	for i, p := range l.policies {
 		if p.Shadow {
 			continue
 		}
 		if len(b) > 0 {
 			b = append(b, ", "...)
+			pb = append(pb, ", "...)
 		}
-		b = appendRateLimitMember(b, l.names[i], o.PolicyDecision(i), !p.HoldsLeases())
+		d := o.PolicyDecision(i)
+		b = appendRateLimitMember(b, l.names[i], d, !p.HoldsLeases())
+		if l.calendar {
+			pb = appendPolicyMember(pb, l.names[i], p, d.WindowSeconds)
+		}
 	}
-	h["Ratelimit-Policy"] = l.policyHeader
 	h["Ratelimit"] = []string{string(b)}
+	if l.calendar {
+		h["Ratelimit-Policy"] = []string{string(pb)}
+	} else {
+		h["Ratelimit-Policy"] = l.policyHeader
+	}
 }
 
 // admits reports whether the request may go on: every enforced policy

@@ -118,17 +118,25 @@ func quotaProblem(violated []string) []byte {
 	return b
 }
 
-// policyMember is one member of the RateLimit-Policy list of draft-ietf-
-// httpapi-ratelimit-headers-11: the policy name as a Structured Field
-// string with its quota and window in whole seconds. A concurrency
-// policy's quota is in requests in flight, which no window measures:
-// its unit says so, and it has no w.
-func policyMember(p *limiter.Policy) string {
-	m := sfString(p.Name) + ";q=" + strconv.FormatInt(p.Quota(), 10)
+// appendPolicyMember appends one member of the RateLimit-Policy list of
+// draft-ietf-httpapi-ratelimit-headers-11: the policy's name (as a
+// Structured Field string) with its quota and window in whole seconds. A
+// concurrency policy's quota is in requests in flight, which no window
+// measures: its unit says so, and it has no w. windowSeconds, when not 0,
+// is the window of the decision at hand (a calendar period's length), in
+// place of the policy's own.
+func appendPolicyMember(b []byte, name string, p *limiter.Policy, windowSeconds uint32) []byte {
+	b = append(b, name...)
+	b = append(b, ";q="...)
+	b = strconv.AppendInt(b, p.Quota(), 10)
 	if p.HoldsLeases() {
-		return m + `;qu="concurrent-requests"`
+		return append(b, `;qu="concurrent-requests"`...)
 	}
-	return m + ";w=" + strconv.FormatInt(max(ceilSeconds(p.QuotaWindow()), 1), 10)
+	b = append(b, ";w="...)
+	if windowSeconds != 0 {
+		return strconv.AppendUint(b, uint64(windowSeconds), 10)
+	}
+	return strconv.AppendInt(b, max(ceilSeconds(p.QuotaWindow()), 1), 10)
 }
 
 // sfString serializes s as a Structured Field string (RFC 8941 3.3.3).

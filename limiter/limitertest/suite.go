@@ -376,6 +376,7 @@ func Run(t *testing.T, newBackend Factory) {
 	runSeveral(t, newBackend)
 	runConcurrency(t, newBackend)
 	runResponseCharged(t, newBackend)
+	runCalendar(t, newBackend)
 }
 
 func sequence(t *testing.T, newBackend Factory, p *limiter.Policy, steps []want) {

@@ -84,6 +84,13 @@ policy "burst" {
   }
 }
 
+policy "gold-monthly" {
+  algorithm = "fixed-window"
+  limit     = 100000
+  calendar  = "month"
+  timezone  = "Europe/Berlin"
+}
+
 upstream "legacy-orders" {
   targets             = ["http://127.0.0.1:9000", "http://127.0.0.1:9001/"]
   balance             = "least_requests"
@@ -125,7 +132,7 @@ route "orders.legacy" {
   rewrite_prefix = "/cgi-bin/orders"
   host_header    = "orders.internal"
   policy         = "per-client"
-  plans          = { gold = "burst", partner = ["smooth", "burst"] }
+  plans          = { gold = ["burst", "gold-monthly"], partner = ["smooth", "burst"] }
   request_headers {
     set    = { "X-Gateway" = "edge" }
     remove = ["X-Debug"]
