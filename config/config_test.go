@@ -371,3 +371,37 @@ func TestALongLineInTheKeysFileDropsNoKey(t *testing.T) {
 		t.Fatalf("keys %d and plans %d, want 2 and 1", len(f.Subject.KnownKeys), len(f.Subject.KeyPlans))
 	}
 }
+
+// What a response charges by reaches the route's policies as written.
+func TestResponseChargedPoliciesReachTheRoute(t *testing.T) {
+	src := `
+policy "failed-logins" {
+  algorithm      = "fixed-window"
+  limit          = 5
+  window         = "15m"
+  count_statuses = [401, 403]
+}
+policy "usage" {
+  algorithm     = "token-bucket"
+  capacity      = 100000
+  refill_tokens = 1000
+  refill_period = "1s"
+  cost_header   = "X-Usage-Cost"
+  max_cost      = 50000
+}
+route "login" {
+  path     = "/login"
+  upstream = "http://127.0.0.1:9000"
+  policies = ["failed-logins", "usage"]
+}
+`
+	f, diags := config.Parse("gateway.hcl", []byte(src), env(nil))
+	if diags.HasErrors() {
+		t.Fatal(diags.Error())
+	}
+	ps := f.Proxy.Routes[0].Policies
+	if len(ps) != 2 || ps[0].CountStatuses != limiter.StatusSet(401, 403) || ps[0].CostHeader != "" ||
+		ps[1].CostHeader != "X-Usage-Cost" || ps[1].CountStatuses != (limiter.Statuses{}) || ps[1].MaxCost != 50000 {
+		t.Fatalf("policies %+v", ps)
+	}
+}

@@ -104,6 +104,12 @@ func (c *checker) invalidTokenPolicy(b *jwtBlock, policies map[string]*limiter.P
 	if !ok {
 		c.errorf(valueRange(b.Body, "invalid_token_policy"), "Unknown policy", "No policy block is named %q.", *b.InvalidTokenPolicy)
 	}
+	if p != nil && p.ChargedByResponse() {
+		// An invalid token is refused before any upstream: no response
+		// would ever charge the budget.
+		c.errorf(valueRange(b.Body, "invalid_token_policy"), "Policy charged by the response", "Policy %q is charged by the response (count_statuses or cost_header), and an invalid token gets no response from an upstream.", p.Name)
+		return nil
+	}
 	return p
 }
 

@@ -62,6 +62,8 @@ func (c *checker) policy(b *policyBlock) *limiter.Policy {
 		CleanupGrace:       c.durationOr(b.CleanupGrace, b.Body, "cleanup_grace", limiter.DefaultCleanupGrace),
 		MaxClockRegression: c.durationOr(b.MaxClockRegression, b.Body, "max_clock_regression", limiter.DefaultMaxClockRegression),
 		Dedup:              limiter.DefaultDedup,
+		CountStatuses:      limiter.StatusSet(b.CountStatuses...),
+		CostHeader:         or(b.CostHeader, ""),
 	}
 	if alg == limiter.Concurrency && b.LeaseTTL == nil {
 		p.LeaseTTL = limiter.DefaultLeaseTTL

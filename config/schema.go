@@ -196,6 +196,8 @@ type policyBlock struct {
 	MaxClockRegression *string `hcl:"max_clock_regression,optional"`
 	Clock              *string `hcl:"clock,optional"`
 	Mode               *string `hcl:"mode,optional"`
+	CountStatuses      []int   `hcl:"count_statuses,optional"`
+	CostHeader         *string `hcl:"cost_header,optional"`
 
 	Dedup    *dedupBlock `hcl:"dedup,block"`
 	Body     hcl.Body    `hcl:",body"`

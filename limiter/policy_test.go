@@ -112,7 +112,7 @@ func TestValidateChecksWhatAResponseChargesBy(t *testing.T) {
 	}{
 		{"a list of error statuses is valid", func(p *limiter.Policy) { p.CountStatuses = limiter.StatusSet(401, 403) }, ""},
 		{"a header name is valid", func(p *limiter.Policy) { p.CostHeader = "X-Usage-Cost" }, ""},
-		{"a status below 100 is refused", func(p *limiter.Policy) { p.CountStatuses = limiter.StatusSet(401, 99) }, "count_statuses"},
+		{"an informational status is refused", func(p *limiter.Policy) { p.CountStatuses = limiter.StatusSet(401, 101) }, "count_statuses"},
 		{"a status above 599 is refused", func(p *limiter.Policy) { p.CountStatuses = limiter.StatusSet(600) }, "count_statuses"},
 		{"a status past any set is refused", func(p *limiter.Policy) { p.CountStatuses = limiter.StatusSet(100000) }, "count_statuses"},
 		{"a header name with a space is refused", func(p *limiter.Policy) { p.CostHeader = "X Cost" }, "cost_header"},

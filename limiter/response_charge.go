@@ -22,7 +22,7 @@ const (
 
 // Statuses is a set of HTTP status codes, comparable so that a Policy
 // stays comparable. Codes from 1 to 1023 are kept as they are; any other
-// is kept as 0, which Validate refuses like any code outside 100 to 599.
+// is kept as 0, which Validate refuses like any code outside 200 to 599.
 type Statuses [16]uint64
 
 // StatusSet is the set of codes.
@@ -65,8 +65,8 @@ func (p *Policy) ChargedByResponse() bool {
 // CostHeader.
 func (p *Policy) validateResponseCharge(problem func(field, summary, detail string, args ...any)) {
 	for _, c := range p.CountStatuses.Codes() {
-		if c < 100 || c > 599 {
-			problem("count_statuses", "Invalid status", "count_statuses holds a status outside 100 to 599 (%d).", c)
+		if c < 200 || c > 599 {
+			problem("count_statuses", "Invalid status", "count_statuses holds %d; a response is charged by its final status, 200 to 599.", c)
 			break
 		}
 	}

@@ -44,6 +44,9 @@ type exchange struct {
 	limits   *limits
 	decision string
 	method   string // as the access log names it; set only with a span
+	// settling is the request's charges after its response, when the
+	// limiter admitted it with policies charged by the response.
+	settling *settlement
 }
 
 // record counts a request in the metrics and writes its access log line;

@@ -489,6 +489,10 @@ func (h *Handler) serve(w http.ResponseWriter, cw *capture, r *http.Request, c *
 	x.in.Believe()
 	start := time.Now()
 	x.forwarded = true
+	if s := x.settling; s != nil {
+		// Deferred, so that a response cut off mid-body settles too.
+		defer s.finish(w.Header())
+	}
 	rt.forward(w, r, x)
 	x.upstream = time.Since(start)
 	if d := rt.pool.duration; d != nil {

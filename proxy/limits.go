@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -49,6 +50,8 @@ type limits struct {
 	leases     bool
 	leaseTTL   time.Duration
 	leasesHeld []prometheus.Gauge
+	// charges are the policies charged by the response, in route order.
+	charges []responseCharge
 }
 
 func newLimits(ps []*limiter.Policy) (*limits, error) {
@@ -85,6 +88,7 @@ func newLimits(ps []*limiter.Policy) (*limits, error) {
 			l.leaseTTL = p.LeaseTTL
 		}
 	}
+	l.charges = newResponseCharges(ps)
 	return l, nil
 }
 
@@ -273,6 +277,10 @@ func (h *Handler) limit(w http.ResponseWriter, r *http.Request, c *compiled, rt 
 			}
 			if names := l.shadowDenials(o); names != nil {
 				h.shadowDenied(rt, names, x)
+			}
+			if l.charges != nil {
+				x.settling = &settlement{h: h, limiter: c.limiter, charges: l.charges, subject: s.Pseudonym, route: rt.OperationID,
+					timeout: c.deadline, ctx: context.WithoutCancel(r.Context())}
 			}
 			return true
 		}

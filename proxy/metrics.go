@@ -18,6 +18,11 @@ type Metrics struct {
 	LimiterDuration *prometheus.HistogramVec
 	Fallbacks       *prometheus.CounterVec
 	ShadowDenials   *prometheus.CounterVec
+	// Per route and policy charged by the response: cost headers or
+	// trailers missing or malformed (each charged 1), and charges after
+	// the response that the limiter did not take.
+	CostHeaderInvalid *prometheus.CounterVec
+	ChargeFailures    *prometheus.CounterVec
 	// Per pool and target: requests sent (a retry is a second request),
 	// failures by cause, requests sent again after a try at this target
 	// that never reached it, and gateway_upstream_ejected (1 while the
@@ -65,6 +70,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Name: "gateway_shadow_denials_total",
 		Help: "Requests a shadow policy would have denied; they were forwarded.",
 	}, []string{"route", "policy"})
+	m.CostHeaderInvalid = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "gateway_cost_header_invalid_total",
+		Help: "Responses whose cost header or trailer was missing or malformed; each was charged 1.",
+	}, []string{"route", "policy"})
+	m.ChargeFailures = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "gateway_limiter_charge_failures_total",
+		Help: "Charges after the response that the limiter did not take (the response had gone out as it was).",
+	}, []string{"route", "policy"})
 	m.UpstreamRequests = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "gateway_upstream_requests_total",
 		Help: "Requests sent to each upstream target.",
@@ -102,7 +115,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Name: "gateway_limiter_leases_held",
 		Help: "Concurrency leases this instance's requests hold now (an upgraded connection's until it closes), by route and policy.",
 	}, []string{"route", "policy"})
-	reg.MustRegister(m.Requests, m.LimiterDuration, m.Fallbacks, m.ShadowDenials, m.UpstreamRequests, m.UpstreamFailures, m.UpstreamRetries, m.UpstreamEjections,
+	reg.MustRegister(m.Requests, m.LimiterDuration, m.Fallbacks, m.ShadowDenials, m.CostHeaderInvalid, m.ChargeFailures, m.UpstreamRequests, m.UpstreamFailures, m.UpstreamRetries, m.UpstreamEjections,
 		m.upstreams, m.RequestDuration, m.UpstreamDuration, m.InFlight, m.LeasesHeld)
 	return m
 }

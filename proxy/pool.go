@@ -317,6 +317,9 @@ type forwardWriter struct {
 	route     *route
 	resend    bool  // the request may go to another target
 	unreached error // set instead of an answer
+	// settle takes the upstream's final head (nil: nothing is charged by
+	// the response, or the gateway answers instead of the upstream).
+	settle *settlement
 }
 
 // Unwrap lets http.ResponseController reach the server's writer, for
@@ -334,8 +337,13 @@ func (f *forwardWriter) WriteHeader(code int) {
 	h := f.ResponseWriter.Header()
 	if code >= 100 && code <= 199 {
 		f.route.responseRules.apply(h)
-	} else if _, ok := h["Content-Type"]; !ok {
-		h["Content-Type"] = nil
+	} else {
+		if _, ok := h["Content-Type"]; !ok {
+			h["Content-Type"] = nil
+		}
+		if f.settle != nil && !f.settle.headed {
+			f.settle.head(code, h)
+		}
 	}
 	f.ResponseWriter.WriteHeader(code)
 }
@@ -351,7 +359,7 @@ func (rt *route) forward(w http.ResponseWriter, r *http.Request, x *exchange) {
 		return
 	}
 	fw := x.fw
-	*fw = forwardWriter{ResponseWriter: w, route: rt, resend: len(p.members) > 1 && mayResend(r)}
+	*fw = forwardWriter{ResponseWriter: w, route: rt, resend: len(p.members) > 1 && mayResend(r), settle: x.settling}
 	for attempt := 0; ; attempt++ {
 		m := p.members[i]
 		x.target = m.name
@@ -402,6 +410,11 @@ func newForwarders(rt *route, logger *slog.Logger, underscores bool) []*httputil
 			if fw, ok := w.(*forwardWriter); ok && fw.resend && errors.As(err, &dialErr) && r.Context().Err() == nil {
 				fw.unreached = err
 				return
+			}
+			if fw, ok := w.(*forwardWriter); ok {
+				// The gateway answers: no response of the upstream's to
+				// charge by.
+				fw.settle = nil
 			}
 			answer(w, r, err)
 		}
