@@ -80,6 +80,8 @@ func BenchmarkRedis(b *testing.B) {
 		limitertest.FixedWindow(1<<40, time.Hour),
 		limitertest.SlidingCounter(1<<40, time.Hour),
 		limitertest.TokenBucket(1<<40, 1, time.Hour),
+		// Acquire and release, the release waited for: two calls an op.
+		limitertest.Concurrency(1<<20, time.Minute),
 	} {
 		for _, dedup := range []bool{false, true} {
 			q := *p
@@ -99,9 +101,15 @@ func BenchmarkRedis(b *testing.B) {
 				b.ReportAllocs()
 				n := 0
 				for b.Loop() {
-					o := r.Evaluate(ctx, limiter.Request{Policies: ps, Subject: subject, Cost: 1, EvaluationID: "e" + strconv.Itoa(n)})
-					if e, ok := o.(limiter.Evaluated); !ok || !e.Allowed {
+					req := limiter.Request{Policies: ps, Subject: subject, Cost: 1, EvaluationID: "e" + strconv.Itoa(n)}
+					o := r.Evaluate(ctx, req)
+					e, ok := o.(limiter.Evaluated)
+					if !ok || !e.Allowed {
 						b.Fatalf("outcome %#v", o)
+					}
+					if q.HoldsLeases() {
+						r.Release(req, e)
+						r.WaitReleases()
 					}
 					n++
 				}
