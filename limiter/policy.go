@@ -251,9 +251,15 @@ func (p *Policy) Validate() error {
 // so the quota times the period in milliseconds must stay below 2^51. A
 // policy past it still runs (the memory backend counts in integers, and
 // tests use such policies as "no limit"); a configuration file may not
-// hold one. p must be valid.
+// hold one. p must be valid. A calendar window's arithmetic (the Go side
+// finds the period; the script compares and subtracts) never multiplies
+// the quota by the period, so only the quota must stay below 2^51: a
+// plan of ten million a month is exact.
 func (p *Policy) Exact() error {
 	period := p.Period()
+	if p.Calendar != 0 {
+		period = time.Millisecond
+	}
 	if p.Quota() > maxExactInLua/max(period.Milliseconds(), 1)/4 {
 		return p.joined([]error{&FieldError{Summary: "Policy too large",
 			Detail: "The quota times the window in milliseconds must stay below 2^51 so every backend counts exactly."}})

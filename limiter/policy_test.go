@@ -37,6 +37,24 @@ func TestExactReportsAPolicyTheScriptsCannotCountExactly(t *testing.T) {
 	}
 }
 
+// A calendar quota is counted without multiplying it by its period: a
+// monthly plan far past what a 31-day window of the same quota allows is
+// exact.
+func TestExactTakesACalendarQuotaOfTenMillionAMonth(t *testing.T) {
+	p := &limiter.Policy{Name: "p", Algorithm: limiter.FixedWindow, Revision: 1, Limit: 10_000_000, Calendar: limiter.CalendarMonth,
+		Timezone: limiter.LoadTimezone("Europe/Berlin"), MaxCost: 1}
+	if err := p.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Exact(); err != nil {
+		t.Fatalf("ten million a month: %v", err)
+	}
+	p.Limit = 1<<51 + 1
+	if err := p.Exact(); err == nil {
+		t.Fatal("2^51 + 1 a month was taken as exact")
+	}
+}
+
 // Every problem is reported, each naming its field, so that configuration
 // can point at it.
 func TestValidateNamesEachFieldAtFault(t *testing.T) {
