@@ -2,6 +2,7 @@ package proxy_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -259,4 +260,62 @@ func TestAResponseChargedPolicyBesideARequestCountedOne(t *testing.T) {
 			t.Fatalf("upstream saw %d, want 1", n)
 		}
 	})
+}
+
+// heldCharges decides admissions and holds every settlement until release
+// is closed.
+type heldCharges struct {
+	proxy.Limiter
+	started chan struct{}
+	release chan struct{}
+}
+
+func (h heldCharges) Evaluate(ctx context.Context, req limiter.Request) limiter.Outcome {
+	if req.Phase == limiter.Settlement {
+		h.started <- struct{}{}
+		<-h.release
+	}
+	return h.Limiter.Evaluate(ctx, req)
+}
+
+// The charge goes out beside the response: a client reads the head and
+// the body while the limiter has yet to answer the charge.
+func TestTheChargeDoesNotHoldTheResponseBack(t *testing.T) {
+	up, _ := answering(t, func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusUnauthorized)
+		io.WriteString(w, "first part ")
+		w.(http.Flusher).Flush()
+		<-r.Context().Done() // until the client has read the first part and hangs up
+	})
+	p := policy(limitertest.FixedWindow(5, time.Minute), "failed-logins")
+	p.CountStatuses = limiter.StatusSet(401)
+	mem := limiter.NewMemory(limiter.MemoryOptions{})
+	t.Cleanup(func() { mem.Close() })
+	held := heldCharges{Limiter: mem, started: make(chan struct{}, 1), release: make(chan struct{})}
+	g := newGateway(t, setup{routes: []proxy.Route{route("login", "/login", up, t, p)}, limiter: held})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", g.URL+"/login", nil)
+	defer close(held.release)
+	read := make(chan string, 1)
+	go func() {
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			read <- err.Error()
+			return
+		}
+		defer res.Body.Close()
+		buf := make([]byte, len("first part "))
+		_, err = io.ReadFull(res.Body, buf)
+		read <- fmt.Sprint(res.StatusCode, " ", string(buf), err)
+	}()
+	<-held.started // the charge is under way, and held
+	select {
+	case got := <-read:
+		if got != "401 first part <nil>" {
+			t.Fatalf("got %q, want the 401 and its first part", got)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the response waits for the charge")
+	}
 }
