@@ -83,6 +83,34 @@ func runResponseCharged(t *testing.T, newBackend Factory) {
 			t.Fatalf("next window: allowed %v, remaining %d; want allowed with 5 left", e.Allowed, e.Remaining)
 		}
 	})
+	t.Run("a sliding counter in debt admits again once the debt has decayed", func(t *testing.T) {
+		clock := NewClock()
+		b := newBackend(t, clock)
+		p := SlidingCounter(5, time.Minute)
+		p.CountStatuses = limiter.StatusSet(401)
+		ps := []*limiter.Policy{p}
+		s := Subject()
+		for range 6 {
+			ask(t, b, ps, s, 1, limiter.Settlement, "")
+		}
+		if e := ask(t, b, ps, s, 1, limiter.Settlement, ""); !e.Allowed || e.Remaining != -2 {
+			t.Fatalf("a seventh charge: allowed %v, remaining %d; want charged to -2", e.Allowed, e.Remaining)
+		}
+		// 7 spent: the next window's weight of them must fall to 4, which
+		// it does 17,143 ms into it.
+		e := ask(t, b, ps, s, 1, limiter.Admission, "")
+		if e.Allowed || e.Remaining != 0 || e.RetryAfter != 77143*time.Millisecond {
+			t.Fatalf("in debt: allowed %v, remaining %d, retry %s; want denied, 0, 1m17.143s", e.Allowed, e.Remaining, e.RetryAfter)
+		}
+		clock.Advance(77142 * time.Millisecond)
+		if e := ask(t, b, ps, s, 1, limiter.Admission, ""); e.Allowed {
+			t.Fatal("admitted a millisecond before the debt decayed")
+		}
+		clock.Advance(time.Millisecond)
+		if e := ask(t, b, ps, s, 1, limiter.Admission, ""); !e.Allowed || e.Remaining != 1 {
+			t.Fatalf("decayed: allowed %v, remaining %d; want allowed with 1 left (uncharged)", e.Allowed, e.Remaining)
+		}
+	})
 	t.Run("a retried settlement is charged once", func(t *testing.T) {
 		b := newBackend(t, NewClock())
 		p := FixedWindow(5, time.Minute)
