@@ -81,14 +81,16 @@ func newDenials(entries int) *denials {
 	return d
 }
 
-func (d *denials) shard(k denialKey) *denialShard {
-	return &d.shards[maphash.String(d.seed, k.subject)%denialShards]
+// shard holds the denials of subject: all of them, whatever their
+// policies and cost.
+func (d *denials) shard(subject string) *denialShard {
+	return &d.shards[maphash.String(d.seed, subject)%denialShards]
 }
 
 // standing returns the denial remembered under k while it stands at now,
 // and forgets one that no longer does.
 func (d *denials) standing(k denialKey, now time.Time) (denial, bool) {
-	s := d.shard(k)
+	s := d.shard(k.subject)
 	s.mu.Lock()
 	e, ok := s.m[k]
 	if ok && !now.Before(e.until) {
@@ -101,7 +103,7 @@ func (d *denials) standing(k denialKey, now time.Time) (denial, bool) {
 
 // store remembers e under k; a full shard forgets some other entry first.
 func (d *denials) store(k denialKey, e denial) {
-	s := d.shard(k)
+	s := d.shard(k.subject)
 	s.mu.Lock()
 	if _, ok := s.m[k]; !ok && len(s.m) >= d.perShard {
 		for old := range s.m {
@@ -110,6 +112,19 @@ func (d *denials) store(k denialKey, e denial) {
 		}
 	}
 	s.m[k] = e
+	s.mu.Unlock()
+}
+
+// forget drops every denial remembered of subject, whatever its policies
+// and cost: the subject was reset.
+func (d *denials) forget(subject string) {
+	s := d.shard(subject)
+	s.mu.Lock()
+	for k := range s.m {
+		if k.subject == subject {
+			delete(s.m, k)
+		}
+	}
 	s.mu.Unlock()
 }
 

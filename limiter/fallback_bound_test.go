@@ -20,6 +20,10 @@ func (down) Release(Request, Evaluated)                {}
 func (down) Renew(context.Context, Request, Evaluated) {}
 func (down) Ready(context.Context) error               { return errors.New("down") }
 func (down) Close() error                              { return nil }
+func (down) Peek(context.Context, Request) Outcome {
+	return Unavailable{Category: AdmissionRejected, Err: errors.New("down")}
+}
+func (down) Reset(context.Context, Request) error { return errors.New("down") }
 
 // Every reload brings new policy values; the fallback's scaled copies of
 // them stay bounded, and a budget outlives the copies being made again.

@@ -249,13 +249,7 @@ func (m *Memory) evaluate(req Request, keys []memoryKey) Outcome {
 		}
 	}
 	for k, p := range ps {
-		var st state
-		if slots[k] != nil {
-			st = slots[k].state(p.Algorithm)
-		}
-		if p.HoldsLeases() {
-			st.Count = m.shards[keys[k][0]%memoryShards].held(keys[k], nowMillis)
-		}
+		st := m.shards[keys[k][0]%memoryShards].current(keys[k], slots[k], p, nowMillis)
 		steps[k] = decide(p, st, nowMillis, req.Cost, req.Phase)
 		if steps[k].clockUnsafe {
 			return Unavailable{Category: ClockUnsafe}
@@ -298,6 +292,20 @@ func (m *Memory) evaluate(req Request, keys []memoryKey) Outcome {
 		}
 	}
 	return evaluated(ps, each)
+}
+
+// current is the state p decides on at nowMillis for key, held in slot e
+// (nil: none): the slot's, and for a policy that holds leases the leases
+// held as its count. The shard's lock is held.
+func (s *memoryShard) current(key memoryKey, e *memorySlot, p *Policy, nowMillis int64) state {
+	var st state
+	if e != nil {
+		st = e.state(p.Algorithm)
+	}
+	if p.HoldsLeases() {
+		st.Count = s.held(key, nowMillis)
+	}
+	return st
 }
 
 // appendMemoryKey carries the policy revision, so a changed policy starts

@@ -72,6 +72,11 @@ type Backend interface {
 	// a request open for longer than a third of it renews. It blocks for
 	// at most the backend's call.
 	Renew(ctx context.Context, req Request, leased Evaluated)
+	// Peek reports the state of req's policies for its subject without
+	// charging anything (see inspect.go); Reset forgets it, on every
+	// instance that shares the backend.
+	Peek(ctx context.Context, req Request) Outcome
+	Reset(ctx context.Context, req Request) error
 	// Ready reports why the backend cannot decide now, or nil; /readyz
 	// serves it.
 	Ready(ctx context.Context) error

@@ -96,6 +96,9 @@ type Redis struct {
 	policies      sync.Map
 	compiledCount atomic.Int64
 	denials       *denials // nil: off
+	// resets forgets remembered denials of the subjects other instances
+	// reset (redis_resets.go); nil without denials.
+	resets *resetSubscription
 
 	batching bool
 	breakers BreakerOptions
@@ -138,8 +141,11 @@ const (
 //	ACL SETUSER gateway on >secret ~rl:* -@all +evalsha +script|load +ping +hello
 //	    +time +hmget +hset +pexpire +get +set +rpush +lpop +del
 //	    +zadd +zrem +zremrangebyscore +zcard +pttl
+//	    +lrange +publish +subscribe &rl:resets
 //
-// (the last line for concurrency policies only).
+// (the zset commands for concurrency policies only; +lrange and +publish
+// for the admin API's resets, +subscribe and the channel for hearing of
+// other instances' resets).
 
 // NewRedis connects, checks the topology and loads the scripts. It fails
 // rather than start a backend that would deny or fail every request.
@@ -227,6 +233,9 @@ func NewRedis(ctx context.Context, opts RedisOptions) (*Redis, error) {
 	}
 	r.stopWatch, r.watchDone = make(chan struct{}), make(chan struct{})
 	go r.watchRestarts(restartWatchInterval, seen)
+	if r.denials != nil {
+		r.subscribeResets()
+	}
 	return r, nil
 }
 
@@ -240,6 +249,7 @@ func (r *Redis) Close() error {
 	}
 	close(r.stopWatch)
 	<-r.watchDone
+	r.stopResets()
 	r.nodesMu.Lock()
 	nodes := r.nodes.Swap(nil)
 	r.nodesMu.Unlock()

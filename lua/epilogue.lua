@@ -73,6 +73,9 @@ if not admitted then
     end
   end
 end
+if cost == 0 then
+  return reply -- a read (the admin API's): nothing is written
+end
 
 -- One write of each key's state, the evaluation's record, one TTL each.
 for i = 1, n do

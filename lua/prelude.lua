@@ -38,7 +38,9 @@
 -- reset_ms, retry_ms per policy. Status 0 decided, 1 clock unsafe, 2 state
 -- unreadable, 3 replayed (a decision remembered under the same evaluation
 -- ID, charged nothing). A policy that would allow a refused request reports
--- what it has left, uncharged. A denial writes no algorithm state. Every
+-- what it has left, uncharged. A denial writes no algorithm state, and a
+-- call of cost 0 (a read, without the de-duplication keys) writes nothing
+-- at all. Every
 -- write leaves its key with a TTL, so PEXPIRE ... GT can only lengthen it.
 local n = tonumber(ARGV[1])
 local cost = tonumber(ARGV[2])

@@ -1,0 +1,55 @@
+package limiter
+
+import (
+	"context"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Resets across instances. Every instance that remembers denials
+// subscribes to one channel of the Redis it shares; Reset publishes the
+// subject it reset there, and each subscriber, the publisher included,
+// forgets the denials it remembers of that subject. The message is the
+// pseudonym, as in the keys: no raw identity. On Redis Cluster a publish
+// reaches the subscribers of every node.
+//
+// go-redis's PubSub subscribes again by itself after a lost connection; a
+// reset published meanwhile is missed, and the denials it would have
+// dropped stand until their own retry time, as they would have without
+// the reset (at most one denial period: docs/redis.md).
+
+// resetsChannel carries the subjects reset by any instance sharing this
+// Redis. It starts with the key prefix, so instances of different key
+// prefixes, which share no budgets, share no resets either.
+func (r *Redis) resetsChannel() string { return r.prefix + "resets" }
+
+// resetSubscription is one instance's subscription to the resets channel.
+type resetSubscription struct {
+	pubsub *redis.PubSub
+	done   chan struct{}
+}
+
+// subscribeResets subscribes to the resets channel and forgets the
+// remembered denials of each subject published there, until
+// stopResets.
+func (r *Redis) subscribeResets() {
+	ps := r.client.Subscribe(context.Background(), r.resetsChannel())
+	s := &resetSubscription{pubsub: ps, done: make(chan struct{})}
+	go func() {
+		defer close(s.done)
+		for m := range ps.Channel() {
+			r.denials.forget(m.Payload)
+		}
+	}()
+	r.resets = s
+}
+
+// stopResets ends the subscription, if there is one, and waits for its
+// goroutine.
+func (r *Redis) stopResets() {
+	if r.resets == nil {
+		return
+	}
+	r.resets.pubsub.Close()
+	<-r.resets.done
+}
