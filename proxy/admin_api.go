@@ -78,6 +78,14 @@ func (h *Handler) AdminAPI() http.Handler {
 				return
 			}
 			writeAdminJSON(w, adminRoutes(c.routes))
+		case "/v1/limits":
+			switch r.Method {
+			case http.MethodGet, http.MethodHead, http.MethodDelete:
+				h.adminLimits(w, r, c)
+			default:
+				w.Header()["Allow"] = []string{"GET, HEAD, DELETE"}
+				writeProblem(w, problemAdminMethod)
+			}
 		default:
 			writeProblem(w, problemAdminNotFound)
 		}
@@ -152,13 +160,17 @@ func adminRoutes(routes []*route) routesView {
 func policyViews(ps []*limiter.Policy) []policyView {
 	out := make([]policyView, 0, len(ps))
 	for _, p := range ps {
-		mode := "enforce"
-		if p.Shadow {
-			mode = "shadow"
-		}
 		out = append(out, policyView{Name: p.Name, Algorithm: p.Algorithm.String(), Revision: p.Revision,
 			Limit: p.Limit, WindowMillis: p.Window.Milliseconds(), Capacity: p.Capacity,
-			RefillTokens: p.RefillTokens, RefillMillis: p.RefillPeriod.Milliseconds(), Mode: mode})
+			RefillTokens: p.RefillTokens, RefillMillis: p.RefillPeriod.Milliseconds(), Mode: policyMode(p)})
 	}
 	return out
+}
+
+// policyMode is how the admin API names whether p refuses.
+func policyMode(p *limiter.Policy) string {
+	if p.Shadow {
+		return "shadow"
+	}
+	return "enforce"
 }

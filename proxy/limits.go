@@ -222,10 +222,7 @@ func (h *Handler) limit(w http.ResponseWriter, r *http.Request, c *compiled, rt 
 		x.plan = "other"
 	}
 
-	l := rt.limits
-	if pl, ok := rt.planLimits[s.Plan]; ok && s.Plan != "" {
-		l = pl
-	}
+	l := rt.limitsFor(s.Plan)
 	if l == nil {
 		// Only plans limit this route, and the subject has none of them.
 		x.outcome = "unlimited"
@@ -314,6 +311,15 @@ func (x *exchange) releaseLease() {
 func (r *route) mapsPlan(plan string) bool {
 	_, ok := r.planLimits[plan]
 	return ok
+}
+
+// limitsFor is what limits a subject on plan on the route: the plan's
+// limits when the route maps it, else the route's own (nil: none).
+func (r *route) limitsFor(plan string) *limits {
+	if pl, ok := r.planLimits[plan]; ok && plan != "" {
+		return pl
+	}
+	return r.limits
 }
 
 // limited reports whether any subject of the route is limited.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strings"
 )
 
@@ -313,15 +314,74 @@ func (in Inbound) Resolve(q Query) (Subject, error) {
 		if identity == "" {
 			continue
 		}
-		s.Kind = k
-		framed := s.Plan
-		if framed != "" && (q.MapsPlan == nil || !q.MapsPlan(framed)) {
-			framed = ""
-		}
-		s.Pseudonym = r.pseudonymizer.PseudonymWithPlan(k, identity, q.OperationID, framed)
-		return s, nil
+		return r.sign(s, k, identity, q), nil
 	}
 	return Subject{}, errUnidentified
+}
+
+// sign gives s, identified as kind by its canonical identity, its
+// pseudonym on the route q asks for: its plan is framed in only when the
+// route maps it.
+func (r *Resolver) sign(s Subject, kind Kind, identity string, q Query) Subject {
+	s.Kind = kind
+	framed := s.Plan
+	if framed != "" && (q.MapsPlan == nil || !q.MapsPlan(framed)) {
+		framed = ""
+	}
+	s.Pseudonym = r.pseudonymizer.PseudonymWithPlan(kind, identity, q.OperationID, framed)
+	return s
+}
+
+// Named is the subject a request identified as kind by identity, on plan,
+// resolves to on the route q asks for: the same canonical identity (an
+// address as its client prefix, an API key by its hash) and pseudonym that
+// Resolve gives it. identity is what the client presents: an address, an
+// API key, a principal, or a JWT's principal claim. An API key's plan is
+// its own; plan, if given, must be it. The admin API names subjects so.
+// The errors say what the request path would not identify.
+func (r *Resolver) Named(kind Kind, identity, plan string, q Query) (Subject, error) {
+	if !slices.Contains(q.Sources, kind) {
+		return Subject{}, fmt.Errorf("the route does not identify subjects by %s", kind)
+	}
+	var s Subject
+	switch kind {
+	case ClientIP:
+		a, err := netip.ParseAddr(identity)
+		if err != nil {
+			// Not err: it repeats the identity.
+			return Subject{}, errors.New("client_ip: not an IP address")
+		}
+		identity = r.clientIdentity(a.Unmap())
+	case APIKey:
+		sum := KeyHash(sha256.Sum256([]byte(identity)))
+		if _, known := r.knownKeys[sum]; !known || r.apiKeyHeader == "" {
+			return Subject{}, errors.New("api_key: no such key is configured")
+		}
+		identity = string(sum[:])
+		s.Plan = r.keyPlans[sum]
+		if plan != "" && plan != s.Plan {
+			return Subject{}, fmt.Errorf("api_key: the key's plan is %q, not %q", s.Plan, plan)
+		}
+		plan = ""
+	case Principal:
+		if r.principalHeader == "" {
+			return Subject{}, errors.New("principal: no principal header is configured")
+		}
+		identity = strings.TrimSpace(identity)
+	case JWT:
+		if r.jwt == nil {
+			return Subject{}, errors.New("jwt: no jwt block is configured")
+		}
+	}
+	if identity == "" {
+		return Subject{}, fmt.Errorf("%s: no identity", kind)
+	}
+	if plan != "" {
+		if s.Plan, s.PlanUnknown = r.knownPlan(plan); s.PlanUnknown {
+			return Subject{}, fmt.Errorf("no plan %q is configured", plan)
+		}
+	}
+	return r.sign(s, kind, identity, q), nil
 }
 
 // ClientSubject is the subject of req's client address, resolved as the

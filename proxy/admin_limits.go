@@ -1,0 +1,148 @@
+package proxy
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/edgegate/gateway/limiter"
+	"github.com/edgegate/gateway/subject"
+)
+
+// limitsBackend is what /v1/limits asks of the limiter: every backend
+// limiter.Open returns has it.
+type limitsBackend interface {
+	Peek(ctx context.Context, req limiter.Request) limiter.Outcome
+	Reset(ctx context.Context, req limiter.Request) error
+}
+
+// adminLimitsTimeout bounds one /v1/limits call's work on the backend.
+const adminLimitsTimeout = 5 * time.Second
+
+const (
+	typeAdminBadQuery    = "urn:edge-gateway:problem:admin-bad-query"
+	typeAdminUnavailable = "urn:edge-gateway:problem:admin-limiter-unavailable"
+)
+
+var (
+	problemAdminNoLimiter = newProblem(http.StatusNotImplemented, typeAdminUnavailable, "Not implemented",
+		"This gateway's limiter cannot read or reset a subject's state.")
+	problemAdminUnavailable = newProblem(http.StatusServiceUnavailable, typeAdminUnavailable, "Limiter unavailable",
+		"The limiter did not answer; nothing can be told of the subject's state. Try again.")
+)
+
+// limitsView is GET /v1/limits: a subject's state for each of the
+// policies that limit it on a route, and DELETE's answer, the same
+// policies reset.
+type limitsView struct {
+	Route       string `json:"route"`
+	SubjectKind string `json:"subject_kind"`
+	// Pseudonym is the subject as logs and Redis know it.
+	Pseudonym string `json:"pseudonym"`
+	// Plan is the plan whose policies apply: empty for the route's own.
+	Plan     string            `json:"plan,omitempty"`
+	Reset    bool              `json:"reset,omitempty"`
+	Policies []policyStateView `json:"policies"`
+}
+
+type policyStateView struct {
+	Policy       string `json:"policy"`
+	Algorithm    string `json:"algorithm"`
+	Mode         string `json:"mode"`
+	Limit        int64  `json:"limit"`
+	Remaining    int64  `json:"remaining"`
+	ResetAfterMS int64  `json:"reset_after_ms"`
+}
+
+// adminLimits serves GET and DELETE /v1/limits?route=R&subject=KIND:IDENTITY[&plan=P].
+// The subject is resolved by the request path's own rules
+// (subject.Resolver.Named) to its pseudonym on the route, and the policies
+// are those the request path would apply to it (route.limitsFor). The raw
+// identity is used for nothing else: the answer and the audit line carry
+// the pseudonym.
+func (h *Handler) adminLimits(w http.ResponseWriter, r *http.Request, c *compiled) {
+	q := r.URL.Query()
+	routeName, named, plan := q.Get("route"), q.Get("subject"), q.Get("plan")
+	if routeName == "" || named == "" {
+		writeAdminBadQuery(w, "route and subject are required: ?route=R&subject=KIND:IDENTITY[&plan=P]")
+		return
+	}
+	var rt *route
+	for _, candidate := range c.routes {
+		if candidate.OperationID == routeName {
+			rt = candidate
+			break
+		}
+	}
+	if rt == nil {
+		writeProblem(w, newProblem(http.StatusNotFound, typeAdminNotFound, "No such route", "No route is named "+quoteDetail(routeName)+"."))
+		return
+	}
+	kindName, identity, ok := strings.Cut(named, ":")
+	kind, known := subject.ParseKind(kindName)
+	if !ok || !known {
+		writeAdminBadQuery(w, "subject is KIND:IDENTITY, KIND one of client_ip, api_key, principal, jwt")
+		return
+	}
+	s, err := c.resolver.Named(kind, identity, plan, rt.query)
+	if err != nil {
+		writeAdminBadQuery(w, err.Error())
+		return
+	}
+	view := limitsView{Route: rt.OperationID, SubjectKind: s.Kind.String(), Pseudonym: s.Pseudonym, Policies: []policyStateView{}}
+	l := rt.limitsFor(s.Plan)
+	if l != nil && l != rt.limits {
+		view.Plan = s.Plan
+	}
+	if l == nil {
+		// Only plans limit the route, and not this subject's.
+		writeAdminJSON(w, view)
+		return
+	}
+	backend, ok := c.limiter.(limitsBackend)
+	if !ok {
+		writeProblem(w, problemAdminNoLimiter)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), adminLimitsTimeout)
+	defer cancel()
+	req := limiter.Request{Policies: l.policies, Subject: s.Pseudonym}
+	if r.Method == http.MethodDelete {
+		if err := backend.Reset(ctx, req); err != nil {
+			h.opts.Logger.LogAttrs(ctx, slog.LevelError, "admin reset failed",
+				slog.String("route", rt.OperationID), slog.String("pseudonym", s.Pseudonym), errAttr(err))
+			writeProblem(w, problemAdminUnavailable)
+			return
+		}
+		h.opts.Logger.LogAttrs(ctx, slog.LevelInfo, "admin reset",
+			slog.String("route", rt.OperationID), slog.String("subject_kind", s.Kind.String()),
+			slog.String("pseudonym", s.Pseudonym), slog.String("plan", view.Plan))
+		view.Reset = true
+	}
+	o := backend.Peek(ctx, req)
+	e, ok := o.(limiter.Evaluated)
+	if !ok {
+		writeProblem(w, problemAdminUnavailable)
+		return
+	}
+	for i, p := range l.policies {
+		d := e.PolicyDecision(i)
+		view.Policies = append(view.Policies, policyStateView{Policy: p.Name, Algorithm: p.Algorithm.String(), Mode: policyMode(p),
+			Limit: d.Limit, Remaining: max(d.Remaining, 0), ResetAfterMS: d.ResetAfter.Milliseconds()})
+	}
+	writeAdminJSON(w, view)
+}
+
+func writeAdminBadQuery(w http.ResponseWriter, detail string) {
+	writeProblem(w, newProblem(http.StatusBadRequest, typeAdminBadQuery, "Bad query", detail))
+}
+
+// quoteDetail quotes s for a problem's detail, at most 128 bytes of it.
+func quoteDetail(s string) string {
+	if len(s) > 128 {
+		s = s[:128]
+	}
+	return `"` + strings.ToValidUTF8(s, "?") + `"`
+}
