@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -16,11 +17,19 @@ import (
 
 const limitsToken = "test-only-admin-token-5d1c0a77"
 
-// limitsConfig is a gateway with the admin API, a route limited per
-// client address by two policies, and the backend given: memory, or the
-// Redis at redisAddr.
-func limitsConfig(t *testing.T, upstream, redisAddr string) string {
+// limitsConfigOn is a gateway with the admin API, a route limited per
+// client address by two policies, and the backend given: memory (no
+// addrs), or a Redis of the mode given at addrs.
+func limitsConfigOn(t *testing.T, upstream, mode string, addrs ...string) string {
 	t.Helper()
+	redisAddr := ""
+	if len(addrs) > 0 && addrs[0] != "" {
+		quoted := make([]string, len(addrs))
+		for i, a := range addrs {
+			quoted[i] = strconv.Quote(a)
+		}
+		redisAddr = strings.Join(quoted, ", ")
+	}
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "hmac"), []byte("test-only-fake-hmac-secret-0123456789abcdef\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -31,10 +40,11 @@ func limitsConfig(t *testing.T, upstream, redisAddr string) string {
 limiter {
   backend = "redis"
   redis {
-    addrs      = [%q]
+    mode       = %q
+    addrs      = [%s]
     key_prefix = "admin:"
   }
-}`, redisAddr)
+}`, mode, redisAddr)
 	}
 	src := fmt.Sprintf(`
 listen {
@@ -137,11 +147,11 @@ func wantHeaderState(t *testing.T, a limitsAnswer, h string) {
 
 const clientQuery = "route=orders.read&subject=client_ip:127.0.0.1"
 
-func testLimitsAPI(t *testing.T, redisAddr string) {
+func testLimitsAPI(t *testing.T, mode string, addrs ...string) {
 	t.Setenv("GATEWAY_TEST_ADMIN_TOKEN", limitsToken)
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
 	defer up.Close()
-	r := startFile(t, limitsConfig(t, up.URL, redisAddr))
+	r := startFile(t, limitsConfigOn(t, up.URL, mode, addrs...))
 
 	fresh := r.limits(t, "GET", clientQuery)
 	if fresh.Route != "orders.read" || fresh.SubjectKind != "client_ip" || !strings.HasPrefix(fresh.Pseudonym, "v1:") || len(fresh.Policies) != 2 {
@@ -223,18 +233,31 @@ func TestAdminLimitsReadAndResetASubjectOnMemory(t *testing.T) {
 }
 
 func TestAdminLimitsReadAndResetASubjectOnRedis(t *testing.T) {
-	testLimitsAPI(t, redistest.Start(t).Addr)
+	testLimitsAPI(t, "standalone", redistest.Start(t).Addr)
+}
+
+func TestAdminLimitsReadAndResetASubjectOnCluster(t *testing.T) {
+	testLimitsAPI(t, "cluster", redistest.StartClusterWithReplicas(t).Addrs()...)
 }
 
 // Two gateways share a Redis, and each remembers the subject's denial; a
 // reset on one frees the subject on the other within a second.
 func TestAdminResetOnOneGatewayFreesTheSubjectOnAnother(t *testing.T) {
+	testResetAcrossGateways(t, "standalone", redistest.Start(t).Addr)
+}
+
+// The same on Redis Cluster: the keys share the subject's hash tag, and
+// the publish reaches the subscribers of every node.
+func TestAdminResetOnOneGatewayFreesTheSubjectOnAnotherOnCluster(t *testing.T) {
+	testResetAcrossGateways(t, "cluster", redistest.StartClusterWithReplicas(t).Addrs()...)
+}
+
+func testResetAcrossGateways(t *testing.T, mode string, addrs ...string) {
 	t.Setenv("GATEWAY_TEST_ADMIN_TOKEN", limitsToken)
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
 	defer up.Close()
-	s := redistest.Start(t)
-	a := startFile(t, limitsConfig(t, up.URL, s.Addr))
-	b := startFile(t, limitsConfig(t, up.URL, s.Addr))
+	a := startFile(t, limitsConfigOn(t, up.URL, mode, addrs...))
+	b := startFile(t, limitsConfigOn(t, up.URL, mode, addrs...))
 	for range 3 {
 		if status, _ := a.order(t); status != 200 {
 			t.Fatalf("status %d", status)
