@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -258,6 +259,14 @@ func testResetAcrossGateways(t *testing.T, mode string, addrs ...string) {
 	defer up.Close()
 	a := startFile(t, limitsConfigOn(t, up.URL, mode, addrs...))
 	b := startFile(t, limitsConfigOn(t, up.URL, mode, addrs...))
+	t.Cleanup(func() {
+		// One SIGTERM while both still watch signals stops both; each
+		// gateway's own cleanup would send another, which could reach
+		// the process after both stopped watching.
+		syscall.Kill(os.Getpid(), syscall.SIGTERM)
+		<-a.exited
+		<-b.exited
+	})
 	for range 3 {
 		if status, _ := a.order(t); status != 200 {
 			t.Fatalf("status %d", status)
