@@ -146,7 +146,7 @@ func (h *harness) setup(ctx context.Context) error {
 		return err
 	}
 
-	if h.wants("gateway-redis") {
+	if h.wants("gateway-redis") || h.wants("gateway-redis-inflight") {
 		if err := h.startRedis(ctx); err != nil {
 			return err
 		}

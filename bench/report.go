@@ -161,6 +161,7 @@ func ratioTable(sums []summary) string {
 	pairs := []pair{
 		{"gateway-memory / bare-proxy", "gateway-memory", "bare-proxy"},
 		{"gateway-redis / gateway-memory", "gateway-redis", "gateway-memory"},
+		{"gateway-redis-inflight / gateway-redis", "gateway-redis-inflight", "gateway-redis"},
 		{"gateway-memory / nginx", "gateway-memory", "nginx"},
 		{"gateway-redis / nginx", "gateway-redis", "nginx"},
 		{"bare-proxy / nginx", "bare-proxy", "nginx"},

@@ -11,7 +11,7 @@ import (
 )
 
 // targetOrder is the order each round drives the targets in.
-var targetOrder = []string{"upstream-direct", "bare-proxy", "gateway-memory", "gateway-redis", "nginx"}
+var targetOrder = []string{"upstream-direct", "bare-proxy", "gateway-memory", "gateway-redis", "gateway-redis-inflight", "nginx"}
 
 // target is one URL the loader drives, and the process whose CPU time is
 // charged to it (with its descendants).
@@ -58,6 +58,12 @@ func (h *harness) startTargets(ctx context.Context, mode string) ([]*target, err
 			t, err = h.startGateway(ctx, mode, name, false)
 		case "gateway-redis":
 			if h.redisAddr != "" {
+				t, err = h.startGateway(ctx, mode, name, true)
+			}
+		case "gateway-redis-inflight":
+			// A concurrency limit has no flood to hold: a request in flight
+			// gives its lease back when it ends.
+			if mode == "main" && h.redisAddr != "" {
 				t, err = h.startGateway(ctx, mode, name, true)
 			}
 		case "nginx":
@@ -110,7 +116,7 @@ func (h *harness) startGateway(ctx context.Context, mode, name string, withRedis
 		redisAddr = h.redisAddr
 	}
 	conf := filepath.Join(h.dir, name+"-"+mode+".hcl")
-	if err := os.WriteFile(conf, []byte(gatewayConfig(mode, listen, admin, h.upstreamAddr, redisAddr, h.s.dedup)), 0o644); err != nil {
+	if err := os.WriteFile(conf, []byte(gatewayConfig(mode, listen, admin, h.upstreamAddr, redisAddr, h.s.dedup, name == "gateway-redis-inflight")), 0o644); err != nil {
 		return nil, err
 	}
 	if out, err := exec.CommandContext(ctx, h.gatewayBin, "validate", "-config", conf).CombinedOutput(); err != nil {
@@ -131,8 +137,10 @@ func (h *harness) startGateway(ctx context.Context, mode, name string, withRedis
 // the client address as the only subject (every request of the load comes
 // from 127.0.0.1: one hot key), the access log on. With redisAddr set the
 // limiter is Redis; the files differ in nothing else. De-duplication is
-// the policy's default (on) unless dedup is false.
-func gatewayConfig(mode, listen, admin, upstream, redisAddr string, dedup bool) string {
+// the policy's default (on) unless dedup is false. With inflight the
+// policy is a concurrency limit of the mode's number in flight instead of
+// a fixed window: each request then costs an acquire and a release.
+func gatewayConfig(mode, listen, admin, upstream, redisAddr string, dedup, inflight bool) string {
 	limiter := `limiter {
   backend = "memory"
 }`
@@ -145,6 +153,10 @@ func gatewayConfig(mode, listen, admin, upstream, redisAddr string, dedup bool) 
     key_prefix = "bench:"
   }
 }`, redisAddr)
+	}
+	policy := fmt.Sprintf("algorithm = \"fixed-window\"\n  limit     = %d\n  window    = \"1m\"", modeLimits[mode])
+	if inflight {
+		policy = fmt.Sprintf("algorithm = \"concurrency\"\n  limit     = %d", modeLimits[mode])
 	}
 	return fmt.Sprintf(`# Written by go run ./bench for one load test; removed when it ends.
 listen {
@@ -169,9 +181,7 @@ log {
 }
 
 policy "bench-%s" {
-  algorithm = "fixed-window"
-  limit     = %d
-  window    = "1m"
+  %s
   dedup {
     enabled = %t
   }
@@ -183,7 +193,7 @@ route "bench" {
   policy   = "bench-%s"
   subject  = ["client_ip"]
 }
-`, listen, admin, limiter, pseudonymSecretFile, mode, modeLimits[mode], dedup, upstream, mode)
+`, listen, admin, limiter, pseudonymSecretFile, mode, policy, dedup, upstream, mode)
 }
 
 // startNginx runs nginx in the foreground with one worker, its prefix,
