@@ -78,7 +78,9 @@ func batches(t *testing.T, reg *prometheus.Registry) (writes, calls float64) {
 func TestALostBatchReplyChargesEachDecisionOnce(t *testing.T) {
 	s := redistest.Start(t)
 	proxy := redistest.StartProxy(t, s.Addr)
-	r := redistest.NewLimiter(t, limiter.RedisOptions{Addrs: []string{proxy.Addr}})
+	// No denial cache: its resets subscription would share the proxy,
+	// and DropNextReply could drop the SUBSCRIBE reply instead.
+	r := redistest.NewLimiter(t, limiter.RedisOptions{Addrs: []string{proxy.Addr}, DenialCacheEntries: -1})
 	p := limitertest.FixedWindow(1000, time.Minute)
 	p.Clock = limiter.ClockBackend
 	subject := limitertest.Subject()

@@ -264,7 +264,9 @@ func TestRedisFaults(t *testing.T) {
 	t.Run("a lost reply is retried and charged once", func(t *testing.T) {
 		s := redistest.Start(t)
 		proxy := redistest.StartProxy(t, s.Addr)
-		r := redistest.NewLimiter(t, limiter.RedisOptions{Addrs: []string{proxy.Addr}})
+		// No denial cache: its resets subscription would share the proxy,
+		// and DropNextReply could drop the SUBSCRIBE reply instead.
+		r := redistest.NewLimiter(t, limiter.RedisOptions{Addrs: []string{proxy.Addr}, DenialCacheEntries: -1})
 		subject := limitertest.Subject()
 		mustAllow(t, first(evaluate(r, p, subject, "warm")))
 		proxy.DropNextReply()
@@ -282,7 +284,9 @@ func TestRedisFaults(t *testing.T) {
 	t.Run("a lost reply without dedup is indeterminate, never retried", func(t *testing.T) {
 		s := redistest.Start(t)
 		proxy := redistest.StartProxy(t, s.Addr)
-		r := redistest.NewLimiter(t, limiter.RedisOptions{Addrs: []string{proxy.Addr}})
+		// No denial cache: its resets subscription would share the proxy,
+		// and DropNextReply could drop the SUBSCRIBE reply instead.
+		r := redistest.NewLimiter(t, limiter.RedisOptions{Addrs: []string{proxy.Addr}, DenialCacheEntries: -1})
 		q := *p
 		q.Dedup = limiter.Dedup{}
 		subject := limitertest.Subject()
