@@ -209,7 +209,9 @@ func TestRedisFaultsOverHTTP(t *testing.T) {
 		s := redistest.Start(t)
 		proxyToRedis := redistest.StartProxy(t, s.Addr)
 		up := newUpstream(t)
-		g := newGateway(t, setup{routes: []proxy.Route{route("r", "/", up, t, p())}, limiter: redistest.NewLimiter(t, limiter.RedisOptions{Addrs: []string{proxyToRedis.Addr}})})
+		// No denial cache: its resets subscription would share the proxy,
+		// and DropNextReply could drop the SUBSCRIBE reply instead.
+		g := newGateway(t, setup{routes: []proxy.Route{route("r", "/", up, t, p())}, limiter: redistest.NewLimiter(t, limiter.RedisOptions{Addrs: []string{proxyToRedis.Addr}, DenialCacheEntries: -1})})
 		wantStatuses(t, statuses(t, g, "/", 1), 200)
 		proxyToRedis.DropNextReply()
 		res := g.get(t, "/")
