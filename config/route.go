@@ -88,10 +88,10 @@ func (c *checker) routes(blocks []*routeBlock, policies map[string]*limiter.Poli
 				c.errorf(b.Subject.Range(), "No subject source", "subject needs at least one source.")
 			}
 		}
-		// What the route's rules say of the rewrite, the host header, the
-		// header rules, the upgrades and the ignored extensions is
-		// proxy.Route.Validate's; each
-		// element is read with its range, by the field Validate names it.
+		// What the route's rules say of the policies and plans, the
+		// rewrite, the host header, the header rules, the upgrades and the
+		// ignored extensions is proxy.Route.Validate's; each element is
+		// read with its range, by the field Validate names it.
 		elements := map[string]hcl.Range{}
 		if b.RewritePrefix != nil && !c.decodeFailed(valueRange(b.Body, "rewrite_prefix")) {
 			r.Rewrite, r.RewritePrefix = true, *b.RewritePrefix
@@ -120,14 +120,6 @@ func (c *checker) routes(blocks []*routeBlock, policies map[string]*limiter.Poli
 				r.IgnoreExtensions = append(r.IgnoreExtensions, it.value)
 			}
 		}
-		c.fields(r.Validate(so.ManagedHeaders()), "Invalid route", b.DefRange, finderOf(map[string]hcl.Body{"": b.Body}, nil, elements))
-		// The file's forms, as the proxy compiles them.
-		if r.Rewrite {
-			r.RewritePrefix, _ = proxy.NormalizeRewritePrefix(r.RewritePrefix)
-		}
-		for i, u := range r.Upgrades {
-			r.Upgrades[i] = strings.ToLower(u)
-		}
 		r.Cost = c.integer(b.Cost, b.Body, "cost", 1, 1)
 		r.MaxBodyBytes = c.integer(b.MaxBodyBytes, b.Body, "max_body_bytes", maxBody, 0)
 		hasPolicies := has(b.Body, "policies")
@@ -148,13 +140,14 @@ func (c *checker) routes(blocks []*routeBlock, policies map[string]*limiter.Poli
 		case b.Policy != nil && !hasPolicies:
 			if p := usePolicy(*b.Policy, valueRange(b.Body, "policy")); p != nil {
 				r.Policies = []*limiter.Policy{p}
+				elements["policies[0]"] = valueRange(b.Body, "policy")
 			}
 		case hasPolicies && b.Policy == nil:
 			items := c.list(b.Policies, "policies")
 			if len(items) == 0 {
 				c.errorf(b.Policies.Range(), "No policy in policies", "policies needs at least one policy name; leave it out for no limit.")
 			}
-			r.Policies, _ = c.policyList(items, "route", usePolicy)
+			r.Policies, _ = c.policyList(items, "policies", elements, usePolicy)
 		case b.Policy == nil && !hasPolicies && b.Cost != nil && !has(b.Body, "plans"):
 			c.errorf(nameRange(b.Body, "cost"), "Cost without a policy", "cost means nothing on a route without a policy.")
 		}
@@ -162,12 +155,20 @@ func (c *checker) routes(blocks []*routeBlock, policies map[string]*limiter.Poli
 			if b.Policy == nil && !hasPolicies {
 				c.errorf(attrRange(b.Body, "plans"), "Plans without a default policy", "Subjects without a plan, or on a plan not listed, would go unlimited; give the route a policy or policies for them.")
 			}
-			r.Plans = c.plans(b.Plans, usePolicy)
+			r.Plans = c.plans(b.Plans, elements, usePolicy)
 			for name := range r.Plans {
 				if !slices.Contains(so.Plans, name) {
 					so.Plans = append(so.Plans, name)
 				}
 			}
+		}
+		c.fields(r.Validate(so.ManagedHeaders()), "Invalid route", b.DefRange, finderOf(map[string]hcl.Body{"": b.Body}, nil, elements))
+		// The file's forms, as the proxy compiles them.
+		if r.Rewrite {
+			r.RewritePrefix, _ = proxy.NormalizeRewritePrefix(r.RewritePrefix)
+		}
+		for i, u := range r.Upgrades {
+			r.Upgrades[i] = strings.ToLower(u)
 		}
 		for i, o := range routes {
 			switch {
@@ -205,9 +206,10 @@ func (c *checker) headerRules(b *headerRulesBlock, block string, elements map[st
 	return hr
 }
 
-// plans checks a route's plans: a map from plan names to a policy name or
-// a list of them, each list holding at least one policy, each once.
-func (c *checker) plans(expr hcl.Expression, usePolicy func(string, hcl.Range) *limiter.Policy) map[string][]*limiter.Policy {
+// plans reads a route's plans: a map from plan names to a policy name or
+// a list of them, recording the range of each plan's list ("plans.NAME")
+// and of each policy in it ("plans.NAME[i]") in elements.
+func (c *checker) plans(expr hcl.Expression, elements map[string]hcl.Range, usePolicy func(string, hcl.Range) *limiter.Policy) map[string][]*limiter.Policy {
 	pairs, diags := hcl.ExprMap(expr)
 	if diags.HasErrors() {
 		c.errorf(expr.Range(), "Wrong type", "plans must be a map written out, such as { gold = \"gold-orders\", partner = [\"per-second\", \"partner-day\"] }.")
@@ -239,10 +241,6 @@ func (c *checker) plans(expr hcl.Expression, usePolicy func(string, hcl.Range) *
 		var items []listItem
 		if _, ldiags := hcl.ExprList(p.Value); !ldiags.HasErrors() {
 			items = c.list(p.Value, "plans."+name)
-			if len(items) == 0 {
-				c.errorf(p.Value.Range(), "Plan without a policy", "Plan %q names no policy; give it one, or leave it out so that its subjects get the route's policy.", name)
-				continue
-			}
 		} else {
 			v, ok := c.value(p.Value, "plans."+name, cty.String)
 			if !ok {
@@ -250,24 +248,28 @@ func (c *checker) plans(expr hcl.Expression, usePolicy func(string, hcl.Range) *
 			}
 			items = []listItem{{v.AsString(), p.Value.Range()}}
 		}
-		if ps, whole := c.policyList(items, "plan", usePolicy); whole {
+		elements["plans."+name] = p.Value.Range()
+		if ps, whole := c.policyList(items, "plans."+name, elements, usePolicy); whole {
 			out[name] = ps
 		}
 	}
 	return out
 }
 
-// policyList reads the policies a route or a plan (per) lists, each once;
-// whole reports that every name became a policy.
-func (c *checker) policyList(items []listItem, per string, usePolicy func(string, hcl.Range) *limiter.Policy) (ps []*limiter.Policy, whole bool) {
-	repeated := map[string]bool{}
+// policyList reads the policies a list names, recording the range of
+// each under its field ("policies[i]", "plans.NAME[i]") in elements; a
+// name listed again is looked up once. whole reports that every name
+// became a policy.
+func (c *checker) policyList(items []listItem, field string, elements map[string]hcl.Range, usePolicy func(string, hcl.Range) *limiter.Policy) (ps []*limiter.Policy, whole bool) {
+	found := map[string]*limiter.Policy{}
 	for _, it := range items {
-		if repeated[it.value] {
-			c.errorf(it.rng, "Repeated policy", "%q is already in the list; a policy counts once per %s.", it.value, per)
-			continue
+		p, again := found[it.value]
+		if !again {
+			p = usePolicy(it.value, it.rng)
+			found[it.value] = p
 		}
-		repeated[it.value] = true
-		if p := usePolicy(it.value, it.rng); p != nil {
+		if p != nil {
+			elements[fmt.Sprintf("%s[%d]", field, len(ps))] = it.rng
 			ps = append(ps, p)
 		}
 	}

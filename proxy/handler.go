@@ -333,9 +333,6 @@ func (h *Handler) compile(cfg Config, prev *compiled) (*compiled, []*http.Transp
 			r.limits = l
 		}
 		for plan, ps := range r.Plans {
-			if len(ps) == 0 {
-				return nil, nil, fmt.Errorf("proxy: route %q: plan %q names no policy", r.OperationID, plan)
-			}
 			l, err := newLimits(ps)
 			if err != nil {
 				return nil, nil, fmt.Errorf("proxy: route %q: plan %q: %w", r.OperationID, plan, err)

@@ -3,11 +3,14 @@ package proxy
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/url"
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/edgegate/gateway/limiter"
 )
 
 // FieldError is one problem with one field of a Route, named as the
@@ -26,14 +29,23 @@ type FieldError struct {
 
 func (e *FieldError) Error() string { return e.Detail }
 
-// Validate reports every problem of r's rewrite, host header, header rules,
-// upgrades and ignored extensions, each a *FieldError, joined. managed are the request headers
-// the resolver reads (subject.Options.ManagedHeaders), which no header rule
-// may touch.
+// Validate reports every problem of r's policies and plans, rewrite, host
+// header, header rules, upgrades and ignored extensions, each a
+// *FieldError, joined. managed are the request headers the resolver reads
+// (subject.Options.ManagedHeaders), which no header rule may touch.
 func (r *Route) Validate(managed []string) error {
 	var errs []error
 	problem := func(field, summary, detail string, args ...any) {
 		errs = append(errs, &FieldError{Field: field, Summary: summary, Detail: fmt.Sprintf(detail, args...)})
+	}
+	errs = append(errs, validatePolicies("policies", "route", r.Policies)...)
+	for _, plan := range slices.Sorted(maps.Keys(r.Plans)) {
+		field := "plans." + plan
+		if len(r.Plans[plan]) == 0 {
+			problem(field, "Plan without a policy", "Plan %q names no policy; give it one, or leave it out so that its subjects get the route's policy.", plan)
+			continue
+		}
+		errs = append(errs, validatePolicies(field, "plan", r.Plans[plan])...)
 	}
 	if r.Rewrite {
 		if _, err := NormalizeRewritePrefix(r.RewritePrefix); err != nil {
@@ -75,6 +87,25 @@ func (r *Route) Validate(managed []string) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// validatePolicies reports the problems of the policies a route or a plan
+// (per) lists, named field: each once, and none nil.
+func validatePolicies(field, per string, ps []*limiter.Policy) []error {
+	var errs []error
+	seen := map[string]bool{}
+	for i, p := range ps {
+		switch {
+		case p == nil:
+			errs = append(errs, &FieldError{Field: fmt.Sprintf("%s[%d]", field, i), Summary: "No policy", Detail: "A policy of the list is nil."})
+		case seen[p.Name]:
+			errs = append(errs, &FieldError{Field: fmt.Sprintf("%s[%d]", field, i), Summary: "Repeated policy",
+				Detail: fmt.Sprintf("%q is already in the list; a policy counts once per %s.", p.Name, per)})
+		default:
+			seen[p.Name] = true
+		}
+	}
+	return errs
 }
 
 // validate reports the problems of one direction's rules, named in block:

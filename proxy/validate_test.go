@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edgegate/gateway/limiter"
 	"github.com/edgegate/gateway/proxy"
 )
 
@@ -35,6 +36,24 @@ func TestRouteValidateNamesTheFieldOfEachProblem(t *testing.T) {
 	ok := proxy.Route{OperationID: "ok", RewritePrefix: "/a//b/", Rewrite: true, Upgrades: []string{"WebSocket"}}
 	if err := ok.Validate(nil); err != nil {
 		t.Errorf("a rewrite prefix and an upgrade in any accepted form: %v", err)
+	}
+}
+
+// A policy counts once per route and once per plan, and a plan names at
+// least one: the problems are named by the list and the position in it.
+func TestRouteValidateNamesRepeatedPoliciesAndEmptyPlans(t *testing.T) {
+	a := &limiter.Policy{Name: "a", Algorithm: limiter.FixedWindow, Revision: 1, Limit: 5, Window: time.Second, MaxCost: 1}
+	b := &limiter.Policy{Name: "b", Algorithm: limiter.FixedWindow, Revision: 1, Limit: 5, Window: time.Minute, MaxCost: 1}
+	up, _ := proxy.ParseTarget("http://127.0.0.1:9")
+	r := proxy.Route{OperationID: "r", Upstream: up, Policies: []*limiter.Policy{a, b, a},
+		Plans: map[string][]*limiter.Policy{"gold": {b, b}, "free": {}, "silver": {a, b}}}
+	fields, _ := problemFields(t, r.Validate(nil))
+	want := []string{"policies[2]", "plans.free", "plans.gold[1]"}
+	if !slices.Equal(fields, want) {
+		t.Errorf("fields %q, want %q", fields, want)
+	}
+	if _, err := proxy.NewHandler(proxy.Options{}, proxy.Config{Routes: []proxy.Route{r}, Limiter: limiter.NewMemory(limiter.MemoryOptions{}), Resolver: newResolver(t, nil)}); err == nil {
+		t.Error("NewHandler took a route that Validate refuses")
 	}
 }
 
