@@ -48,26 +48,20 @@ func (c *checker) policy(b *policyBlock) *limiter.Policy {
 			c.errorf(b.DefRange, "Missing required argument", "A %s policy needs %s.", alg, name)
 		}
 	}
-	p := &limiter.Policy{
-		Name:               b.Name,
-		Algorithm:          alg,
-		Revision:           or(b.Revision, 1),
-		Limit:              or(b.Limit, 0),
-		Window:             c.durationOr(b.Window, b.Body, "window", 0),
-		Capacity:           or(b.Capacity, 0),
-		RefillTokens:       or(b.RefillTokens, 0),
-		RefillPeriod:       c.durationOr(b.RefillPeriod, b.Body, "refill_period", 0),
-		LeaseTTL:           c.durationOr(b.LeaseTTL, b.Body, "lease_ttl", 0),
-		MaxCost:            or(b.MaxCost, 1),
-		CleanupGrace:       c.durationOr(b.CleanupGrace, b.Body, "cleanup_grace", limiter.DefaultCleanupGrace),
-		MaxClockRegression: c.durationOr(b.MaxClockRegression, b.Body, "max_clock_regression", limiter.DefaultMaxClockRegression),
-		Dedup:              limiter.DefaultDedup,
-		CountStatuses:      limiter.StatusSet(b.CountStatuses...),
-		CostHeader:         or(b.CostHeader, ""),
-	}
-	if alg == limiter.Concurrency && b.LeaseTTL == nil {
-		p.LeaseTTL = limiter.DefaultLeaseTTL
-	}
+	// Each attribute the file leaves out keeps the limiter's default.
+	p := limiter.NewPolicy(b.Name, alg)
+	p.Revision = or(b.Revision, p.Revision)
+	p.Limit = or(b.Limit, 0)
+	p.Window = c.durationOr(b.Window, b.Body, "window", 0)
+	p.Capacity = or(b.Capacity, 0)
+	p.RefillTokens = or(b.RefillTokens, 0)
+	p.RefillPeriod = c.durationOr(b.RefillPeriod, b.Body, "refill_period", 0)
+	p.LeaseTTL = c.durationOr(b.LeaseTTL, b.Body, "lease_ttl", p.LeaseTTL)
+	p.MaxCost = or(b.MaxCost, p.MaxCost)
+	p.CleanupGrace = c.durationOr(b.CleanupGrace, b.Body, "cleanup_grace", p.CleanupGrace)
+	p.MaxClockRegression = c.durationOr(b.MaxClockRegression, b.Body, "max_clock_regression", p.MaxClockRegression)
+	p.CountStatuses = limiter.StatusSet(b.CountStatuses...)
+	p.CostHeader = or(b.CostHeader, "")
 	if b.Calendar != nil {
 		cal, ok := limiter.ParseCalendar(*b.Calendar)
 		if !ok {
@@ -98,7 +92,7 @@ func (c *checker) policy(b *policyBlock) *limiter.Policy {
 	if db := b.Dedup; db != nil {
 		blocks["dedup"] = db.Body
 		p.Dedup = limiter.Dedup{
-			Enabled:    or(db.Enabled, true),
+			Enabled:    or(db.Enabled, p.Dedup.Enabled),
 			TTL:        c.durationOr(db.TTL, db.Body, "ttl", p.Dedup.TTL),
 			MaxEntries: int(or(db.MaxEntries, int64(p.Dedup.MaxEntries))),
 			MaxBytes:   int(or(db.MaxBytes, int64(p.Dedup.MaxBytes))),

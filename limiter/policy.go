@@ -78,6 +78,23 @@ type Policy struct {
 	Dedup              Dedup
 }
 
+// NewPolicy is a policy named name of algorithm alg with each optional
+// field at its default, the one place these defaults are set: revision
+// 1, max_cost 1, cleanup_grace DefaultCleanupGrace, max_clock_regression
+// DefaultMaxClockRegression, de-duplication DefaultDedup, a concurrency
+// policy's lease_ttl DefaultLeaseTTL, the backend's clock, enforced. The
+// caller sets the algorithm's own fields (limit, window, capacity...) and
+// whatever else it changes, and then has it checked (Validate).
+func NewPolicy(name string, alg Algorithm) *Policy {
+	p := &Policy{Name: name, Algorithm: alg, Revision: 1, MaxCost: 1,
+		CleanupGrace: DefaultCleanupGrace, MaxClockRegression: DefaultMaxClockRegression,
+		Clock: ClockBackend, Dedup: DefaultDedup}
+	if slices.Contains(Algorithms(), alg) && p.HoldsLeases() {
+		p.LeaseTTL = DefaultLeaseTTL
+	}
+	return p
+}
+
 // MaxHeaderInteger is the largest Structured Field integer (RFC 9651, 15
 // digits): every quota must fit the RateLimit headers.
 const MaxHeaderInteger = 999_999_999_999_999
@@ -86,8 +103,8 @@ const MaxHeaderInteger = 999_999_999_999_999
 const (
 	DefaultCleanupGrace       = 5 * time.Second
 	DefaultMaxClockRegression = 2 * time.Second
-	// DefaultLeaseTTL is a concurrency policy's lease_ttl when the file
-	// sets none.
+	// DefaultLeaseTTL is a concurrency policy's lease_ttl when it sets
+	// none.
 	DefaultLeaseTTL = 30 * time.Second
 )
 

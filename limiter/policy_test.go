@@ -158,3 +158,40 @@ func TestValidateChecksWhatAResponseChargesBy(t *testing.T) {
 		})
 	}
 }
+
+// NewPolicy sets every default: once the algorithm's own fields are set,
+// the policy is valid, revision and max_cost are 1, and only a policy
+// that holds leases gets a lease TTL.
+func TestNewPolicySetsTheDefaults(t *testing.T) {
+	for _, alg := range limiter.Algorithms() {
+		p := limiter.NewPolicy("p", alg)
+		p.Limit, p.Capacity, p.RefillTokens = 5, 5, 1
+		for _, f := range alg.Fields() {
+			switch f {
+			case "window":
+				p.Window = time.Second
+			case "refill_period":
+				p.RefillPeriod = time.Second
+			}
+		}
+		if !slices.Contains(alg.Fields(), "limit") {
+			p.Limit = 0
+		}
+		if !slices.Contains(alg.Fields(), "capacity") {
+			p.Capacity, p.RefillTokens = 0, 0
+		}
+		if err := p.Validate(); err != nil {
+			t.Errorf("%s: %v", alg, err)
+		}
+		if p.Revision != 1 || p.MaxCost != 1 || p.Dedup != limiter.DefaultDedup || p.Shadow {
+			t.Errorf("%s: revision %d, max_cost %d, dedup %+v, shadow %v", alg, p.Revision, p.MaxCost, p.Dedup, p.Shadow)
+		}
+		want := time.Duration(0)
+		if p.HoldsLeases() {
+			want = limiter.DefaultLeaseTTL
+		}
+		if p.LeaseTTL != want {
+			t.Errorf("%s: lease TTL %s, want %s", alg, p.LeaseTTL, want)
+		}
+	}
+}

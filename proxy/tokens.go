@@ -13,12 +13,11 @@ import (
 // client address has when Config.InvalidTokenPolicy is nil: 10 a minute.
 // It is one value for the life of the process, so a reload keeps its
 // counts and the denials the limiter remembers for it.
-var DefaultInvalidTokenPolicy = &limiter.Policy{
-	Name: "invalid-token", Algorithm: limiter.FixedWindow, Revision: 1,
-	Limit: 10, Window: time.Minute, MaxCost: 1,
-	CleanupGrace: limiter.DefaultCleanupGrace, MaxClockRegression: limiter.DefaultMaxClockRegression,
-	Dedup: limiter.DefaultDedup,
-}
+var DefaultInvalidTokenPolicy = func() *limiter.Policy {
+	p := limiter.NewPolicy("invalid-token", limiter.FixedWindow)
+	p.Limit, p.Window = 10, time.Minute
+	return p
+}()
 
 // tokenBudget charges the invalid bearer tokens a client sends to one
 // policy, its subject the client's address (subject.Resolver's
