@@ -342,16 +342,12 @@ func (c *checker) redis(b *redisBlock) limiter.RedisOptions {
 			r.Mode = mode
 		}
 	}
-	items := c.list(b.Addrs, "addrs")
-	for _, it := range items {
-		if !validListenAddr(it.value) || strings.HasPrefix(it.value, ":") {
-			c.errorf(it.rng, "Invalid redis address", "%q must be host:port.", it.value)
-			continue
-		}
+	// What the addresses may be, and that tls_ca_file needs tls, is
+	// limiter.RedisOptions.Validate's.
+	elements := map[string]hcl.Range{"tls_ca_file": nameRange(b.Body, "tls_ca_file")}
+	for _, it := range c.list(b.Addrs, "addrs") {
+		elements[fmt.Sprintf("addrs[%d]", len(r.Addrs))] = it.rng
 		r.Addrs = append(r.Addrs, it.value)
-	}
-	if len(items) == 0 {
-		c.errorf(b.Addrs.Range(), "No redis addresses", "redis.addrs needs at least one host:port.")
 	}
 	r.MasterName = or(b.MasterName, "")
 	if r.Mode == limiter.RedisSentinel && r.MasterName == "" {
@@ -367,13 +363,12 @@ func (c *checker) redis(b *redisBlock) limiter.RedisOptions {
 	r.TLS = or(b.TLS, false)
 	if b.TLSCAFile != nil {
 		r.TLSCAFile = c.path(*b.TLSCAFile)
-		if !r.TLS {
-			c.errorf(nameRange(b.Body, "tls_ca_file"), "Argument not valid here", "tls_ca_file needs tls = true.")
-		} else if _, err := os.Stat(r.TLSCAFile); err != nil {
+		if _, err := os.Stat(r.TLSCAFile); err != nil && r.TLS {
 			c.errorf(valueRange(b.Body, "tls_ca_file"), "Cannot read tls_ca_file", "%s.", err)
 		}
 	}
 	r.DB = int(c.integer(b.DB, b.Body, "db", 0, 0))
+	c.fields(r.Validate(), "Invalid redis block", b.DefRange, finderOf(map[string]hcl.Body{"": b.Body}, nil, elements))
 	return r
 }
 

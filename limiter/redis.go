@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -65,6 +67,38 @@ const (
 	DefaultRedisMode = RedisStandalone
 	DefaultKeyPrefix = "rl:"
 )
+
+// Validate reports every problem of o, each a *FieldError naming the
+// field as a redis block does ("addrs", "addrs[1]", "tls_ca_file"),
+// joined. It reads no file: tls_ca_file is read by NewRedis.
+func (o RedisOptions) Validate() error {
+	var errs []error
+	problem := func(field, summary, detail string, args ...any) {
+		errs = append(errs, &FieldError{Field: field, Summary: summary, Detail: fmt.Sprintf(detail, args...)})
+	}
+	if len(o.Addrs) == 0 {
+		problem("addrs", "No redis addresses", "redis.addrs needs at least one host:port.")
+	}
+	for i, a := range o.Addrs {
+		if !hostPort(a) {
+			problem(fmt.Sprintf("addrs[%d]", i), "Invalid redis address", "%q must be host:port.", a)
+		}
+	}
+	if o.TLSCAFile != "" && !o.TLS {
+		problem("tls_ca_file", "Argument not valid here", "tls_ca_file needs tls = true.")
+	}
+	return errors.Join(errs...)
+}
+
+// hostPort reports whether s is a host, a colon and a port number.
+func hostPort(s string) bool {
+	i := strings.LastIndexByte(s, ':')
+	if i <= 0 || s[0] == ':' {
+		return false
+	}
+	port, err := strconv.Atoi(s[i+1:])
+	return err == nil && port >= 0 && port <= 65535
+}
 
 // Redis is the shared backend: any number of gateway instances that point
 // at one Redis share one budget per policy and subject. Decisions are made
@@ -150,8 +184,8 @@ const (
 // NewRedis connects, checks the topology and loads the scripts. It fails
 // rather than start a backend that would deny or fail every request.
 func NewRedis(ctx context.Context, opts RedisOptions) (*Redis, error) {
-	if len(opts.Addrs) == 0 {
-		return nil, errors.New("redis: no addresses")
+	if err := opts.Validate(); err != nil {
+		return nil, fmt.Errorf("redis: %w", err)
 	}
 	if opts.Clock == nil {
 		opts.Clock = systemClock{}
@@ -168,8 +202,6 @@ func NewRedis(ctx context.Context, opts RedisOptions) (*Redis, error) {
 		if tc, err = tlsConfig(opts.TLSCAFile); err != nil {
 			return nil, err
 		}
-	} else if opts.TLSCAFile != "" {
-		return nil, errors.New("redis: tls_ca_file needs tls")
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
