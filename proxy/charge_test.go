@@ -17,7 +17,9 @@ import (
 
 	"github.com/edgegate/gateway/limiter"
 	"github.com/edgegate/gateway/limiter/limitertest"
+	"github.com/edgegate/gateway/limiter/redistest"
 	"github.com/edgegate/gateway/proxy"
+	"github.com/edgegate/gateway/subject"
 )
 
 // answering is an upstream that answers with h and counts what reached it.
@@ -317,5 +319,88 @@ func TestTheChargeDoesNotHoldTheResponseBack(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("the response waits for the charge")
+	}
+}
+
+// On a plan, a response-charged policy is the plan's budget; in shadow, it
+// is charged by the response like an enforced one, its would-be denials
+// logged, and it refuses nothing and is in no header.
+func TestAResponseChargedPolicyOnAPlanAndInShadow(t *testing.T) {
+	onEachBackend(t, func(t *testing.T, lim proxy.Limiter) {
+		up, reached := answering(t, func(w http.ResponseWriter, r *http.Request) {
+			w.WriteHeader(http.StatusUnauthorized)
+		})
+		trial := redisPolicy(limitertest.FixedWindow(1, time.Hour), "failures-trial")
+		trial.CountStatuses, trial.Shadow = limiter.StatusSet(401), true
+		gold := redisPolicy(limitertest.FixedWindow(3, time.Hour), "gold-failures")
+		gold.CountStatuses = limiter.StatusSet(401)
+		r := multiRoute("login", "/login", up, t, redisPolicy(limitertest.FixedWindow(100, time.Hour), "calls"), trial)
+		r.Subject = []subject.Kind{subject.APIKey}
+		r.Plans = map[string][]*limiter.Policy{"gold": {gold}}
+		g := newGateway(t, setup{routes: []proxy.Route{r}, limiter: lim})
+
+		wantStatuses(t, statuses(t, g, "/login", 4, "X-API-Key", "known-gold-key"), 401, 401, 401, 429)
+		res := g.get(t, "/login", "X-API-Key", "known-gold-key")
+		if got, want := res.Header.Get("RateLimit-Policy"), `"gold-failures";q=3;w=3600`; res.StatusCode != 429 || got != want {
+			t.Fatalf("gold: %d, RateLimit-Policy %q; want 429 and %q", res.StatusCode, got, want)
+		}
+
+		wantStatuses(t, statuses(t, g, "/login", 4, "X-API-Key", "known-key-one"), 401, 401, 401, 401)
+		res = g.get(t, "/login", "X-API-Key", "known-key-one")
+		if got, want := res.Header.Get("RateLimit-Policy"), `"calls";q=100;w=3600`; got != want {
+			t.Fatalf("RateLimit-Policy %q, want %q: a shadow policy is in no header", got, want)
+		}
+		// The trial's one failure is spent by the first 401: each later
+		// request would have been refused.
+		if n := strings.Count(g.logs.String(), `"policy":"failures-trial"`); n != 4 {
+			t.Fatalf("%d requests shadow-denied by failures-trial, want 4:\n%s", n, g.logs)
+		}
+		if n := reached.Load(); n != 8 {
+			t.Fatalf("upstream saw %d, want 8", n)
+		}
+	})
+}
+
+// droppingCharges loses the reply to the next settlement's script call,
+// on the way back from Redis.
+type droppingCharges struct {
+	proxy.Limiter
+	link *redistest.Proxy
+}
+
+func (d droppingCharges) Evaluate(ctx context.Context, req limiter.Request) limiter.Outcome {
+	if req.Phase == limiter.Settlement {
+		d.link.DropNextReply()
+	}
+	return d.Limiter.Evaluate(ctx, req)
+}
+
+// A charge whose reply Redis sent but the gateway never got is retried
+// under its evaluation ID, and charged once: each failed login takes one
+// from the budget, and no charge counts as failed.
+func TestALostChargeReplyIsChargedOnce(t *testing.T) {
+	s := redistest.Start(t)
+	link := redistest.StartProxy(t, s.Addr)
+	// No denial cache: its resets subscription would share the proxy,
+	// and DropNextReply could drop the SUBSCRIBE reply instead.
+	r := redistest.NewLimiter(t, limiter.RedisOptions{Addrs: []string{link.Addr}, DenialCacheEntries: -1})
+	up, _ := answering(t, func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusUnauthorized)
+	})
+	p := redisPolicy(limitertest.FixedWindow(5, time.Hour), "failed-logins")
+	p.CountStatuses = limiter.StatusSet(401)
+	m := proxy.NewMetrics(prometheus.NewRegistry())
+	g := newGateway(t, setup{routes: []proxy.Route{route("login", "/login", up, t, p)}, limiter: droppingCharges{r, link}, metrics: m})
+	for i, want := range []int64{5, 4, 3} {
+		res := g.get(t, "/login")
+		if res.StatusCode != 401 || remaining(t, res, "failed-logins") != want {
+			t.Fatalf("failure %d: %d, RateLimit %q; want 401 with r=%d", i+1, res.StatusCode, res.Header.Get("RateLimit"), want)
+		}
+	}
+	if n := link.Dropped(); n != 3 {
+		t.Fatalf("%d replies dropped, want 3", n)
+	}
+	if got := testutil.ToFloat64(m.ChargeFailures.WithLabelValues("login", "failed-logins")); got != 0 {
+		t.Fatalf("gateway_limiter_charge_failures_total %v, want 0: the retry is the charge", got)
 	}
 }
