@@ -54,69 +54,73 @@ func remaining(t *testing.T, res *http.Response, name string) int64 {
 // A login form limited by its failures: 200s are free, and once five 401s
 // are spent the next request is refused before the upstream.
 func TestFailedLoginsAreCountedByTheirStatus(t *testing.T) {
-	onEachBackend(t, func(t *testing.T, lim proxy.Limiter) {
-		up, reached := answering(t, func(w http.ResponseWriter, r *http.Request) {
-			if r.Header.Get("X-Password") != "right" {
-				w.WriteHeader(http.StatusUnauthorized)
-			}
-		})
-		p := redisPolicy(limitertest.FixedWindow(5, 15*time.Minute), "failed-logins")
-		p.CountStatuses = limiter.StatusSet(401, 403)
-		g := newGateway(t, setup{routes: []proxy.Route{route("login", "/login", up, t, p)}, limiter: lim})
+	onEachBackend(t, failedLoginsAreCountedByTheirStatus)
+}
 
-		wantStatuses(t, statuses(t, g, "/login", 3, "X-Password", "right"), 200, 200, 200)
-		for i := range 5 {
-			res := g.get(t, "/login", "X-Password", "wrong")
-			if res.StatusCode != 401 {
-				t.Fatalf("failure %d: status %d, want 401", i+1, res.StatusCode)
-			}
-			// What the check saw left, before this failure was charged.
-			if r := remaining(t, res, "failed-logins"); r != int64(5-i) {
-				t.Fatalf("failure %d: r=%d, want %d", i+1, r, 5-i)
-			}
-		}
-		res := g.get(t, "/login", "X-Password", "right")
-		if res.StatusCode != 429 {
-			t.Fatalf("after five failures: status %d, want 429", res.StatusCode)
-		}
-		if v := violated(t, res); len(v) != 1 || v[0] != "failed-logins" {
-			t.Fatalf("violated-policies %q", v)
-		}
-		if n := reached.Load(); n != 8 {
-			t.Fatalf("upstream saw %d, want 8", n)
+func failedLoginsAreCountedByTheirStatus(t *testing.T, lim proxy.Limiter) {
+	up, reached := answering(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("X-Password") != "right" {
+			w.WriteHeader(http.StatusUnauthorized)
 		}
 	})
+	p := redisPolicy(limitertest.FixedWindow(5, 15*time.Minute), "failed-logins")
+	p.CountStatuses = limiter.StatusSet(401, 403)
+	g := newGateway(t, setup{routes: []proxy.Route{route("login", "/login", up, t, p)}, limiter: lim})
+
+	wantStatuses(t, statuses(t, g, "/login", 3, "X-Password", "right"), 200, 200, 200)
+	for i := range 5 {
+		res := g.get(t, "/login", "X-Password", "wrong")
+		if res.StatusCode != 401 {
+			t.Fatalf("failure %d: status %d, want 401", i+1, res.StatusCode)
+		}
+		// What the check saw left, before this failure was charged.
+		if r := remaining(t, res, "failed-logins"); r != int64(5-i) {
+			t.Fatalf("failure %d: r=%d, want %d", i+1, r, 5-i)
+		}
+	}
+	res := g.get(t, "/login", "X-Password", "right")
+	if res.StatusCode != 429 {
+		t.Fatalf("after five failures: status %d, want 429", res.StatusCode)
+	}
+	if v := violated(t, res); len(v) != 1 || v[0] != "failed-logins" {
+		t.Fatalf("violated-policies %q", v)
+	}
+	if n := reached.Load(); n != 8 {
+		t.Fatalf("upstream saw %d, want 8", n)
+	}
 }
 
 // The upstream says what a call cost: 40 a call on a 100-token bucket
 // shows 100, 60 and 20 left (what each call found before its charge), and
 // the third takes it to -20, a debt the next call is refused by.
 func TestACostHeaderChargesItsValueAndIsRemoved(t *testing.T) {
-	onEachBackend(t, func(t *testing.T, lim proxy.Limiter) {
-		up, reached := answering(t, func(w http.ResponseWriter, r *http.Request) {
-			w.Header().Set("X-Usage-Cost", "40")
-			w.Write([]byte("done"))
-		})
-		p := redisPolicy(limitertest.TokenBucket(100, 1, time.Hour), "usage")
-		p.CostHeader = "x-usage-cost"
-		g := newGateway(t, setup{routes: []proxy.Route{route("api", "/api", up, t, p)}, limiter: lim})
-		for i, want := range []int64{100, 60, 20} {
-			res := g.get(t, "/api")
-			if res.StatusCode != 200 || remaining(t, res, "usage") != want {
-				t.Fatalf("call %d: status %d, r=%d; want 200, r=%d", i+1, res.StatusCode, remaining(t, res, "usage"), want)
-			}
-			if v, ok := res.Header["X-Usage-Cost"]; ok {
-				t.Fatalf("call %d: the client saw the cost header %q", i+1, v)
-			}
-		}
-		res := g.get(t, "/api")
-		if res.StatusCode != 429 || remaining(t, res, "usage") != 0 {
-			t.Fatalf("in debt: status %d, r=%d; want 429, r=0", res.StatusCode, remaining(t, res, "usage"))
-		}
-		if n := reached.Load(); n != 3 {
-			t.Fatalf("upstream saw %d, want 3", n)
-		}
+	onEachBackend(t, aCostHeaderChargesItsValueAndIsRemoved)
+}
+
+func aCostHeaderChargesItsValueAndIsRemoved(t *testing.T, lim proxy.Limiter) {
+	up, reached := answering(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Usage-Cost", "40")
+		w.Write([]byte("done"))
 	})
+	p := redisPolicy(limitertest.TokenBucket(100, 1, time.Hour), "usage")
+	p.CostHeader = "x-usage-cost"
+	g := newGateway(t, setup{routes: []proxy.Route{route("api", "/api", up, t, p)}, limiter: lim})
+	for i, want := range []int64{100, 60, 20} {
+		res := g.get(t, "/api")
+		if res.StatusCode != 200 || remaining(t, res, "usage") != want {
+			t.Fatalf("call %d: status %d, r=%d; want 200, r=%d", i+1, res.StatusCode, remaining(t, res, "usage"), want)
+		}
+		if v, ok := res.Header["X-Usage-Cost"]; ok {
+			t.Fatalf("call %d: the client saw the cost header %q", i+1, v)
+		}
+	}
+	res := g.get(t, "/api")
+	if res.StatusCode != 429 || remaining(t, res, "usage") != 0 {
+		t.Fatalf("in debt: status %d, r=%d; want 429, r=0", res.StatusCode, remaining(t, res, "usage"))
+	}
+	if n := reached.Load(); n != 3 {
+		t.Fatalf("upstream saw %d, want 3", n)
+	}
 }
 
 // A streamed response's cost comes in a trailer: charged at the end of the
@@ -125,50 +129,54 @@ func TestACostHeaderChargesItsValueAndIsRemoved(t *testing.T) {
 func TestACostTrailerIsChargedAtTheEndOfAStreamedBody(t *testing.T) {
 	for _, announced := range []bool{true, false} {
 		t.Run(map[bool]string{true: "announced", false: "unannounced"}[announced], func(t *testing.T) {
-			onEachBackend(t, func(t *testing.T, lim proxy.Limiter) {
-				up, reached := answering(t, func(w http.ResponseWriter, r *http.Request) {
-					name := http.TrailerPrefix + "X-Usage-Cost"
-					if announced {
-						w.Header().Set("Trailer", "X-Usage-Cost, X-Other")
-						name = "X-Usage-Cost"
-					}
-					for range 3 {
-						io.WriteString(w, "chunk ")
-						w.(http.Flusher).Flush()
-					}
-					w.Header().Set(name, "30")
-					w.Header().Set("X-Other", "kept")
-				})
-				p := redisPolicy(limitertest.TokenBucket(100, 1, time.Hour), "usage")
-				p.CostHeader, p.MaxCost = "X-Usage-Cost", 100
-				g := newGateway(t, setup{routes: []proxy.Route{route("stream", "/stream", up, t, p)}, limiter: lim})
-				for i, want := range []int64{100, 70, 40, 10} {
-					res := g.get(t, "/stream")
-					body, _ := io.ReadAll(res.Body)
-					if res.StatusCode != 200 || string(body) != "chunk chunk chunk " || remaining(t, res, "usage") != want {
-						t.Fatalf("call %d: status %d, body %q, r=%d; want 200, the whole body, r=%d", i+1, res.StatusCode, body, remaining(t, res, "usage"), want)
-					}
-					if len(res.TransferEncoding) == 0 || res.TransferEncoding[0] != "chunked" {
-						t.Fatalf("call %d: transfer encoding %q, want chunked", i+1, res.TransferEncoding)
-					}
-					if v, ok := res.Trailer["X-Usage-Cost"]; ok {
-						t.Fatalf("call %d: the client saw the cost trailer %q", i+1, v)
-					}
-					if strings.Contains(strings.ToLower(res.Header.Get("Trailer")), "x-usage-cost") {
-						t.Fatalf("call %d: the client was told of the cost trailer: %q", i+1, res.Header.Get("Trailer"))
-					}
-					if announced && res.Trailer.Get("X-Other") != "kept" {
-						t.Fatalf("call %d: another trailer was lost: %q", i+1, res.Trailer)
-					}
-				}
-				if res := g.get(t, "/stream"); res.StatusCode != 429 {
-					t.Fatalf("in debt: status %d, want 429", res.StatusCode)
-				}
-				if n := reached.Load(); n != 4 {
-					t.Fatalf("upstream saw %d, want 4", n)
-				}
-			})
+			onEachBackend(t, aCostTrailerIsChargedAtTheEndOfAStreamedBody(announced))
 		})
+	}
+}
+
+func aCostTrailerIsChargedAtTheEndOfAStreamedBody(announced bool) func(t *testing.T, lim proxy.Limiter) {
+	return func(t *testing.T, lim proxy.Limiter) {
+		up, reached := answering(t, func(w http.ResponseWriter, r *http.Request) {
+			name := http.TrailerPrefix + "X-Usage-Cost"
+			if announced {
+				w.Header().Set("Trailer", "X-Usage-Cost, X-Other")
+				name = "X-Usage-Cost"
+			}
+			for range 3 {
+				io.WriteString(w, "chunk ")
+				w.(http.Flusher).Flush()
+			}
+			w.Header().Set(name, "30")
+			w.Header().Set("X-Other", "kept")
+		})
+		p := redisPolicy(limitertest.TokenBucket(100, 1, time.Hour), "usage")
+		p.CostHeader, p.MaxCost = "X-Usage-Cost", 100
+		g := newGateway(t, setup{routes: []proxy.Route{route("stream", "/stream", up, t, p)}, limiter: lim})
+		for i, want := range []int64{100, 70, 40, 10} {
+			res := g.get(t, "/stream")
+			body, _ := io.ReadAll(res.Body)
+			if res.StatusCode != 200 || string(body) != "chunk chunk chunk " || remaining(t, res, "usage") != want {
+				t.Fatalf("call %d: status %d, body %q, r=%d; want 200, the whole body, r=%d", i+1, res.StatusCode, body, remaining(t, res, "usage"), want)
+			}
+			if len(res.TransferEncoding) == 0 || res.TransferEncoding[0] != "chunked" {
+				t.Fatalf("call %d: transfer encoding %q, want chunked", i+1, res.TransferEncoding)
+			}
+			if v, ok := res.Trailer["X-Usage-Cost"]; ok {
+				t.Fatalf("call %d: the client saw the cost trailer %q", i+1, v)
+			}
+			if strings.Contains(strings.ToLower(res.Header.Get("Trailer")), "x-usage-cost") {
+				t.Fatalf("call %d: the client was told of the cost trailer: %q", i+1, res.Header.Get("Trailer"))
+			}
+			if announced && res.Trailer.Get("X-Other") != "kept" {
+				t.Fatalf("call %d: another trailer was lost: %q", i+1, res.Trailer)
+			}
+		}
+		if res := g.get(t, "/stream"); res.StatusCode != 429 {
+			t.Fatalf("in debt: status %d, want 429", res.StatusCode)
+		}
+		if n := reached.Load(); n != 4 {
+			t.Fatalf("upstream saw %d, want 4", n)
+		}
 	}
 }
 
@@ -240,28 +248,30 @@ func TestAFailedChargeNeverChangesTheResponse(t *testing.T) {
 // Beside a request-counted policy, the check before forwarding is one
 // decision: a refusal by the failures' budget charges the other nothing.
 func TestAResponseChargedPolicyBesideARequestCountedOne(t *testing.T) {
-	onEachBackend(t, func(t *testing.T, lim proxy.Limiter) {
-		up, reached := answering(t, func(w http.ResponseWriter, r *http.Request) {
-			w.WriteHeader(http.StatusForbidden)
-		})
-		calls := redisPolicy(limitertest.FixedWindow(3, time.Hour), "calls")
-		failures := redisPolicy(limitertest.FixedWindow(1, time.Hour), "failures")
-		failures.CountStatuses = limiter.StatusSet(401, 403)
-		g := newGateway(t, setup{routes: []proxy.Route{multiRoute("login", "/login", up, t, calls, failures)}, limiter: lim})
-		res := g.get(t, "/login")
-		if res.StatusCode != 403 || remaining(t, res, "calls") != 2 || remaining(t, res, "failures") != 1 {
-			t.Fatalf("first: status %d, RateLimit %q", res.StatusCode, res.Header.Get("RateLimit"))
-		}
-		for range 2 {
-			res = g.get(t, "/login")
-			if res.StatusCode != 429 || remaining(t, res, "calls") != 2 || remaining(t, res, "failures") != 0 {
-				t.Fatalf("after the failure: status %d, RateLimit %q; want 429, calls uncharged at 2", res.StatusCode, res.Header.Get("RateLimit"))
-			}
-		}
-		if n := reached.Load(); n != 1 {
-			t.Fatalf("upstream saw %d, want 1", n)
-		}
+	onEachBackend(t, aResponseChargedPolicyBesideARequestCountedOne)
+}
+
+func aResponseChargedPolicyBesideARequestCountedOne(t *testing.T, lim proxy.Limiter) {
+	up, reached := answering(t, func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusForbidden)
 	})
+	calls := redisPolicy(limitertest.FixedWindow(3, time.Hour), "calls")
+	failures := redisPolicy(limitertest.FixedWindow(1, time.Hour), "failures")
+	failures.CountStatuses = limiter.StatusSet(401, 403)
+	g := newGateway(t, setup{routes: []proxy.Route{multiRoute("login", "/login", up, t, calls, failures)}, limiter: lim})
+	res := g.get(t, "/login")
+	if res.StatusCode != 403 || remaining(t, res, "calls") != 2 || remaining(t, res, "failures") != 1 {
+		t.Fatalf("first: status %d, RateLimit %q", res.StatusCode, res.Header.Get("RateLimit"))
+	}
+	for range 2 {
+		res = g.get(t, "/login")
+		if res.StatusCode != 429 || remaining(t, res, "calls") != 2 || remaining(t, res, "failures") != 0 {
+			t.Fatalf("after the failure: status %d, RateLimit %q; want 429, calls uncharged at 2", res.StatusCode, res.Header.Get("RateLimit"))
+		}
+	}
+	if n := reached.Load(); n != 1 {
+		t.Fatalf("upstream saw %d, want 1", n)
+	}
 }
 
 // heldCharges decides admissions and holds every settlement until release
@@ -402,5 +412,27 @@ func TestALostChargeReplyIsChargedOnce(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(m.ChargeFailures.WithLabelValues("login", "failed-logins")); got != 0 {
 		t.Fatalf("gateway_limiter_charge_failures_total %v, want 0: the retry is the charge", got)
+	}
+}
+
+// The charges by the response over a Redis Cluster (three masters), each
+// case with keys of its own: the failed-login form, the cost header, the
+// cost trailer of a streamed body, and a response-charged policy beside a
+// request-counted one, whose keys share the subject's slot.
+func TestChargesByTheResponseOverRedisCluster(t *testing.T) {
+	c := redistest.StartCluster(t)
+	for _, tc := range []struct {
+		name string
+		test func(t *testing.T, lim proxy.Limiter)
+	}{
+		{"failed logins counted by their status", failedLoginsAreCountedByTheirStatus},
+		{"a cost header", aCostHeaderChargesItsValueAndIsRemoved},
+		{"a cost trailer", aCostTrailerIsChargedAtTheEndOfAStreamedBody(true)},
+		{"beside a request-counted policy", aResponseChargedPolicyBesideARequestCountedOne},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.test(t, redistest.NewLimiter(t, limiter.RedisOptions{Mode: limiter.RedisCluster, Addrs: c.Addrs(),
+				KeyPrefix: "charges-" + limitertest.Subject()[3:11] + ":"}))
+		})
 	}
 }
