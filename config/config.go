@@ -200,14 +200,6 @@ func (c *checker) listen(b *listenBlock) edge.Options {
 		return edge.Options{}
 	}
 	l := edge.Options{HTTP: or(b.HTTP, ""), HTTPS: or(b.HTTPS, ""), Admin: or(b.Admin, "")}
-	for _, a := range []struct {
-		name, value string
-		rng         hcl.Range
-	}{{"http", l.HTTP, valueRange(b.Body, "http")}, {"https", l.HTTPS, valueRange(b.Body, "https")}, {"admin", l.Admin, valueRange(b.Body, "admin")}} {
-		if a.value != "" && !validListenAddr(a.value) {
-			c.errorf(a.rng, "Invalid listen address", "%s must be host:port, such as \":8080\" or \"127.0.0.1:9901\".", a.name)
-		}
-	}
 	if l.HTTP == "" && l.HTTPS == "" {
 		c.errorf(b.DefRange, "No public listener", "listen needs http, https or both.")
 	}
@@ -217,9 +209,21 @@ func (c *checker) listen(b *listenBlock) edge.Options {
 	if b.ShutdownTimeout != nil && l.ShutdownTimeout == 0 {
 		l.ShutdownTimeout = -1
 	}
-	l.ReadHeaderTimeout = c.duration(b.ReadHeaderTimeout, b.Body, "read_header_timeout", 0, time.Millisecond)
-	l.IdleTimeout = c.duration(b.IdleTimeout, b.Body, "idle_timeout", 0, time.Millisecond)
-	l.MaxHeaderBytes = int(c.integer(b.MaxHeaderBytes, b.Body, "max_header_bytes", 0, 1024))
+	// What each may be is edge.Options.Validate's. Its zero is "the
+	// default"; a 0 the file writes is below the minimum, and is passed on
+	// as negative for edge to refuse.
+	l.ReadHeaderTimeout = c.durationOr(b.ReadHeaderTimeout, b.Body, "read_header_timeout", 0)
+	if b.ReadHeaderTimeout != nil && l.ReadHeaderTimeout == 0 {
+		l.ReadHeaderTimeout = -1
+	}
+	l.IdleTimeout = c.durationOr(b.IdleTimeout, b.Body, "idle_timeout", 0)
+	if b.IdleTimeout != nil && l.IdleTimeout == 0 {
+		l.IdleTimeout = -1
+	}
+	l.MaxHeaderBytes = int(or(b.MaxHeaderBytes, 0))
+	if b.MaxHeaderBytes != nil && l.MaxHeaderBytes == 0 {
+		l.MaxHeaderBytes = -1
+	}
 	l.MaxConnections = int(c.integer(b.MaxConnections, b.Body, "max_connections", 0, 0))
 	if b.MaxConnections != nil && l.MaxConnections == 0 {
 		l.MaxConnections = -1
@@ -229,15 +233,6 @@ func (c *checker) listen(b *listenBlock) edge.Options {
 		l.MaxConnectionsPerClient = -1
 	}
 	return l
-}
-
-func validListenAddr(s string) bool {
-	i := strings.LastIndexByte(s, ':')
-	if i < 0 {
-		return false
-	}
-	port, err := strconv.Atoi(s[i+1:])
-	return err == nil && port >= 0 && port <= 65535
 }
 
 func (c *checker) tls(b *tlsBlock) *edge.TLSOptions {

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -32,10 +33,14 @@ type Options struct {
 	// Default 15s; negative: none, connections are closed at once.
 	ShutdownTimeout time.Duration
 	// ReadHeaderTimeout bounds reading a request's headers, and on HTTPS
-	// the TLS handshake too. Default 10s.
+	// the TLS handshake too. Default 10s; else at least MinTimeout.
 	ReadHeaderTimeout time.Duration
-	IdleTimeout       time.Duration // keep-alive connections idle this long are closed; default 120s
-	MaxHeaderBytes    int           // default 64 KiB
+	// IdleTimeout closes keep-alive connections idle this long. Default
+	// 120s; else at least MinTimeout.
+	IdleTimeout time.Duration
+	// MaxHeaderBytes bounds a request's headers. Default 64 KiB; else at
+	// least MinMaxHeaderBytes.
+	MaxHeaderBytes int
 	// MaxConnections caps the open connections of each public listener; the
 	// next waits in the kernel's backlog. Default 10000; negative: no cap.
 	MaxConnections int
@@ -87,6 +92,13 @@ const (
 	DefaultMaxConnections    = 10000
 	DefaultMaxPerClient      = 256
 	DefaultClientIPv6Prefix  = subject.DefaultIPv6Prefix
+)
+
+// The least of ReadHeaderTimeout and IdleTimeout, and of MaxHeaderBytes,
+// when set.
+const (
+	MinTimeout        = time.Millisecond
+	MinMaxHeaderBytes = 1024
 )
 
 // DefaultHTTP is the public listener of Options that name none.
@@ -153,16 +165,21 @@ func (o Options) Validate() error {
 	if o.TLS != nil && o.HTTPS == "" {
 		problem("tls", "TLS without HTTPS", "A tls block needs listen.https.")
 	}
-	for _, d := range []struct {
-		field string
-		value time.Duration
-	}{{"listen.read_header_timeout", o.ReadHeaderTimeout}, {"listen.idle_timeout", o.IdleTimeout}} {
-		if d.value < 0 {
-			problem(d.field, "Duration too short", "%s must not be negative.", d.field)
+	for _, a := range []struct{ name, value string }{{"http", o.HTTP}, {"https", o.HTTPS}, {"admin", o.Admin}} {
+		if a.value != "" && !validListenAddr(a.value) {
+			problem("listen."+a.name, "Invalid listen address", "%s must be host:port, such as \":8080\" or \"127.0.0.1:9901\".", a.name)
 		}
 	}
-	if o.MaxHeaderBytes < 0 {
-		problem("listen.max_header_bytes", "Value too small", "max_header_bytes must not be negative.")
+	for _, d := range []struct {
+		name  string
+		value time.Duration
+	}{{"read_header_timeout", o.ReadHeaderTimeout}, {"idle_timeout", o.IdleTimeout}} {
+		if d.value != 0 && d.value < MinTimeout {
+			problem("listen."+d.name, "Duration too short", "%s must be at least %s.", d.name, MinTimeout)
+		}
+	}
+	if o.MaxHeaderBytes != 0 && o.MaxHeaderBytes < MinMaxHeaderBytes {
+		problem("listen.max_header_bytes", "Value too small", "max_header_bytes must be at least %d.", MinMaxHeaderBytes)
 	}
 	if o.ClientIPv6Prefix < 0 || o.ClientIPv6Prefix > 128 {
 		problem("subject.ipv6_prefix", "Invalid prefix length", "ipv6_prefix must be between 1 and 128.")
@@ -203,6 +220,17 @@ func (o Options) Validate() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// validListenAddr reports whether s is an optional host, a colon and a
+// port number.
+func validListenAddr(s string) bool {
+	i := strings.LastIndexByte(s, ':')
+	if i < 0 {
+		return false
+	}
+	port, err := strconv.Atoi(s[i+1:])
+	return err == nil && port >= 0 && port <= 65535
 }
 
 // validate is Validate, and that each listener has its handler.

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/edgegate/gateway/edge"
 )
@@ -13,14 +14,7 @@ import (
 func TestValidateNamesTheFieldOfEachProblem(t *testing.T) {
 	o := edge.Options{HTTPS: ":8443", ClientIPv6Prefix: 129, TLS: &edge.TLSOptions{ACME: &edge.ACMEOptions{
 		Domains: []string{"example.com", "a b"}, Challenges: []string{edge.ChallengeHTTP01, "dns-01"}, CA: "http://ca.example"}}}
-	var fields []string
-	for _, e := range o.Validate().(interface{ Unwrap() []error }).Unwrap() {
-		var fe *edge.FieldError
-		if !errors.As(e, &fe) {
-			t.Fatalf("%v is no FieldError", e)
-		}
-		fields = append(fields, fe.Field)
-	}
+	fields := problemFields(t, o.Validate())
 	want := []string{"subject.ipv6_prefix", "tls.acme.domains[1]", "tls.acme.challenges[1]", "tls.acme.challenges", "tls.acme.ca"}
 	if !slices.Equal(fields, want) {
 		t.Errorf("fields %q, want %q", fields, want)
@@ -28,4 +22,34 @@ func TestValidateNamesTheFieldOfEachProblem(t *testing.T) {
 	if err := (edge.Options{HTTP: ":8080"}).Validate(); err != nil {
 		t.Errorf("a plain listener: %v", err)
 	}
+}
+
+// A listener's addresses and minimums are edge's alone: zero takes the
+// default, anything else below the minimum is refused.
+func TestValidateHoldsTheListenersToTheirMinimums(t *testing.T) {
+	o := edge.Options{HTTP: "8080", Admin: "localhost:admin", ReadHeaderTimeout: -time.Second,
+		IdleTimeout: edge.MinTimeout / 2, MaxHeaderBytes: edge.MinMaxHeaderBytes - 1}
+	fields := problemFields(t, o.Validate())
+	want := []string{"listen.http", "listen.admin", "listen.read_header_timeout", "listen.idle_timeout", "listen.max_header_bytes"}
+	if !slices.Equal(fields, want) {
+		t.Errorf("fields %q, want %q", fields, want)
+	}
+	ok := edge.Options{HTTP: "127.0.0.1:8080", Admin: ":9901", IdleTimeout: edge.MinTimeout, MaxHeaderBytes: edge.MinMaxHeaderBytes}
+	if err := ok.Validate(); err != nil {
+		t.Errorf("the minimums, and a default: %v", err)
+	}
+}
+
+// problemFields are the fields err's problems name.
+func problemFields(t *testing.T, err error) []string {
+	t.Helper()
+	var fields []string
+	for _, e := range err.(interface{ Unwrap() []error }).Unwrap() {
+		var fe *edge.FieldError
+		if !errors.As(e, &fe) {
+			t.Fatalf("%v is no FieldError", e)
+		}
+		fields = append(fields, fe.Field)
+	}
+	return fields
 }
