@@ -6,8 +6,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"sync/atomic"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -93,14 +91,13 @@ func (f *framingCheck) refuse(w http.ResponseWriter, why refusal) {
 }
 
 // framingRefusals counts refusals (gateway_framing_refusals_total{reason})
-// and logs them, at most one line per reason a second: a client can open
-// connections as fast as it likes, and each can be refused once. The lines
-// carry no client address.
+// and logs them, at most one line per reason a second (LogThrottle): a
+// client can open connections as fast as it likes, and each can be
+// refused once. The lines carry no client address.
 type framingRefusals struct {
-	counters   [refusalCount]prometheus.Counter
-	logger     *slog.Logger
-	lastLog    [refusalCount]atomic.Int64 // unix nanoseconds
-	suppressed [refusalCount]atomic.Int64 // refusals since the last line
+	counters [refusalCount]prometheus.Counter
+	logger   *slog.Logger
+	log      LogThrottle[refusal]
 }
 
 // newFramingRefusals registers the counter on reg when it is not nil.
@@ -121,14 +118,10 @@ func newFramingRefusals(reg prometheus.Registerer, logger *slog.Logger) *framing
 
 func (f *framingRefusals) record(why refusal, listener string) {
 	f.counters[why].Inc()
-	now := time.Now().UnixNano()
-	last := f.lastLog[why].Load()
-	if now-last < int64(time.Second) || !f.lastLog[why].CompareAndSwap(last, now) {
-		f.suppressed[why].Add(1)
-		return
+	if log, skipped := f.log.Admit(why); log {
+		f.logger.Warn("request refused for its framing; the connection closes",
+			"reason", why.String(), "listener", listener, "refusals_not_logged", skipped)
 	}
-	f.logger.Warn("request refused for its framing; the connection closes",
-		"reason", why.String(), "listener", listener, "refusals_not_logged", f.suppressed[why].Swap(0))
 }
 
 // closingWriter makes the response it writes the connection's last: it

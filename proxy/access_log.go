@@ -52,7 +52,7 @@ type exchange struct {
 // record counts a request in the metrics and writes its access log line;
 // aborted says that its response was cut off. A request that forwarded
 // nothing is logged at most once a second per route, client and outcome
-// (refusalLog), and no field of a line is longer than maxLogField.
+// (edge.LogThrottle), and no field of a line is longer than maxLogField.
 func (h *Handler) record(r *http.Request, c *compiled, x *exchange, code int, written int64, start time.Time, aborted bool) {
 	took := time.Since(start)
 	if h.opts.Metrics != nil {
@@ -69,7 +69,7 @@ func (h *Handler) record(r *http.Request, c *compiled, x *exchange, code int, wr
 			if k.pseudonym == "" {
 				k.client = x.in.Client()
 			}
-			log, skipped := h.refusals.admit(k)
+			log, skipped := h.refusals.Admit(k)
 			if !log {
 				return
 			}

@@ -7,7 +7,7 @@ import (
 )
 
 // SetLogClock makes h's access log throttle read the time from now.
-func SetLogClock(h *Handler, now func() time.Time) { h.refusals.now = now }
+func SetLogClock(h *Handler, now func() time.Time) { h.refusals.Now = now }
 
 // TrustUpstreams makes the transports of h's current pools trust the
 // certificates of roots, for upstreams with a test certificate.

@@ -17,6 +17,7 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/edgegate/gateway/edge"
 	"github.com/edgegate/gateway/limiter"
 	"github.com/edgegate/gateway/subject"
 )
@@ -156,7 +157,7 @@ type Handler struct {
 	evalIDs evaluationIDs
 	// refusals bound the access log lines of requests that forward
 	// nothing.
-	refusals refusalLog
+	refusals edge.LogThrottle[refusalLogKey]
 
 	swap   sync.Mutex // one Swap at a time, and Close
 	checks *healthChecks
