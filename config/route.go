@@ -23,19 +23,14 @@ func (c *checker) routes(blocks []*routeBlock, policies map[string]*limiter.Poli
 	hasPrincipal := so.PrincipalHeader != "" && len(so.TrustedProxies) > 0
 	hasJWT := so.JWT != nil
 	var routes []proxy.Route
-	var ranges []hcl.Range
-	labels := map[string]hcl.Range{}
+	// The ranges of the routes' fields as a list (proxy.ValidateRoutes).
+	listElements := map[string]hcl.Range{}
 	for _, b := range blocks {
 		id := b.OperationID
 		if !isName(id) {
 			c.errorf(b.OperationIDRange, "Invalid operation ID", "Route labels are letters, digits, '.', '-' and '_'.")
 			continue
 		}
-		if first, dup := labels[id]; dup {
-			c.errorf(b.OperationIDRange, "Duplicate route", "A route labelled %q is already defined at %s.", id, first)
-			continue
-		}
-		labels[id] = b.DefRange
 		r := proxy.Route{OperationID: id, Host: strings.ToLower(strings.TrimSuffix(or(b.Host, ""), "."))}
 		if valueRange(b.Body, "path") != (hcl.Range{}) {
 			p, err := proxy.NormalizePath(b.Path)
@@ -170,18 +165,13 @@ func (c *checker) routes(blocks []*routeBlock, policies map[string]*limiter.Poli
 		for i, u := range r.Upgrades {
 			r.Upgrades[i] = strings.ToLower(u)
 		}
-		for i, o := range routes {
-			switch {
-			case r.Path == "" || o.Path == "" || !proxy.RoutesOverlap(&o, &r):
-			case o.Path == r.Path:
-				c.errorf(b.DefRange, "Routes overlap", "Route %q matches the same host, path and methods as %q at %s.", id, o.OperationID, ranges[i])
-			default:
-				c.errorf(b.DefRange, "Routes overlap once folded", "Route %q and %q at %s match the same host and methods, and one's case_insensitive or ignore_extensions folds the other's path into its own (%s, %s): which of them a request goes to would depend on their order.", id, o.OperationID, ranges[i], r.Path, o.Path)
-			}
-		}
+		field := fmt.Sprintf("routes[%d]", len(routes))
+		listElements[field], listElements[field+".operation_id"] = b.DefRange, b.OperationIDRange
 		routes = append(routes, r)
-		ranges = append(ranges, b.DefRange)
 	}
+	// That no label is taken twice, and that no two routes match the same
+	// requests, is proxy.ValidateRoutes's to say.
+	c.fields(proxy.ValidateRoutes(routes), "Invalid route", hcl.Range{}, finderOf(nil, nil, listElements))
 	return routes
 }
 

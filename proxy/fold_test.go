@@ -1,6 +1,7 @@
 package proxy_test
 
 import (
+	"errors"
 	"io"
 	"net/http"
 	"strings"
@@ -117,7 +118,8 @@ func TestRoutesThatCollideOnceFoldedAreRefused(t *testing.T) {
 			m := limiter.NewMemory(limiter.MemoryOptions{})
 			t.Cleanup(func() { m.Close() })
 			_, err := proxy.NewHandler(proxy.Options{}, proxy.Config{Routes: rs, Resolver: newResolver(t, nil), Limiter: m})
-			if err == nil || !strings.Contains(err.Error(), "match the same requests") {
+			var fe *proxy.FieldError
+			if !errors.As(err, &fe) || fe.Summary != "Routes overlap once folded" {
 				t.Fatalf("NewHandler: %v, want the routes refused", err)
 			}
 		})

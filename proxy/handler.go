@@ -292,14 +292,12 @@ func (h *Handler) compile(cfg Config, prev *compiled) (*compiled, []*http.Transp
 	if !tokenLimits.shadowOnly {
 		gate = tokens
 	}
+	if err := ValidateRoutes(cfg.Routes); err != nil {
+		return nil, nil, fmt.Errorf("proxy: %w", err)
+	}
 	routes := make([]*route, 0, len(cfg.Routes))
-	seen := map[string]bool{}
 	for i := range cfg.Routes {
 		r := &route{Route: cfg.Routes[i]}
-		if seen[r.OperationID] {
-			return nil, nil, fmt.Errorf("proxy: duplicate route %q", r.OperationID)
-		}
-		seen[r.OperationID] = true
 		switch {
 		case (r.Upstream == nil) == (r.Pool == ""):
 			return nil, nil, fmt.Errorf("proxy: route %q needs an upstream URL or a pool, not both", r.OperationID)
@@ -310,11 +308,6 @@ func (h *Handler) compile(cfg Config, prev *compiled) (*compiled, []*http.Transp
 			}
 		default:
 			r.pool = pools[r.Upstream.String()]
-		}
-		for _, o := range routes {
-			if RoutesOverlap(&o.Route, &r.Route) {
-				return nil, nil, fmt.Errorf("proxy: routes %q and %q match the same requests", o.OperationID, r.OperationID)
-			}
 		}
 		if err := r.Validate(cfg.Resolver.ManagedHeaders()); err != nil {
 			return nil, nil, fmt.Errorf("proxy: route %q: %w", r.OperationID, err)

@@ -371,12 +371,12 @@ func validExtension(ext string) bool {
 	return true
 }
 
-// RoutesOverlap reports whether two routes would match the same requests:
+// routesOverlap reports whether two routes would match the same requests:
 // the same host, methods that overlap, and the same path, or a path that one
 // of them folds into its own ("/Orders" to a case-insensitive "/orders",
 // "/orders.json" to an "/orders" that ignores ".json"), so that which one
 // a request goes to would depend on the order of the file.
-func RoutesOverlap(a, b *Route) bool {
+func routesOverlap(a, b *Route) bool {
 	if a.Host != b.Host || !MethodsOverlap(a.Methods, b.Methods) {
 		return false
 	}

@@ -89,6 +89,48 @@ func (r *Route) Validate(managed []string) error {
 	return errors.Join(errs...)
 }
 
+// ValidateRoutes reports the problems of routes as a list, each a
+// *FieldError naming a route by its position ("routes[1]", its label
+// "routes[1].operation_id"), joined: no operation ID twice, and no two
+// routes that match the same requests, which would go to whichever comes
+// first. A route whose ID is taken is reported for that alone; one
+// without a path (a problem of its own) is compared with none.
+func ValidateRoutes(routes []Route) error {
+	var errs []error
+	clash := func(i, first int, summary, detail string, args ...any) {
+		field, earlier := fmt.Sprintf("routes[%d]", i), fmt.Sprintf("routes[%d]", first)
+		if summary == "Duplicate route" {
+			field += ".operation_id"
+		}
+		errs = append(errs, &FieldError{Field: field, Summary: summary, Earlier: earlier, Detail: fmt.Sprintf(detail, args...)})
+	}
+	seen := map[string]int{}
+	var compared []int
+	for i := range routes {
+		r := &routes[i]
+		if first, dup := seen[r.OperationID]; dup {
+			clash(i, first, "Duplicate route", "A route labelled %q is already defined at routes[%d].", r.OperationID, first)
+			continue
+		}
+		seen[r.OperationID] = i
+		if r.Path == "" {
+			continue
+		}
+		for _, j := range compared {
+			o := &routes[j]
+			switch {
+			case !routesOverlap(o, r):
+			case o.Path == r.Path:
+				clash(i, j, "Routes overlap", "Route %q matches the same host, path and methods as %q at routes[%d].", r.OperationID, o.OperationID, j)
+			default:
+				clash(i, j, "Routes overlap once folded", "Route %q and %q at routes[%d] match the same host and methods, and one's case_insensitive or ignore_extensions folds the other's path into its own (%s, %s): which of them a request goes to would depend on their order.", r.OperationID, o.OperationID, j, r.Path, o.Path)
+			}
+		}
+		compared = append(compared, i)
+	}
+	return errors.Join(errs...)
+}
+
 // validatePolicies reports the problems of the policies a route or a plan
 // (per) lists, named field: each once, and none nil.
 func validatePolicies(field, per string, ps []*limiter.Policy) []error {

@@ -57,6 +57,29 @@ func TestRouteValidateNamesRepeatedPoliciesAndEmptyPlans(t *testing.T) {
 	}
 }
 
+// Routes as a list are the proxy's too: a label taken twice is reported
+// for that alone, and two routes that match the same requests, as written
+// or once folded, are named with the earlier one.
+func TestValidateRoutesNamesDuplicatesAndOverlaps(t *testing.T) {
+	routes := []proxy.Route{
+		{OperationID: "a", Path: "/orders"},
+		{OperationID: "a", Path: "/orders"},
+		{OperationID: "b", Path: "/orders", Methods: []string{"GET"}},
+		{OperationID: "c", Path: "/Orders", CaseInsensitive: true},
+		{OperationID: "d", Path: "/orders/v2"},
+	}
+	var got []string
+	for _, e := range proxy.ValidateRoutes(routes).(interface{ Unwrap() []error }).Unwrap() {
+		fe := e.(*proxy.FieldError)
+		got = append(got, fe.Field+" "+fe.Summary+" "+fe.Earlier)
+	}
+	want := []string{"routes[1].operation_id Duplicate route routes[0]", "routes[2] Routes overlap routes[0]",
+		"routes[3] Routes overlap once folded routes[0]", "routes[3] Routes overlap once folded routes[2]"}
+	if !slices.Equal(got, want) {
+		t.Errorf("problems %q, want %q", got, want)
+	}
+}
+
 // An upstream's rules are the proxy's too: two spellings of one target, a
 // health check slower than its interval (the default one too) and a path
 // that is not normalized are each named by field.
