@@ -11,6 +11,7 @@ import (
 	"github.com/edgegate/gateway/edge"
 	"github.com/edgegate/gateway/limiter"
 	"github.com/edgegate/gateway/proxy"
+	"github.com/edgegate/gateway/subject"
 )
 
 // Each block keeps its body (`hcl:",body"`), so that a problem is pointed
@@ -81,6 +82,8 @@ func fieldProblems(err error, summary string) []fieldProblem {
 		return []fieldProblem{{e.Field, e.Summary, e.Detail, e.Earlier}}
 	case *edge.FieldError:
 		return []fieldProblem{{e.Field, e.Summary, e.Detail, ""}}
+	case *subject.FieldError:
+		return []fieldProblem{{e.Field, e.Summary, e.Detail, ""}}
 	case interface{ Unwrap() []error }:
 		var out []fieldProblem
 		for _, each := range e.Unwrap() {
@@ -93,7 +96,8 @@ func fieldProblems(err error, summary string) []fieldProblem {
 		var le *limiter.FieldError
 		var pe *proxy.FieldError
 		var ee *edge.FieldError
-		if errors.As(err, &le) || errors.As(err, &pe) || errors.As(err, &ee) {
+		var se *subject.FieldError
+		if errors.As(err, &le) || errors.As(err, &pe) || errors.As(err, &ee) || errors.As(err, &se) {
 			return fieldProblems(e.Unwrap(), summary)
 		}
 	}

@@ -1,11 +1,8 @@
 package config
 
 import (
-	"net"
-	"net/url"
-	"slices"
+	"fmt"
 	"strings"
-	"time"
 
 	"github.com/hashicorp/hcl/v2"
 
@@ -31,6 +28,7 @@ func (c *checker) jwt(b *jwtBlock) *subject.JWTOptions {
 	switch {
 	case b.JWKSFile != nil && b.JWKSURL != nil:
 		c.errorf(valueRange(b.Body, "jwks_url"), "Two key sets", "Set jwks_file or jwks_url, not both.")
+		o.JWKSURL = *b.JWKSURL
 	case b.JWKSFile != nil:
 		path := c.path(*b.JWKSFile)
 		src, err := readFile(path, maxJWKSFileBytes)
@@ -45,52 +43,32 @@ func (c *checker) jwt(b *jwtBlock) *subject.JWTOptions {
 		}
 		o.Keys = keys
 	case b.JWKSURL != nil:
-		if !c.decodeFailed(valueRange(b.Body, "jwks_url")) && !trustedKeysURL(*b.JWKSURL) {
-			c.errorf(valueRange(b.Body, "jwks_url"), "Invalid jwks_url", "jwks_url must be an https:// URL (http:// only to a loopback address): keys fetched in the clear could be anyone's.")
-		}
 		o.JWKSURL = *b.JWKSURL
-	default:
-		c.errorf(b.DefRange, "No key set", "jwt needs jwks_file or jwks_url.")
-	}
-	if valueRange(b.Body, "issuer") != (hcl.Range{}) && strings.TrimSpace(b.Issuer) == "" {
-		c.errorf(valueRange(b.Body, "issuer"), "Empty issuer", "issuer must be the iss every accepted token carries.")
-	}
-	for _, it := range c.list(b.Audience, "audience") {
-		if it.value == "" {
-			c.errorf(it.rng, "Empty audience", "Each audience is an aud value a token may carry.")
-			continue
-		}
-		o.Audience = append(o.Audience, it.value)
-	}
-	if emptyList(b.Audience) {
-		c.errorf(b.Audience.Range(), "No audience", "audience needs at least one value: a token for another API of the same issuer must not pass.")
 	}
 	if b.Claim != nil && o.Claim == "" {
 		c.errorf(valueRange(b.Body, "claim"), "Empty claim", "claim names the claim that holds the principal, such as \"sub\".")
 	}
 	o.MaxTokenBytes = int(c.integer(b.MaxTokenBytes, b.Body, "max_token_bytes", 0, 1))
-	o.Leeway = c.duration(b.Leeway, b.Body, "leeway", 0, 0)
-	if o.Leeway > 5*time.Minute {
-		c.errorf(valueRange(b.Body, "leeway"), "Leeway too long", "leeway forgives clock skew; at most 5m.")
+	o.Leeway = c.durationOr(b.Leeway, b.Body, "leeway", 0)
+	// What the key set, issuer, audience, algorithms and leeway may be is
+	// subject.JWTOptions.Validate's; each list element is read with its
+	// range. A required attribute left out is the decoder's to report.
+	elements := map[string]hcl.Range{}
+	for i, it := range c.list(b.Audience, "audience") {
+		elements[fmt.Sprintf("audience[%d]", i)] = it.rng
+		o.Audience = append(o.Audience, it.value)
 	}
-	items := c.list(b.Algorithms, "algorithms")
-	for _, it := range items {
-		switch {
-		case strings.EqualFold(it.value, "none"):
-			c.errorf(it.rng, "Algorithm not allowed", "\"none\" is no signature.")
-		case strings.HasPrefix(strings.ToUpper(it.value), "HS"):
-			c.errorf(it.rng, "Algorithm not allowed", "%s needs a shared secret; a key set publishes public keys. Algorithms are %s.", it.value, strings.Join(subject.Algorithms, ", "))
-		case !slices.Contains(subject.Algorithms, it.value):
-			c.errorf(it.rng, "Unknown algorithm", "%q is not one of %s.", it.value, strings.Join(subject.Algorithms, ", "))
-		case slices.Contains(o.Algorithms, it.value):
-			c.errorf(it.rng, "Repeated algorithm", "%s is already in the list.", it.value)
-		default:
-			o.Algorithms = append(o.Algorithms, it.value)
+	for i, it := range c.list(b.Algorithms, "algorithms") {
+		elements[fmt.Sprintf("algorithms[%d]", i)] = it.rng
+		o.Algorithms = append(o.Algorithms, it.value)
+	}
+	var absent []string
+	for _, name := range []string{"issuer", "audience", "algorithms"} {
+		if !has(b.Body, name) {
+			absent = append(absent, name)
 		}
 	}
-	if emptyList(b.Algorithms) {
-		c.errorf(b.Algorithms.Range(), "No algorithm", "algorithms needs at least one of %s.", strings.Join(subject.Algorithms, ", "))
-	}
+	c.fields(o.Validate(), "Invalid jwt block", b.DefRange, finderOf(map[string]hcl.Body{"": b.Body}, nil, elements), absent...)
 	return o
 }
 
@@ -111,31 +89,4 @@ func (c *checker) invalidTokenPolicy(b *jwtBlock, policies map[string]*limiter.P
 		return nil
 	}
 	return p
-}
-
-// emptyList reports a literal []; a list that failed to evaluate is
-// reported already.
-func emptyList(expr hcl.Expression) bool {
-	exprs, diags := hcl.ExprList(expr)
-	return !diags.HasErrors() && len(exprs) == 0
-}
-
-// trustedKeysURL: keys come over TLS, or from this machine.
-func trustedKeysURL(s string) bool {
-	u, err := url.Parse(s)
-	if err != nil || u.Host == "" || u.User != nil {
-		return false
-	}
-	switch u.Scheme {
-	case "https":
-		return true
-	case "http":
-		host := u.Hostname()
-		if host == "localhost" {
-			return true
-		}
-		ip := net.ParseIP(host)
-		return ip != nil && ip.IsLoopback()
-	}
-	return false
 }

@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -125,25 +124,12 @@ const (
 )
 
 func newVerifier(o JWTOptions) (*verifier, error) {
+	if err := o.Validate(); err != nil {
+		return nil, fmt.Errorf("jwt: %w", err)
+	}
+	// A JWKSURL stands for the keys until the caller fetched them.
 	if o.Keys == nil {
 		return nil, errors.New("jwt: no key set")
-	}
-	if o.Issuer == "" {
-		return nil, errors.New("jwt: no issuer")
-	}
-	if len(o.Audience) == 0 {
-		return nil, errors.New("jwt: no audience")
-	}
-	if len(o.Algorithms) == 0 {
-		return nil, errors.New("jwt: no algorithms")
-	}
-	for _, a := range o.Algorithms {
-		if !slices.Contains(Algorithms, a) {
-			return nil, fmt.Errorf("jwt: algorithm %q is not one of %v", a, Algorithms)
-		}
-	}
-	if o.Leeway < 0 {
-		return nil, errors.New("jwt: negative leeway")
 	}
 	if o.Header == "" {
 		o.Header = DefaultJWTHeader

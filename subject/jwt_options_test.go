@@ -1,0 +1,40 @@
+package subject_test
+
+import (
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/edgegate/gateway/subject"
+)
+
+// A jwt block's rules are subject's: each problem names its field as the
+// block does, and NewResolver refuses the options for the same reasons.
+func TestJWTOptionsValidateNamesTheFieldOfEachProblem(t *testing.T) {
+	o := subject.JWTOptions{JWKSURL: "http://keys.example.com/jwks.json", Issuer: " ", Audience: []string{"orders", ""},
+		Algorithms: []string{"RS256", "HS256", "none", "ES999", "RS256"}, Leeway: subject.MaxLeeway + time.Second}
+	var fields []string
+	for _, e := range o.Validate().(interface{ Unwrap() []error }).Unwrap() {
+		var fe *subject.FieldError
+		if !errors.As(e, &fe) {
+			t.Fatalf("%v is no FieldError", e)
+		}
+		fields = append(fields, fe.Field)
+	}
+	want := []string{"jwks_url", "issuer", "audience[1]", "algorithms[1]", "algorithms[2]", "algorithms[3]", "algorithms[4]", "leeway"}
+	if !slices.Equal(fields, want) {
+		t.Errorf("fields %q, want %q", fields, want)
+	}
+	var fe *subject.FieldError
+	if err := (&subject.JWTOptions{}).Validate(); !errors.As(err, &fe) || fe.Field != "jwks_file" {
+		t.Errorf("no key set: %v", err)
+	}
+	if _, err := subject.NewResolver(subject.Options{JWT: &o, PseudonymKeys: map[int][]byte{1: []byte("test-only-fake-hmac-secret-0123456789abcdef")}, PseudonymVersion: 1}); !errors.As(err, &fe) {
+		t.Errorf("NewResolver took options Validate refuses: %v", err)
+	}
+	ok := subject.JWTOptions{JWKSURL: "http://127.0.0.1:8081/jwks.json", Issuer: "https://idp.example/", Audience: []string{"orders"}, Algorithms: []string{"ES256"}}
+	if err := ok.Validate(); err != nil {
+		t.Errorf("keys from this machine: %v", err)
+	}
+}
