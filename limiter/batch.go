@@ -21,6 +21,9 @@ import (
 //
 // A batch is sent with the earliest deadline among its calls: none waits
 // past its own. A call whose deadline passed while it was queued is not sent.
+// The deadline reaches go-redis as the socket's (see deadlineCtx); the one
+// timer a call has is its caller's, which stops waiting at the deadline
+// whatever the worker is doing.
 type batcher struct {
 	client *redis.Client
 	sizes  prometheus.Observer // calls per write
@@ -29,14 +32,36 @@ type batcher struct {
 	wg     sync.WaitGroup
 }
 
+// call is one EVALSHA waiting for its reply. Calls are reused: a caller
+// that read its reply puts its call back; one that stopped waiting (its
+// deadline, its client gone) leaves it to the worker and the collector.
 type call struct {
 	ctx   context.Context
-	sha   string
-	keys  []string
-	args  []any
+	cmd   []any // see script.command
 	reply any
 	err   error
-	done  chan struct{}
+	done  chan struct{} // the worker's one send, buffered
+}
+
+var calls = sync.Pool{New: func() any { return &call{done: make(chan struct{}, 1)} }}
+
+// finish hands c's reply to its caller; the worker must not touch c after.
+func (c *call) finish() { c.done <- struct{}{} }
+
+// timers hold the callers' deadline timers, stopped between uses.
+var timers sync.Pool
+
+func startTimer(d time.Duration) *time.Timer {
+	if t, ok := timers.Get().(*time.Timer); ok {
+		t.Reset(d)
+		return t
+	}
+	return time.NewTimer(d)
+}
+
+func stopTimer(t *time.Timer) {
+	t.Stop()
+	timers.Put(t)
 }
 
 const (
@@ -56,22 +81,43 @@ func newBatcher(c *redis.Client, sizes prometheus.Observer) *batcher {
 	return b
 }
 
-// evalSha sends one EVALSHA through the batcher and waits for its reply.
-func (b *batcher) evalSha(ctx context.Context, sha string, keys []string, args []any) (any, error) {
-	c := &call{ctx: ctx, sha: sha, keys: keys, args: args, done: make(chan struct{})}
+// evalSha sends one EVALSHA through the batcher and waits for its reply,
+// no longer than ctx's deadline.
+func (b *batcher) evalSha(ctx context.Context, cmd []any) (any, error) {
+	var expired <-chan time.Time
+	if d, ok := ctx.Deadline(); ok {
+		t := startTimer(time.Until(d))
+		defer stopTimer(t)
+		expired = t.C
+	}
+	c := calls.Get().(*call)
+	c.ctx, c.cmd = ctx, cmd
 	select {
 	case b.queue <- c:
 	case <-ctx.Done():
+		c.ctx, c.cmd = nil, nil
+		calls.Put(c)
 		return nil, fmt.Errorf("%w: %w", errNotSent, ctx.Err())
+	case <-expired:
+		c.ctx, c.cmd = nil, nil
+		calls.Put(c)
+		return nil, fmt.Errorf("%w: %w", errNotSent, context.DeadlineExceeded)
 	case <-b.stop:
+		c.ctx, c.cmd = nil, nil
+		calls.Put(c)
 		return nil, redis.ErrClosed
 	}
 	select {
 	case <-c.done:
-		return c.reply, c.err
+		reply, err := c.reply, c.err
+		*c = call{done: c.done}
+		calls.Put(c)
+		return reply, err
 	case <-ctx.Done():
 		// A worker may have sent it: its effect is unknown.
 		return nil, ctx.Err()
+	case <-expired:
+		return nil, context.DeadlineExceeded
 	}
 }
 
@@ -105,7 +151,7 @@ func (b *batcher) send(batch []*call, cmds []*redis.Cmd) []*redis.Cmd {
 	for _, c := range batch {
 		if err := c.ctx.Err(); err != nil {
 			c.err = fmt.Errorf("%w: %w", errNotSent, err)
-			close(c.done)
+			c.finish()
 			continue
 		}
 		if d, ok := c.ctx.Deadline(); ok && (deadline.IsZero() || d.Before(deadline)) {
@@ -121,27 +167,22 @@ func (b *batcher) send(batch []*call, cmds []*redis.Cmd) []*redis.Cmd {
 		return cmds
 	case 1:
 		c := live[0]
-		c.reply, c.err = b.client.EvalSha(c.ctx, c.sha, c.keys, c.args...).Result()
-		close(c.done)
+		c.reply, c.err = b.client.Do(c.ctx, c.cmd...).Result()
+		c.finish()
 		return cmds
 	}
 	// Not a caller's context: one caller going away must not cancel the
 	// others' calls.
-	ctx := context.Background()
-	if !deadline.IsZero() {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithDeadline(ctx, deadline)
-		defer cancel()
-	}
+	ctx := withDeadline(context.Background(), deadline)
 	pipe := b.client.Pipeline()
 	for _, c := range live {
-		cmds = append(cmds, pipe.EvalSha(ctx, c.sha, c.keys, c.args...))
+		cmds = append(cmds, pipe.Do(ctx, c.cmd...))
 	}
 	pipe.Exec(ctx)
 	for i, c := range live {
 		c.reply, c.err = cmds[i].Result()
 		cmds[i] = nil
-		close(c.done)
+		c.finish()
 	}
 	return cmds
 }
@@ -155,7 +196,7 @@ func (b *batcher) close() {
 		select {
 		case c := <-b.queue:
 			c.err = fmt.Errorf("%w: %w", errNotSent, redis.ErrClosed)
-			close(c.done)
+			c.finish()
 		default:
 			return
 		}

@@ -99,7 +99,9 @@ func (r *Redis) Peek(ctx context.Context, req Request) Outcome {
 	if o := peekable(ctx, req); o != nil {
 		return o
 	}
-	return r.decide(ctx, req.Policies, r.keys(req.Policies, req.Subject, ""), r.args(req.Policies, 0, Admission))
+	ps := req.Policies
+	cmd := r.script.command(r.keys(ps, req.Subject, ""), argsHead+argsPerPolicy*len(ps))
+	return r.decide(ctx, ps, r.appendArgs(cmd, ps, 0, Admission))
 }
 
 // Reset deletes req.Subject's state for each of req's policies, with the

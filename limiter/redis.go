@@ -293,12 +293,51 @@ func (r *Redis) Close() error {
 	return r.client.Close()
 }
 
-// withDeadline bounds ctx by deadline, unless it is zero.
-func withDeadline(ctx context.Context, deadline time.Time) (context.Context, context.CancelFunc) {
+// withDeadline bounds ctx by deadline, unless it is zero, without a timer
+// (see deadlineCtx).
+func withDeadline(ctx context.Context, deadline time.Time) context.Context {
 	if deadline.IsZero() {
-		return ctx, func() {}
+		return ctx
 	}
-	return context.WithDeadline(ctx, deadline)
+	if d, ok := ctx.Deadline(); ok && !deadline.Before(d) {
+		return ctx
+	}
+	return &deadlineCtx{Context: ctx, deadline: deadline}
+}
+
+// deadlineCtx is a context bounded by a deadline that no timer enforces:
+// a decision's. Deadline reports it, so go-redis sets it on the socket for
+// every write and read (ContextTimeoutEnabled) and the dialer keeps to it;
+// Err reports DeadlineExceeded once it has passed. Done is the parent's
+// alone: the one wait that must end at the deadline itself, the caller's
+// for its batch (batcher.evalSha), has a timer of its own, and the rarer
+// waits (a script load, see timed) take one when they start.
+// context.WithDeadline would cost every decision a timer, a cancel
+// function and a place among the request context's children.
+type deadlineCtx struct {
+	context.Context
+	deadline time.Time
+}
+
+func (c *deadlineCtx) Deadline() (time.Time, bool) { return c.deadline, true }
+
+func (c *deadlineCtx) Err() error {
+	if err := c.Context.Err(); err != nil {
+		return err
+	}
+	if !time.Now().Before(c.deadline) {
+		return context.DeadlineExceeded
+	}
+	return nil
+}
+
+// timed is ctx with its deadline enforced by a timer, for a wait on
+// ctx.Done().
+func timed(ctx context.Context) (context.Context, context.CancelFunc) {
+	if c, ok := ctx.(*deadlineCtx); ok {
+		return context.WithDeadline(c.Context, c.deadline)
+	}
+	return ctx, func() {}
 }
 
 // Evaluate decides one request, in one script call over the keys of all
@@ -324,25 +363,27 @@ func (r *Redis) Evaluate(ctx context.Context, req Request) Outcome {
 			return e
 		}
 	}
-	// After the cache: a deadline costs a timer, and a remembered denial
-	// needs none.
-	ctx, cancel := withDeadline(ctx, req.Deadline)
-	defer cancel()
+	ctx = withDeadline(ctx, req.Deadline)
 	dedup := ps[0].Dedup.Enabled && req.EvaluationID != ""
 	id := ""
 	if dedup {
 		id = req.EvaluationID
 	}
-	keys := r.keys(ps, req.Subject, id)
-	args := r.args(ps, req.Cost, req.Phase)
-	if HoldsLeases(ps) {
-		args = append(args, req.EvaluationID) // the lease ID, after every policy's
+	leases := HoldsLeases(ps)
+	extra := 0
+	if leases {
+		extra = 1
 	}
-	o := r.decide(ctx, ps, keys, args)
+	cmd := r.script.command(r.keys(ps, req.Subject, id), argsHead+argsPerPolicy*len(ps)+extra)
+	cmd = r.appendArgs(cmd, ps, req.Cost, req.Phase)
+	if leases {
+		cmd = append(cmd, req.EvaluationID) // the lease ID, after every policy's
+	}
+	o := r.decide(ctx, ps, cmd)
 	if _, ambiguous := o.(Indeterminate); ambiguous && dedup && ctx.Err() == nil {
 		// The first call may have been charged; the same evaluation ID makes
 		// a repeat return that first result instead of charging again.
-		o = r.decide(ctx, ps, keys, args)
+		o = r.decide(ctx, ps, cmd)
 	}
 	if e, ok := o.(Evaluated); ok && denials != nil {
 		denials.put(dk, ps, e, sent)
@@ -362,8 +403,10 @@ func policyNow(clock Clock, p *Policy) time.Time {
 	return time.Now()
 }
 
-func (r *Redis) decide(ctx context.Context, ps []*Policy, keys []string, args []any) Outcome {
-	reply, err := r.evalsha(ctx, r.script, keys, args)
+// decide sends cmd, an EVALSHA of the rate-limit script over ps, and
+// reads its reply.
+func (r *Redis) decide(ctx context.Context, ps []*Policy, cmd []any) Outcome {
+	reply, err := r.evalsha(ctx, cmd)
 	if err != nil {
 		return r.classify(err)
 	}

@@ -13,8 +13,11 @@ import (
 // and waits a little and sends again on TRYAGAIN (the slot is being
 // migrated and the script's keys are split between the two nodes, or not
 // all there). Every one of those replies means the script did not run.
-func (r *Redis) evalsha(ctx context.Context, s *script, keys []string, args []any) ([]any, error) {
-	key := keys[0]
+//
+// cmd is made by script.command. ctx's deadline may be one no timer
+// enforces (deadlineCtx): the waits here that end on ctx.Done() take one.
+func (r *Redis) evalsha(ctx context.Context, cmd []any) ([]any, error) {
+	key := firstKey(cmd)
 	var err error
 	noscriptRetried, redirects, tryAgains := false, 0, 0
 	var redirected *redis.Client // the node a MOVED or ASK named
@@ -29,12 +32,12 @@ func (r *Redis) evalsha(ctx context.Context, s *script, keys []string, args []an
 		}
 		start := time.Now()
 		var v any
-		v, err = r.send(ctx, c, s.sha, keys, args, asking)
-		result := "ok"
+		v, err = r.send(ctx, c, cmd, asking)
+		latency := r.m.latencyOK
 		if err != nil {
-			result = "error"
+			latency = r.m.latencyError
 		}
-		r.m.latency.WithLabelValues(result).Observe(time.Since(start).Seconds())
+		latency.Observe(time.Since(start).Seconds())
 		switch {
 		case err == nil:
 			reply, ok := v.([]any)
@@ -44,7 +47,10 @@ func (r *Redis) evalsha(ctx context.Context, s *script, keys []string, args []an
 			return reply, nil
 		case redis.HasErrorPrefix(err, "NOSCRIPT") && !noscriptRetried:
 			noscriptRetried = true
-			if lerr := r.load(ctx, gen); lerr != nil {
+			lctx, cancel := timed(ctx)
+			lerr := r.load(lctx, gen)
+			cancel()
+			if lerr != nil {
 				return nil, lerr
 			}
 		case r.cluster != nil && redirects < maxRedirects && isRedirect(err):

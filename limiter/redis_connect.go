@@ -115,7 +115,8 @@ var canaryPolicies = []*Policy{{Name: "canary", Algorithm: FixedWindow, Revision
 
 func (r *Redis) canary(ctx context.Context, tag string) error {
 	key := r.prefix + "{canary:" + tag + "}"
-	_, err := r.evalsha(ctx, r.script, []string{key}, r.args(canaryPolicies, 1, Admission))
+	cmd := r.appendArgs(r.script.command([]string{key}, argsHead+argsPerPolicy), canaryPolicies, 1, Admission)
+	_, err := r.evalsha(ctx, cmd)
 	if err != nil {
 		if _, moved := redis.IsMovedError(err); moved && r.mode != RedisCluster {
 			return fmt.Errorf("redis at %s is a Cluster node, but mode is %s: %w: %w", key, r.mode, errTopology, err)

@@ -24,7 +24,7 @@ func (r *Redis) Release(req Request, leased Evaluated) {
 		defer r.releases.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), leaseCallTimeout)
 		defer cancel()
-		r.evalsha(ctx, r.leaseScript, keys, args)
+		r.evalsha(ctx, r.leaseScript.call(keys, args))
 	}()
 }
 
@@ -36,7 +36,7 @@ func (r *Redis) Renew(ctx context.Context, req Request, leased Evaluated) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, leaseCallTimeout)
 	defer cancel()
-	r.evalsha(ctx, r.leaseScript, keys, args)
+	r.evalsha(ctx, r.leaseScript.call(keys, args))
 }
 
 // leaseCall is the lease script's keys and ARGV for op on req's leases

@@ -5,22 +5,25 @@ import (
 )
 
 type redisMetrics struct {
-	restarts    prometheus.Counter
-	latency     *prometheus.HistogramVec
-	breakerOpen *prometheus.GaugeVec
-	batch       prometheus.Histogram
-	cached      prometheus.Counter
-	reloads     prometheus.Counter
-	errors      *prometheus.CounterVec
+	restarts prometheus.Counter
+	// latencyOK and latencyError are the EVALSHA histogram's two series,
+	// looked up once: every call observes one.
+	latencyOK, latencyError prometheus.Observer
+	breakerOpen             *prometheus.GaugeVec
+	batch                   prometheus.Histogram
+	cached                  prometheus.Counter
+	reloads                 prometheus.Counter
+	errors                  *prometheus.CounterVec
 }
 
 func (r *Redis) registerMetrics(reg prometheus.Registerer) {
+	latency := prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "gateway_redis_evalsha_duration_seconds",
+		Help:    "EVALSHA round trips, by result.",
+		Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, .75},
+	}, []string{"result"})
 	r.m = redisMetrics{
-		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "gateway_redis_evalsha_duration_seconds",
-			Help:    "EVALSHA round trips, by result.",
-			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, .75},
-		}, []string{"result"}),
+		latencyOK: latency.WithLabelValues("ok"), latencyError: latency.WithLabelValues("error"),
 		restarts: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "gateway_redis_restarts_seen_total",
 			Help: "Redis restarts seen as a change of a master's run_id; without persistence each hands every subject a fresh budget.",
@@ -48,6 +51,6 @@ func (r *Redis) registerMetrics(reg prometheus.Registerer) {
 		}, []string{"cause"}),
 	}
 	if reg != nil {
-		reg.MustRegister(r.m.restarts, r.m.latency, r.m.breakerOpen, r.m.batch, r.m.cached, r.m.reloads, r.m.errors)
+		reg.MustRegister(r.m.restarts, latency, r.m.breakerOpen, r.m.batch, r.m.cached, r.m.reloads, r.m.errors)
 	}
 }

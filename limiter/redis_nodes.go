@@ -56,7 +56,7 @@ func (r *Redis) nodeState(c *redis.Client) (*node, error) {
 // send runs one EVALSHA on node c: refused at once while its breaker is
 // open, batched with others unless batching is off. With asking it is sent
 // alone, after ASKING on the same connection, as an ASK redirect requires.
-func (r *Redis) send(ctx context.Context, c *redis.Client, sha string, keys []string, args []any, asking bool) (any, error) {
+func (r *Redis) send(ctx context.Context, c *redis.Client, cmd []any, asking bool) (any, error) {
 	n, err := r.nodeState(c)
 	if err != nil {
 		return nil, err
@@ -69,13 +69,13 @@ func (r *Redis) send(ctx context.Context, c *redis.Client, sha string, keys []st
 	case asking:
 		pipe := c.Pipeline()
 		pipe.Do(ctx, "ASKING")
-		cmd := pipe.EvalSha(ctx, sha, keys, args...)
+		eval := pipe.Do(ctx, cmd...)
 		pipe.Exec(ctx)
-		v, err = cmd.Result()
+		v, err = eval.Result()
 	case n.batcher != nil:
-		v, err = n.batcher.evalSha(ctx, sha, keys, args)
+		v, err = n.batcher.evalSha(ctx, cmd)
 	default:
-		v, err = c.EvalSha(ctx, sha, keys, args...).Result()
+		v, err = c.Do(ctx, cmd...).Result()
 	}
 	if n.breaker != nil {
 		if errors.Is(err, context.Canceled) {

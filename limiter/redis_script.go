@@ -13,6 +13,32 @@ type script struct {
 	sha  string
 }
 
+// EVALSHA's arguments before the keys: the command, the script's SHA and
+// the number of keys.
+const cmdHead = 3
+
+// command starts an EVALSHA of s over keys, with room for n arguments to
+// be appended after them: the command as go-redis writes it (Do), made
+// once for every try of a call. The SHA and the keys are boxed as
+// pointers, which costs no allocation; keys must not change after.
+func (s *script) command(keys []string, n int) []any {
+	cmd := make([]any, cmdHead+len(keys), cmdHead+len(keys)+n)
+	cmd[0], cmd[1], cmd[2] = "evalsha", &s.sha, len(keys)
+	for i := range keys {
+		cmd[cmdHead+i] = &keys[i]
+	}
+	return cmd
+}
+
+// call is the EVALSHA of s over keys with args.
+func (s *script) call(keys []string, args []any) []any {
+	return append(s.command(keys, len(args)), args...)
+}
+
+// firstKey is the first key of a command made by script.command: the one
+// whose slot the call goes to.
+func firstKey(cmd []any) string { return *cmd[cmdHead].(*string) }
+
 // key is the Redis key of a policy revision and subject:
 // <prefix>{<subject>}:<policy>:<revision>. The hash tag is the subject
 // alone, so all the policies of one subject and operation (the pseudonym
@@ -134,14 +160,14 @@ func (r *Redis) keys(ps []*Policy, subject, evaluationID string) []string {
 	return keys
 }
 
-// args is the script's ARGV for a request of cost over ps in phase.
-func (r *Redis) args(ps []*Policy, cost int64, phase Phase) []any {
-	args := make([]any, argsHead, argsHead+argsPerPolicy*len(ps))
+// appendArgs appends to cmd the script's ARGV for a request of cost over
+// ps in phase.
+func (r *Redis) appendArgs(cmd []any, ps []*Policy, cost int64, phase Phase) []any {
+	args := append(cmd, len(ps), cost)
 	for i, p := range ps {
 		c := r.compiled(p)
 		if i == 0 {
-			args[0], args[1] = len(ps), cost
-			copy(args[2:argsHead], c.dedup[:])
+			args = append(args, c.dedup[:]...)
 		}
 		args = append(args, c.args[:]...)
 		if p.Clock == ClockGateway {
