@@ -46,7 +46,7 @@ func summary(policies []*Policy, each []Decision) Decision {
 		}
 		d = each[at]
 		d.Allowed = true
-		d.RetryAfter = 0
+		d.RetryAfter = delay(policies, each)
 	}
 	return d
 }

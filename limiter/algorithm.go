@@ -91,6 +91,7 @@ var algorithmFields = []algorithmField{
 		}
 		return 0
 	}, false, 0, 0, true},
+	{"max_delay", func(p *Policy) int64 { return int64(p.MaxDelay) }, true, 0, 0, true},
 }
 
 // fieldNamed is the algorithm field called name; the table of algorithms
@@ -136,22 +137,29 @@ type algorithmSpec struct {
 	// taken even when it would have refused: the request is in flight.
 	// Its denials are never remembered (denials): any release may end one.
 	leases bool
-	// decide charges cost when it fits, or with debt whatever is left.
-	decide func(p *Policy, st state, nowMillis, cost int64, debt bool) step
+	// decide charges cost when it fits, or with debt whatever is left, or
+	// when it fits within maxDelayMillis (0 but for an algorithm that
+	// takes max_delay), with that delay (see Policy.MaxDelay).
+	decide func(p *Policy, st state, nowMillis, cost int64, debt bool, maxDelayMillis int64) step
+	// giveBack takes back a charge of cost that decide made in the window
+	// (or of the refill) starting at start (the state's Start it wrote),
+	// when st still holds it; false: nothing to give back.
+	giveBack func(p *Policy, st state, cost, start int64) (state, bool)
 }
 
 var algorithms = [...]algorithmSpec{
-	FixedWindow: {name: "fixed-window", fields: windowFields, optional: []string{"calendar", "timezone"},
-		quota: limit, period: window, quotaWindow: window, decide: decideFixedWindow},
+	FixedWindow: {name: "fixed-window", fields: windowFields, optional: []string{"calendar", "timezone", "max_delay"},
+		quota: limit, period: window, quotaWindow: window, decide: decideFixedWindow, giveBack: giveBackFixedWindow},
 	// The sliding counter weighs the previous window by the fraction that
 	// still overlaps; it never keeps a log of requests, so its decisions
 	// are estimates.
 	SlidingCounter: {name: "sliding-counter", fields: windowFields, certainty: Approximate, quota: limit, period: window, quotaWindow: window,
-		keepsPrev: true, decide: decideSlidingCounter},
-	TokenBucket: {name: "token-bucket", fields: []string{"capacity", "refill_tokens", "refill_period"}, quota: capacity, period: refillPeriod, quotaWindow: bucketFill,
-		decide: decideTokenBucket},
+		keepsPrev: true, decide: decideSlidingCounter, giveBack: giveBackSlidingCounter},
+	TokenBucket: {name: "token-bucket", fields: []string{"capacity", "refill_tokens", "refill_period"}, optional: []string{"max_delay"},
+		quota: capacity, period: refillPeriod, quotaWindow: bucketFill,
+		decide: decideTokenBucket, giveBack: giveBackTokenBucket},
 	Concurrency: {name: "concurrency", fields: []string{"limit"}, optional: []string{"lease_ttl"}, quota: limit, period: leaseTTL, quotaWindow: leaseTTL,
-		leases: true, decide: decideConcurrency},
+		leases: true, decide: decideConcurrency, giveBack: giveBackConcurrency},
 }
 
 var windowFields = []string{"limit", "window"}
@@ -176,7 +184,8 @@ func window(p *Policy) time.Duration {
 // that a policy built in code with one fails Validate rather than panics.
 var unknownAlgorithm = algorithmSpec{
 	name: "unknown", quota: limit, period: window, quotaWindow: window,
-	decide: func(*Policy, state, int64, int64, bool) step { return step{} },
+	decide:   func(*Policy, state, int64, int64, bool, int64) step { return step{} },
+	giveBack: func(*Policy, state, int64, int64) (state, bool) { return state{}, false },
 }
 
 func (a Algorithm) spec() *algorithmSpec {
@@ -216,9 +225,10 @@ type step struct {
 }
 
 // decide applies a request of the given cost at nowMillis to st, in the
-// phase given (see Phase). A denial never changes state, but a shadow
+// phase given (see Phase); mayDelay: its caller can hold it (see
+// Request.MayDelay). A denial never changes state, but a shadow
 // concurrency policy's takes its lease.
-func decide(p *Policy, st state, nowMillis, cost int64, phase Phase) step {
+func decide(p *Policy, st state, nowMillis, cost int64, phase Phase, mayDelay bool) step {
 	if st.Valid && st.Seen > nowMillis {
 		if st.Seen-nowMillis > p.MaxClockRegression.Milliseconds() {
 			return step{clockUnsafe: true}
@@ -230,16 +240,16 @@ func decide(p *Policy, st state, nowMillis, cost int64, phase Phase) step {
 	var res step
 	switch {
 	case phase == Settlement:
-		res = p.Algorithm.spec().decide(p, st, nowMillis, cost, true)
+		res = p.Algorithm.spec().decide(p, st, nowMillis, cost, true, 0)
 	case p.ChargedByResponse():
 		// Checked, not charged: anything left admits.
-		res = p.Algorithm.spec().decide(p, st, nowMillis, 1, false)
+		res = p.Algorithm.spec().decide(p, st, nowMillis, 1, false, 0)
 		if res.charged {
 			res.charged = false
 			res.decision.Remaining++
 		}
 	default:
-		res = p.Algorithm.spec().decide(p, st, nowMillis, cost, false)
+		res = p.Algorithm.spec().decide(p, st, nowMillis, cost, false, p.maxDelayMillis(mayDelay))
 	}
 	res.decision.Certainty = p.Certainty()
 	return res

@@ -8,7 +8,7 @@ func leaseTTL(p *Policy) time.Duration { return p.LeaseTTL }
 // request of the subject ends, which nothing predicts.
 const concurrencyRetry = time.Second
 
-func decideConcurrency(p *Policy, st state, now, cost int64, _ bool) step {
+func decideConcurrency(p *Policy, st state, now, cost int64, _ bool, _ int64) step {
 	held := st.Count
 	next := state{Valid: true, Count: held + cost, Seen: now}
 	ttl := p.LeaseTTL.Milliseconds() + p.CleanupGrace.Milliseconds()
@@ -26,3 +26,6 @@ func decideConcurrency(p *Policy, st state, now, cost int64, _ bool) step {
 		ttlMillis: ttl,
 	}
 }
+
+// giveBackConcurrency gives nothing back: a lease ends by its release.
+func giveBackConcurrency(*Policy, state, int64, int64) (state, bool) { return state{}, false }

@@ -19,7 +19,8 @@ import (
 // for the scripts' rounding). A concurrency denial is never kept: any
 // release may end it. A fixed window cannot
 // admit before it ends; a token bucket only gains tokens with time, and
-// other instances can only spend them.
+// other instances can only spend them. (A held request's place given back
+// can end one: this instance then forgets the subject's, Redis.GiveBack.)
 //
 // It holds at most denialShards * perShard entries; a full shard drops an
 // arbitrary entry, and an expired entry is dropped when it is next read.

@@ -61,25 +61,27 @@ func (f *fallback) Evaluate(ctx context.Context, req Request) Outcome {
 	return e
 }
 
-// Release gives the leases back where they were taken: the shared backend,
-// or this instance's when the decision was a fallback's.
-func (f *fallback) Release(req Request, leased Evaluated) {
-	if leased.Fallback {
+// decidedBy is the backend that decided e, an outcome of req, with req
+// as that backend took it: the shared one, or this instance's (with the
+// scaled policies) when the decision was a fallback's.
+func (f *fallback) decidedBy(req Request, e Evaluated) (Backend, Request) {
+	if e.Fallback {
 		req.Policies = f.scaleAll(req.Policies)
-		f.local.Release(req, leased)
-		return
+		return f.local, req
 	}
-	f.shared.Release(req, leased)
+	return f.shared, req
+}
+
+// Release gives the leases back where they were taken.
+func (f *fallback) Release(req Request, leased Evaluated) {
+	b, req := f.decidedBy(req, leased)
+	b.Release(req, leased)
 }
 
 // Renew renews where Release would release.
 func (f *fallback) Renew(ctx context.Context, req Request, leased Evaluated) {
-	if leased.Fallback {
-		req.Policies = f.scaleAll(req.Policies)
-		f.local.Renew(ctx, req, leased)
-		return
-	}
-	f.shared.Renew(ctx, req, leased)
+	b, req := f.decidedBy(req, leased)
+	b.Renew(ctx, req, leased)
 }
 
 // scaleAll is scale for every policy of a request, made once per slice.

@@ -17,6 +17,7 @@ func (down) Evaluate(context.Context, Request) Outcome {
 }
 func (down) StandingDenial(Request) (Evaluated, bool)  { return Evaluated{}, false }
 func (down) Release(Request, Evaluated)                {}
+func (down) GiveBack(Request, Evaluated)               {}
 func (down) Renew(context.Context, Request, Evaluated) {}
 func (down) Ready(context.Context) error               { return errors.New("down") }
 func (down) Close() error                              { return nil }

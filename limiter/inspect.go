@@ -45,7 +45,7 @@ func (m *Memory) Peek(ctx context.Context, req Request) Outcome {
 		}
 		st := s.current(key, e, p, nowMillis)
 		s.mu.Unlock()
-		res := decide(p, st, nowMillis, 0, Admission)
+		res := decide(p, st, nowMillis, 0, Admission, false)
 		if res.clockUnsafe {
 			return Unavailable{Category: ClockUnsafe}
 		}
@@ -101,7 +101,7 @@ func (r *Redis) Peek(ctx context.Context, req Request) Outcome {
 	}
 	ps := req.Policies
 	cmd := r.script.command(r.keys(ps, req.Subject, ""), argsHead+argsPerPolicy*len(ps))
-	return r.decide(ctx, ps, r.appendArgs(cmd, ps, 0, Admission))
+	return r.decide(ctx, ps, r.appendArgs(cmd, ps, 0, Admission, false))
 }
 
 // Reset deletes req.Subject's state for each of req's policies, with the

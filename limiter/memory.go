@@ -196,10 +196,11 @@ func (m *Memory) evaluate(req Request, keys []memoryKey) Outcome {
 		idx, slots, steps, each = make([]uint32, 0, n), make([]*memorySlot, 0, n), make([]step, 0, n), make([]Decision, 0, n)
 	}
 	idx, slots, steps, each = idx[:n], slots[:n], steps[:n], each[:n]
-	dedup := ps[0].Dedup.Enabled && req.EvaluationID != ""
+	dedup := ps[0].Dedup.Enabled && req.EvaluationID != "" && req.Phase != givingBack
 	leased := HoldsLeases(ps)
+	reserves := req.Phase == givingBack || req.MayDelay && Delays(ps)
 	var id evaluationKey
-	if dedup || leased {
+	if dedup || leased || reserves {
 		id = m.sumString(req.EvaluationID)
 	}
 	var locked uint64 // one bit per shard; memoryShards is 64
@@ -216,6 +217,14 @@ func (m *Memory) evaluate(req Request, keys []memoryKey) Outcome {
 	}()
 	nowMillis := m.clock.Now().UnixMilli()
 	m.wakeSweeperIfDue(nowMillis)
+	first := &m.shards[keys[0][0]%memoryShards]
+	var reserved []int64
+	if req.Phase == givingBack {
+		var ok bool
+		if reserved, ok = first.takeReservation(id, nowMillis); !ok {
+			return Evaluated{}
+		}
+	}
 	for k := range ps {
 		s := &m.shards[keys[k][0]%memoryShards]
 		i, e := s.find(keys[k])
@@ -250,7 +259,11 @@ func (m *Memory) evaluate(req Request, keys []memoryKey) Outcome {
 	}
 	for k, p := range ps {
 		st := m.shards[keys[k][0]%memoryShards].current(keys[k], slots[k], p, nowMillis)
-		steps[k] = decide(p, st, nowMillis, req.Cost, req.Phase)
+		if reserved != nil {
+			steps[k] = giveBack(p, st, req.Cost, reserved[k])
+		} else {
+			steps[k] = decide(p, st, nowMillis, req.Cost, req.Phase, req.MayDelay)
+		}
 		if steps[k].clockUnsafe {
 			return Unavailable{Category: ClockUnsafe}
 		}
@@ -289,6 +302,11 @@ func (m *Memory) evaluate(req Request, keys []memoryKey) Outcome {
 		if dedup {
 			s.remember(i, e, id, len(req.EvaluationID), each[k], nowMillis, ps[0].Dedup)
 			e.expiresAt = max(e.expiresAt, nowMillis+ps[0].Dedup.TTL.Milliseconds())
+		}
+	}
+	if reserves && charge && req.Phase == Admission {
+		if held := delay(ps, each); held > 0 {
+			first.reserve(id, ps, steps, held, nowMillis)
 		}
 	}
 	return evaluated(ps, each)

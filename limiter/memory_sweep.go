@@ -53,6 +53,7 @@ func (m *Memory) sweep() {
 	for i := range m.shards {
 		s := &m.shards[i]
 		s.mu.Lock()
+		s.sweepReservations(now)
 		for j := uint32(1); j < s.slotsUsed; j++ {
 			e := s.slot(j)
 			switch {

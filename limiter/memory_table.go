@@ -35,6 +35,9 @@ type memoryShard struct {
 	// leases are the concurrency leases of the shard's keys (leases.go);
 	// a key's go with its slot.
 	leases map[memoryKey]map[evaluationKey]heldLease
+	// reservations are the reservation records of the delayed requests
+	// whose first policy's key is the shard's (delay.go); nil until one.
+	reservations map[evaluationKey]reservation
 }
 
 // paddedShard keeps each shard's lock and list heads off its neighbours'

@@ -72,6 +72,11 @@ type Backend interface {
 	// a request open for longer than a third of it renews. It blocks for
 	// at most the backend's call.
 	Renew(ctx context.Context, req Request, leased Evaluated)
+	// GiveBack gives back the place req took when it was admitted with a
+	// delay (Held; reserved is its outcome) and that it will never use:
+	// its client left while it was held. It never blocks: on Redis it is
+	// sent in the background, and one that fails leaves the place taken.
+	GiveBack(req Request, reserved Evaluated)
 	// Peek reports the state of req's policies for its subject without
 	// charging anything (see inspect.go); Reset forgets it, on every
 	// instance that shares the backend.

@@ -19,7 +19,9 @@ type Outcome interface {
 // up: Allowed when every enforced policy allowed (then every policy that
 // allowed was charged, shadow ones included; otherwise none was), and for
 // a denial the longest RetryAfter and ResetAfter among the enforced
-// policies that denied, with the Limit and Remaining of the first of them.
+// policies that denied, with the Limit and Remaining of the first of them
+// (for an admission, the first enforced policy's figures, with the longest
+// Delay of the enforced policies).
 // For a one-policy request Policies is nil and the Decision is the
 // policy's own, a shadow policy's denial included. PolicyDecision reads
 // either alike.
@@ -102,6 +104,9 @@ const (
 	// LeaseWithoutID: a request under a concurrency policy has no
 	// EvaluationID to name its lease by.
 	LeaseWithoutID
+	// ReservationWithoutID: a request that may be delayed has no
+	// EvaluationID to name its reservation by.
+	ReservationWithoutID
 )
 
 func (r IncompatibleReason) String() string {
@@ -114,6 +119,8 @@ func (r IncompatibleReason) String() string {
 		return "state_unreadable"
 	case LeaseWithoutID:
 		return "lease_without_id"
+	case ReservationWithoutID:
+		return "reservation_without_id"
 	}
 	return "unknown"
 }
@@ -138,8 +145,10 @@ func (c Certainty) String() string {
 // Decision is what the limiter decided for one request.
 //
 // For a denial, RetryAfter is the earliest time after which the same request
-// could be allowed, and ResetAfter is never shorter than RetryAfter. For an
-// allowed request RetryAfter is zero.
+// could be allowed (held for up to the policy's MaxDelay, when its caller
+// can hold it), and ResetAfter is never shorter than RetryAfter. For an
+// allowed request RetryAfter is its delay (Delay): zero, unless a policy's
+// MaxDelay admitted it to go on only that long after the decision.
 type Decision struct {
 	Limit      int64 // the policy's quota
 	Remaining  int64 // what is left after this request
@@ -158,6 +167,15 @@ type Decision struct {
 	// Fallback: decided by this instance alone, with a divided budget,
 	// while the shared backend could not decide (FallbackOptions).
 	Fallback bool
+}
+
+// Delay is how long the caller holds an allowed request before it goes
+// on: its place is reserved for then (Policy.MaxDelay). Zero for a denial.
+func (d Decision) Delay() time.Duration {
+	if !d.Allowed {
+		return 0
+	}
+	return d.RetryAfter
 }
 
 // Request is one question to the limiter. Subject is a pseudonym, never a
@@ -179,6 +197,12 @@ type Request struct {
 	// response, which charges the policies given (those of the request
 	// charged by the response) whatever they have left.
 	Phase Phase
+	// MayDelay: the caller can hold an admitted request for its Delay
+	// before it goes on, and give its place back (Backend.GiveBack) if it
+	// never goes; the policies' MaxDelay applies, and a delayed request
+	// needs an EvaluationID. Without it a request MaxDelay would have
+	// delayed is refused.
+	MayDelay bool
 	// Deadline bounds the evaluation, as the context's deadline does; the
 	// earlier of the two applies. It is a field so that a backend that never
 	// blocks (memory) costs the caller no timer and no derived context.
@@ -204,6 +228,9 @@ func admit(ctx context.Context, req Request) Outcome {
 		}
 		if req.EvaluationID == "" && p.HoldsLeases() {
 			return Incompatible{Reason: LeaseWithoutID}
+		}
+		if req.EvaluationID == "" && req.MayDelay && p.MaxDelay > 0 {
+			return Incompatible{Reason: ReservationWithoutID}
 		}
 	}
 	if err := ctx.Err(); err != nil {

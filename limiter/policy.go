@@ -57,6 +57,16 @@ type Policy struct {
 	// keeps a slot. A holder renews at a third of it.
 	LeaseTTL time.Duration
 
+	// MaxDelay, on a token-bucket or fixed-window policy, turns a refusal
+	// into a wait: a request that could be admitted within MaxDelay is
+	// admitted at once with a delay (Decision.Delay), its place reserved
+	// now, and its caller holds it that long before it goes on (a request
+	// whose caller cannot hold it, Request.MayDelay, is refused as
+	// without). A bucket goes into debt by at most what refills within
+	// MaxDelay; a window full for the request reserves its place in the
+	// next window when that starts within MaxDelay. 0: off.
+	MaxDelay time.Duration
+
 	// Shadow policies are decided and charged like enforced ones, but a
 	// denial of theirs never refuses a request: the caller forwards it and
 	// reports the would-be denial. In a request with several policies, a
@@ -107,6 +117,10 @@ const (
 	// none.
 	DefaultLeaseTTL = 30 * time.Second
 )
+
+// MaxMaxDelay bounds MaxDelay: a request held longer would wait past
+// every client's patience and every proxy's idle timeout in front.
+const MaxMaxDelay = 10 * time.Second
 
 // The bounds of LeaseTTL: renewal at a third of it must be far from the
 // decision's own time, and a slot leaked by a dead gateway must come back
@@ -241,6 +255,7 @@ func (p *Policy) Validate() error {
 	}
 	atLeast("max_cost", p.MaxCost, 1)
 	p.validateResponseCharge(problem)
+	p.validateMaxDelay(problem, millis)
 	notBelow("cleanup_grace", p.CleanupGrace, 0)
 	notBelow("max_clock_regression", p.MaxClockRegression, 0)
 	// A Dedup that is not the zero value (off) is checked even when it is

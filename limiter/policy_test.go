@@ -111,9 +111,10 @@ func TestEveryAlgorithmsFieldsAreChecked(t *testing.T) {
 		}
 		// An optional field has its default in the configuration, not
 		// here: a Policy built without it is checked for it too. A fixed
-		// window's calendar and timezone are the exception: their zero
-		// values are their defaults (no calendar, UTC).
-		takes := slices.DeleteFunc(slices.Concat(a.Fields(), a.OptionalFields()), func(f string) bool { return f == "calendar" || f == "timezone" })
+		// window's calendar and timezone, and max_delay, are the
+		// exceptions: their zero values are their defaults (no calendar,
+		// UTC, no delay).
+		takes := slices.DeleteFunc(slices.Concat(a.Fields(), a.OptionalFields()), func(f string) bool { return f == "calendar" || f == "timezone" || f == "max_delay" })
 		if !slices.Equal(fields, takes) {
 			t.Errorf("%s with none of its fields: problems with %q, want %q", a, fields, takes)
 		}
@@ -193,5 +194,40 @@ func TestNewPolicySetsTheDefaults(t *testing.T) {
 		if p.LeaseTTL != want {
 			t.Errorf("%s: lease TTL %s, want %s", alg, p.LeaseTTL, want)
 		}
+	}
+}
+
+// max_delay is a token bucket's and a fixed window's, at most 10s, in
+// whole milliseconds, and never on a policy charged by the response.
+func TestValidateChecksMaxDelay(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		p     limiter.Policy
+		field string // "" when valid
+	}{
+		{"a token bucket takes it", limiter.Policy{Algorithm: limiter.TokenBucket, Capacity: 10, RefillTokens: 10, RefillPeriod: time.Second, MaxDelay: 500 * time.Millisecond}, ""},
+		{"a fixed window takes it", limiter.Policy{Algorithm: limiter.FixedWindow, Limit: 10, Window: time.Second, MaxDelay: 10 * time.Second}, ""},
+		{"a sliding counter does not", limiter.Policy{Algorithm: limiter.SlidingCounter, Limit: 10, Window: time.Second, MaxDelay: time.Second}, "max_delay"},
+		{"concurrency does not", limiter.Policy{Algorithm: limiter.Concurrency, Limit: 10, LeaseTTL: time.Minute, MaxDelay: time.Second}, "max_delay"},
+		{"past 10s is refused", limiter.Policy{Algorithm: limiter.FixedWindow, Limit: 10, Window: time.Second, MaxDelay: 10*time.Second + time.Millisecond}, "max_delay"},
+		{"a negative one is refused", limiter.Policy{Algorithm: limiter.FixedWindow, Limit: 10, Window: time.Second, MaxDelay: -time.Second}, "max_delay"},
+		{"below a millisecond is refused", limiter.Policy{Algorithm: limiter.FixedWindow, Limit: 10, Window: time.Second, MaxDelay: time.Second + time.Microsecond}, "max_delay"},
+		{"a charge by the response is refused", limiter.Policy{Algorithm: limiter.FixedWindow, Limit: 10, Window: time.Second, MaxDelay: time.Second,
+			CountStatuses: limiter.StatusSet(401)}, "max_delay"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			p := c.p
+			p.Name, p.Revision, p.MaxCost = "p", 1, 1
+			var fields []string
+			for _, e := range joined(p.Validate()) {
+				var fe *limiter.FieldError
+				if errors.As(e, &fe) {
+					fields = append(fields, fe.Field)
+				}
+			}
+			if want := []string{c.field}; c.field == "" && fields != nil || c.field != "" && !slices.Equal(fields, want) {
+				t.Fatalf("problems with %q, want %q", fields, c.field)
+			}
+		})
 	}
 }

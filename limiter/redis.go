@@ -123,7 +123,8 @@ type Redis struct {
 	clock      Clock
 	script     *script
 	// leaseScript releases and renews leases (lua.Lease); releases runs
-	// the releases sent in the background, which Close waits for.
+	// the releases and give-backs sent in the background, which Close
+	// waits for.
 	leaseScript *script
 	releases    sync.WaitGroup
 	// policies holds a *compiledPolicy per *Policy; compiledCount bounds it.
@@ -369,15 +370,16 @@ func (r *Redis) Evaluate(ctx context.Context, req Request) Outcome {
 	if dedup {
 		id = req.EvaluationID
 	}
-	leases := HoldsLeases(ps)
+	// The lease or reservation ID, after every policy's.
+	withID := HoldsLeases(ps) || req.MayDelay && Delays(ps)
 	extra := 0
-	if leases {
+	if withID {
 		extra = 1
 	}
 	cmd := r.script.command(r.keys(ps, req.Subject, id), argsHead+argsPerPolicy*len(ps)+extra)
-	cmd = r.appendArgs(cmd, ps, req.Cost, req.Phase)
-	if leases {
-		cmd = append(cmd, req.EvaluationID) // the lease ID, after every policy's
+	cmd = r.appendArgs(cmd, ps, req.Cost, req.Phase, req.MayDelay)
+	if withID {
+		cmd = append(cmd, req.EvaluationID)
 	}
 	o := r.decide(ctx, ps, cmd)
 	if _, ambiguous := o.(Indeterminate); ambiguous && dedup && ctx.Err() == nil {
@@ -385,7 +387,9 @@ func (r *Redis) Evaluate(ctx context.Context, req Request) Outcome {
 		// a repeat return that first result instead of charging again.
 		o = r.decide(ctx, ps, cmd)
 	}
-	if e, ok := o.(Evaluated); ok && denials != nil {
+	// A request that could not be held is refused later than one that
+	// could: its denial is no answer to the next.
+	if e, ok := o.(Evaluated); ok && denials != nil && (req.MayDelay || !Delays(ps)) {
 		denials.put(dk, ps, e, sent)
 	}
 	return o

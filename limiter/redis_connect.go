@@ -115,7 +115,7 @@ var canaryPolicies = []*Policy{{Name: "canary", Algorithm: FixedWindow, Revision
 
 func (r *Redis) canary(ctx context.Context, tag string) error {
 	key := r.prefix + "{canary:" + tag + "}"
-	cmd := r.appendArgs(r.script.command([]string{key}, argsHead+argsPerPolicy), canaryPolicies, 1, Admission)
+	cmd := r.appendArgs(r.script.command([]string{key}, argsHead+argsPerPolicy), canaryPolicies, 1, Admission, false)
 	_, err := r.evalsha(ctx, cmd)
 	if err != nil {
 		if _, moved := redis.IsMovedError(err); moved && r.mode != RedisCluster {

@@ -19,12 +19,19 @@ func (r *Redis) Release(req Request, leased Evaluated) {
 	if keys == nil {
 		return
 	}
+	r.inBackground(r.leaseScript.call(keys, args), func() {})
+}
+
+// inBackground sends cmd off the caller's path, within leaseCallTimeout,
+// then calls done; Close and WaitReleases wait for it.
+func (r *Redis) inBackground(cmd []any, done func()) {
 	r.releases.Add(1)
 	go func() {
 		defer r.releases.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), leaseCallTimeout)
 		defer cancel()
-		r.evalsha(ctx, r.leaseScript.call(keys, args))
+		r.evalsha(ctx, cmd)
+		done()
 	}()
 }
 

@@ -61,14 +61,16 @@ type compiledPolicy struct {
 }
 
 // The script's ARGV (lua/prelude.lua): argsHead values for the request,
-// then argsPerPolicy for each policy, of which argNow is the clock and
-// argCharge how the policy is charged (see chargeMode).
+// then argsPerPolicy for each policy, of which argNow is the clock,
+// argCharge how the policy is charged (see chargeMode) and argMaxDelay
+// how long a request may be delayed.
 const (
 	argsHead      = 5
-	argsPerPolicy = 9
+	argsPerPolicy = 10
 	argNow        = 1
 	argWindow     = 3
 	argCharge     = 8
+	argMaxDelay   = 9
 )
 
 // chargeMode is how one policy of one call is charged: the script's
@@ -77,6 +79,8 @@ func chargeMode(p *Policy, phase Phase) int {
 	switch {
 	case phase == Settlement:
 		return 2 // charged whatever is left
+	case phase == givingBack:
+		return 3 // given back what the reservation record says
 	case p.ChargedByResponse():
 		return 1 // checked, not charged
 	}
@@ -101,6 +105,7 @@ func (r *Redis) compiled(p *Policy) *compiledPolicy {
 	c.args = [argsPerPolicy]any{
 		int(p.Algorithm), "", p.Quota(), p.Period().Milliseconds(), p.RefillTokens,
 		p.CleanupGrace.Milliseconds(), p.MaxClockRegression.Milliseconds(), shadow, chargeMode(p, Admission),
+		p.MaxDelay.Milliseconds(),
 	}
 	c.dedup = [3]any{p.Dedup.TTL.Milliseconds(), p.Dedup.MaxEntries, p.Dedup.MaxBytes}
 	if r.compiledCount.Add(1) > maxCompiled {
@@ -161,8 +166,8 @@ func (r *Redis) keys(ps []*Policy, subject, evaluationID string) []string {
 }
 
 // appendArgs appends to cmd the script's ARGV for a request of cost over
-// ps in phase.
-func (r *Redis) appendArgs(cmd []any, ps []*Policy, cost int64, phase Phase) []any {
+// ps in phase; mayDelay: its caller can hold it (Request.MayDelay).
+func (r *Redis) appendArgs(cmd []any, ps []*Policy, cost int64, phase Phase, mayDelay bool) []any {
 	args := append(cmd, len(ps), cost)
 	for i, p := range ps {
 		c := r.compiled(p)
@@ -175,6 +180,9 @@ func (r *Redis) appendArgs(cmd []any, ps []*Policy, cost int64, phase Phase) []a
 		}
 		if phase != Admission {
 			args[len(args)-argsPerPolicy+argCharge] = chargeMode(p, phase)
+		}
+		if !mayDelay && p.MaxDelay > 0 {
+			args[len(args)-argsPerPolicy+argMaxDelay] = 0
 		}
 		if p.Calendar != 0 {
 			args[len(args)-argsPerPolicy+argWindow] = c.calendarArg(r.now(p).UnixMilli())

@@ -1,6 +1,6 @@
 package limiter
 
-func decideSlidingCounter(p *Policy, st state, now, cost int64, debt bool) step {
+func decideSlidingCounter(p *Policy, st state, now, cost int64, debt bool, _ int64) step {
 	window := p.Window.Milliseconds()
 	start := now - now%window
 	elapsed := now - start
@@ -53,4 +53,20 @@ func decayWait(count, allowed, window int64) int64 {
 		return 0
 	}
 	return window - ((allowed+1)*window-1)/count
+}
+
+// giveBackSlidingCounter takes cost off the window that starts at start:
+// the current one, or the previous one once the state has moved on.
+func giveBackSlidingCounter(p *Policy, st state, cost, start int64) (state, bool) {
+	switch {
+	case !st.Valid:
+		return st, false
+	case st.Start == start:
+		st.Count = max(st.Count-cost, 0)
+	case st.Start == start+p.Window.Milliseconds():
+		st.Prev = max(st.Prev-cost, 0)
+	default:
+		return st, false
+	}
+	return st, true
 }

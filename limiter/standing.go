@@ -26,7 +26,7 @@ func (m *Memory) StandingDenial(req Request) (Evaluated, bool) {
 	if i == 0 || e.expiresAt <= nowMillis {
 		return Evaluated{}, false
 	}
-	res := decide(p, e.state(p.Algorithm), nowMillis, req.Cost, req.Phase)
+	res := decide(p, e.state(p.Algorithm), nowMillis, req.Cost, req.Phase, req.MayDelay)
 	if res.clockUnsafe || res.decision.Allowed {
 		return Evaluated{}, false
 	}

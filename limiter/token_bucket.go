@@ -11,7 +11,7 @@ func bucketFill(p *Policy) time.Duration {
 	return time.Duration(periods) * p.RefillPeriod
 }
 
-func decideTokenBucket(p *Policy, st state, now, cost int64, debt bool) step {
+func decideTokenBucket(p *Policy, st state, now, cost int64, debt bool, maxDelay int64) step {
 	period := p.RefillPeriod.Milliseconds()
 	tokens, refilled := p.Capacity, now
 	if st.Valid {
@@ -34,20 +34,38 @@ func decideTokenBucket(p *Policy, st state, now, cost int64, debt bool) step {
 		periods := (p.Capacity - tokens + p.RefillTokens - 1) / p.RefillTokens
 		return refilled + periods*period - now
 	}
+	delay := int64(0)
 	if tokens < cost && !debt {
 		periods := (cost - tokens + p.RefillTokens - 1) / p.RefillTokens
 		retry := refilled + periods*period - now
-		return step{decision: Decision{
-			Limit: p.Capacity, Remaining: tokens,
-			ResetAfter: ms(untilFull(tokens)), RetryAfter: ms(retry),
-		}}
+		if retry > maxDelay {
+			// A retry is admitted, held, once its tokens are due within
+			// maxDelay.
+			return step{decision: Decision{
+				Limit: p.Capacity, Remaining: tokens,
+				ResetAfter: ms(untilFull(tokens)), RetryAfter: ms(retry - maxDelay),
+			}}
+		}
+		// Taken now, into a debt the refills of the delay pay back.
+		delay = retry
 	}
 	tokens -= cost
 	reset := untilFull(tokens)
 	return step{
-		decision:  Decision{Allowed: true, Limit: p.Capacity, Remaining: tokens, ResetAfter: ms(reset)},
+		decision:  Decision{Allowed: true, Limit: p.Capacity, Remaining: tokens, ResetAfter: ms(reset), RetryAfter: ms(delay)},
 		next:      state{Valid: true, Start: refilled, Count: tokens, Seen: now},
 		charged:   true,
 		ttlMillis: reset + p.CleanupGrace.Milliseconds(),
 	}
+}
+
+// giveBackTokenBucket puts cost tokens back, up to capacity: adding them
+// to the stored count before the refills since is the same as after, as
+// both stop at capacity.
+func giveBackTokenBucket(p *Policy, st state, cost, _ int64) (state, bool) {
+	if !st.Valid {
+		return st, false
+	}
+	st.Count = min(st.Count+cost, p.Capacity)
+	return st, true
 }

@@ -1,11 +1,30 @@
 -- The rate-limit script's tail: read and decide every policy, then write.
 -- A policy whose algorithm holds leases (holds_leases) counts the live
 -- members of its lease set KEYS[i] .. ':l' (same hash tag) as its state's
--- count, and when charged adds its lease, named by lease_id.
+-- count, and when charged adds its lease, named by eval_id.
+-- A give-back (charge 3, every policy alike) reads and deletes the
+-- request's reservation record, "start,..." per policy ("x": not
+-- charged), which a delayed admission wrote, and gives each policy its
+-- cost back where the record says; without a record it does nothing.
 -- Sized for one policy at once; more grow it.
 local reply = {0, 0, 0, 0, 0}
 local state = {}
 local admitted = true
+local reservation = eval_id and KEYS[1] .. ':r:' .. eval_id
+local reserved
+if ARGV[5 + 9] == '3' then
+  local rec = reservation and redis.call('GET', reservation)
+  if not rec then
+    return {0}
+  end
+  redis.call('DEL', reservation)
+  reserved = {}
+  local i = 0
+  for start in string.gmatch(rec, '[^,]+') do
+    i = i + 1
+    reserved[i] = tonumber(start) or false
+  end
+end
 for i = 1, n do
   local at = 5 + (i - 1) * per_policy
   local now = clock(ARGV[at + 2])
@@ -46,9 +65,18 @@ for i = 1, n do
   if charge == '1' then
     asked = 1
   end
-  local allowed, remaining, reset, retry, n_start, n_count, n_prev, ttl = decide_by[alg](
-    now, asked, tonumber(ARGV[at + 3]), window, tonumber(ARGV[at + 5]), tonumber(ARGV[at + 6]),
-    valid, st_start, st_count, st_prev, charge == '2')
+  local allowed, remaining, reset, retry, n_start, n_count, n_prev, ttl
+  if reserved then
+    allowed, remaining, reset, retry, ttl = 1, 0, 0, 0, 0
+    if reserved[i] then
+      n_start, n_count, n_prev = give_back_by[alg](cost, tonumber(ARGV[at + 3]), window, reserved[i],
+        valid, st_start, st_count, st_prev)
+    end
+  else
+    allowed, remaining, reset, retry, n_start, n_count, n_prev, ttl = decide_by[alg](
+      now, asked, tonumber(ARGV[at + 3]), window, tonumber(ARGV[at + 5]), tonumber(ARGV[at + 6]),
+      valid, st_start, st_count, st_prev, charge == '2', tonumber(ARGV[at + 10]))
+  end
   if charge == '1' and allowed == 1 then
     remaining = remaining + 1
   end
@@ -84,14 +112,17 @@ for i = 1, n do
   local fields = {}
   local keep = 0
   -- A shadow concurrency policy takes its lease even when it denies.
-  if admitted and s[11] and (reply[2 + (i - 1) * 4] == 1 or (s[8] and s[10])) then
+  -- (No new start: nothing to write, as for a give-back that finds the
+  -- state moved on.)
+  s[12] = admitted and s[11] and s[4] and (reply[2 + (i - 1) * 4] == 1 or (s[8] and s[10]))
+  if s[12] then
     fields = {'s', s[4], 'c', s[5], 'p', s[6], 't', s[1]}
     keep = s[7]
     if s[8] then
       local members = {}
       for k = 1, cost do
         members[2 * k - 1] = s[1] + s[9]
-        members[2 * k] = lease_member(lease_id, k)
+        members[2 * k] = lease_member(eval_id, k)
       end
       redis.call('ZADD', s[8], unpack(members))
       if redis.call('PTTL', s[8]) < keep then
@@ -131,12 +162,33 @@ for i = 1, n do
   end
   if #fields > 0 then
     redis.call('HSET', key, unpack(fields))
-    if s[2] then
+    if keep == 0 then
+      -- A give-back keeps the key's TTL.
+    elseif s[2] then
       redis.call('PEXPIRE', key, keep, 'GT')
     else
       -- A new key has no TTL, and GT takes that for an endless one.
       redis.call('PEXPIRE', key, keep)
     end
+  end
+end
+
+-- A delayed admission (an enforced policy's retry_ms above 0) leaves its
+-- reservation record for a give-back: where each policy was charged, for
+-- the longest delay and the first policy's grace.
+if admitted and reservation and not reserved then
+  local held = 0
+  for i = 1, n do
+    if ARGV[5 + (i - 1) * per_policy + 8] == '0' then
+      held = math.max(held, reply[5 + (i - 1) * 4])
+    end
+  end
+  if held > 0 then
+    local starts = {}
+    for i = 1, n do
+      starts[i] = state[i][12] and state[i][4] or 'x'
+    end
+    redis.call('SET', reservation, table.concat(starts, ','), 'PX', held + tonumber(ARGV[5 + 6]))
   end
 end
 

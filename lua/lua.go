@@ -50,6 +50,7 @@ func script() string {
 		leases[i] = strconv.FormatBool(slices.Contains(leaseAlgorithms, a))
 	}
 	b.WriteString("local decide_by = {" + strings.Join(functions, ", ") + "}\n")
+	b.WriteString("local give_back_by = {" + strings.Join(functions, "_give_back, ") + "_give_back}\n")
 	b.WriteString("local holds_leases = {" + strings.Join(leases, ", ") + "}\n")
 	b.WriteString(read("epilogue.lua"))
 	return b.String()

@@ -9,6 +9,8 @@
 --   s, c, p  the algorithm's state (start, count, previous count), in ms
 --   t        the latest clock reading that wrote the state (ms)
 --   eb       (KEYS[1] only) the bytes of the remembered evaluations
+-- KEYS[1] .. ':r:' .. the evaluation ID: a delayed request's reservation
+--           record (epilogue.lua), made from KEYS[1] in the script
 -- With de-duplication two more keys follow:
 -- KEYS[n+1] this evaluation's record, "expires" then "allowed,remaining,
 --           reset,retry" per policy, comma-separated: a string that also
@@ -22,7 +24,7 @@
 -- ARGV:
 --   1 n    2 cost    3 dedup TTL in ms    4 dedup max entries
 --   5 dedup max bytes (3-5: the first policy's)
---   then nine per policy, from 5 + (i-1)*9 + 1:
+--   then ten per policy, from 5 + (i-1)*10 + 1:
 --   algorithm (its place in decide_by), now in ms or "" to read Redis TIME
 --   (one clock for every gateway), limit or capacity, window or refill
 --   period in ms (a calendar policy's: its period boundaries, window_at
@@ -30,12 +32,16 @@
 --   regression in ms, shadow (1) or enforced (0), charge: 0 charged cost
 --   when it fits, 1 checked only (allows while at least 1 is left, charged
 --   nothing, and reports what is left uncharged), 2 charged cost whatever
---   is left (a debt may follow, and remaining may be negative)
---   then, after every policy's, the lease ID (the evaluation ID) when a
---   policy holds leases (concurrency; epilogue.lua)
+--   is left (a debt may follow, and remaining may be negative), 3 given
+--   back what the request's reservation record says it was charged;
+--   max delay in ms (0: a request is refused rather than delayed)
+--   then, after every policy's, the evaluation ID when a policy holds
+--   leases (concurrency; it names the lease), or may delay the request
+--   (it names the reservation record; epilogue.lua)
 --
 -- Reply: {status}, then when decided or replayed allowed, remaining,
--- reset_ms, retry_ms per policy. Status 0 decided, 1 clock unsafe, 2 state
+-- reset_ms, retry_ms per policy; an allowed policy's retry_ms is its delay
+-- (0, or how long the request waits for the place it was given). Status 0 decided, 1 clock unsafe, 2 state
 -- unreadable, 3 replayed (a decision remembered under the same evaluation
 -- ID, charged nothing). A policy that would allow a refused request reports
 -- what it has left, uncharged. A denial writes no algorithm state, and a
@@ -46,8 +52,8 @@ local n = tonumber(ARGV[1])
 local cost = tonumber(ARGV[2])
 local record = KEYS[n + 1]
 local queue = KEYS[n + 2]
-local per_policy = 9
-local lease_id = ARGV[5 + n * per_policy + 1]
+local per_policy = 10
+local eval_id = ARGV[5 + n * per_policy + 1]
 
 local redis_now
 local function clock(arg)

@@ -7,7 +7,7 @@ local function decay_wait(count, allowed, window)
   return window - idiv((allowed + 1) * window - 1, count)
 end
 
-local function sliding_counter(now, cost, limit, window, refill, grace, valid, st_start, st_count, st_prev, debt)
+local function sliding_counter(now, cost, limit, window, refill, grace, valid, st_start, st_count, st_prev, debt, max_delay)
   local start = now - now % window
   local elapsed = now - start
   local current, previous = 0, 0
@@ -39,4 +39,14 @@ local function sliding_counter(now, cost, limit, window, refill, grace, valid, s
   current = current + cost
   local reset = 2 * window - elapsed
   return 1, limit - estimate - cost, reset, 0, start, current, previous, reset + grace
+end
+
+-- A charge made in the window at start is in the current count, or in
+-- the previous one once the state has moved on a window.
+local function sliding_counter_give_back(cost, limit, window, start, valid, st_start, st_count, st_prev)
+  if valid and st_start == start then
+    return st_start, math.max(st_count - cost, 0), st_prev
+  elseif valid and st_start == start + window then
+    return st_start, st_count, math.max(st_prev - cost, 0)
+  end
 end

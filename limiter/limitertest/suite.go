@@ -20,6 +20,7 @@ type Backend interface {
 	StandingDenial(req limiter.Request) (limiter.Evaluated, bool)
 	Release(req limiter.Request, leased limiter.Evaluated)
 	Renew(ctx context.Context, req limiter.Request, leased limiter.Evaluated)
+	GiveBack(req limiter.Request, reserved limiter.Evaluated)
 }
 
 // Factory returns a fresh backend that reads time from clock for policies
@@ -377,6 +378,7 @@ func Run(t *testing.T, newBackend Factory) {
 	runConcurrency(t, newBackend)
 	runResponseCharged(t, newBackend)
 	runCalendar(t, newBackend)
+	runDelay(t, newBackend)
 }
 
 func sequence(t *testing.T, newBackend Factory, p *limiter.Policy, steps []want) {
