@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bytes"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -183,5 +185,54 @@ func TestNothingCitesADocumentOutsideTheRepository(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// hclExample is a fenced block of HCL in a document: its info string
+// (after the backticks) and its text.
+var hclExample = regexp.MustCompile("(?ms)^```(hcl[^\n]*)\n(.*?)^```")
+
+// TestTheDocumentsExamplesValidate: every ```hcl block of a document is a
+// whole configuration file that `gateway validate` accepts, in a folder
+// that holds it and a copy of testdata/api-keys.txt as api-keys.txt (the
+// name the examples use). A block that cannot stand alone (a block to put
+// inside another, or one naming files on the reader's machine) says so:
+// ```hcl fragment.
+func TestTheDocumentsExamplesValidate(t *testing.T) {
+	keys, err := os.ReadFile("testdata/api-keys.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	checked := 0
+	for _, doc := range documents(t) {
+		src, err := os.ReadFile(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range hclExample.FindAllSubmatchIndex(src, -1) {
+			info, example := strings.Fields(string(src[m[2]:m[3]])), src[m[4]:m[5]]
+			if info[0] != "hcl" || slices.Contains(info, "fragment") {
+				continue
+			}
+			checked++
+			line := 1 + strings.Count(string(src[:m[0]]), "\n")
+			t.Run(fmt.Sprintf("%s:%d", doc, line), func(t *testing.T) {
+				dir := t.TempDir()
+				path := filepath.Join(dir, "gateway.hcl")
+				if err := os.WriteFile(filepath.Join(dir, "api-keys.txt"), keys, 0o600); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(path, example, 0o600); err != nil {
+					t.Fatal(err)
+				}
+				var stdout, stderr bytes.Buffer
+				if code := run([]string{"validate", "-config", path}, nil, &stdout, &stderr, nil); code != 0 {
+					t.Fatalf("%s:%d: the example does not validate (a part of a file is marked ```hcl fragment):\n%s", doc, line, stderr.String())
+				}
+			})
+		}
+	}
+	if checked == 0 {
+		t.Fatal("no HCL example found in the documents")
 	}
 }
