@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // FallbackOptions configure the local fallback: while the shared backend
@@ -31,12 +33,19 @@ type fallback struct {
 	mu     sync.Mutex
 	scaled map[*Policy]*Policy
 	sets   map[**Policy][]*Policy // scaled Request.Policies, by their first element
+
+	// decisions counts the fallback's decisions of admissions made for a
+	// route, by route, policy and decision; nil without a Registerer.
+	decisions *prometheus.CounterVec
 }
 
 const maxScaled = 4096
 
-func newFallback(shared Backend, opts FallbackOptions) *fallback {
-	return &fallback{shared: shared, local: NewMemory(MemoryOptions{}), instances: int64(opts.Instances), scaled: map[*Policy]*Policy{}, sets: map[**Policy][]*Policy{}}
+// newFallback falls back from shared; fallbacks, when not nil, counts
+// its decisions of admissions made for a route.
+func newFallback(shared Backend, opts FallbackOptions, fallbacks *prometheus.CounterVec) *fallback {
+	return &fallback{shared: shared, local: NewMemory(MemoryOptions{}), instances: int64(opts.Instances),
+		scaled: map[*Policy]*Policy{}, sets: map[**Policy][]*Policy{}, decisions: fallbacks}
 }
 
 func (f *fallback) Evaluate(ctx context.Context, req Request) Outcome {
@@ -58,6 +67,15 @@ func (f *fallback) Evaluate(ctx context.Context, req Request) Outcome {
 		return o
 	}
 	e.Fallback = true
+	if f.decisions != nil && req.observed() {
+		for i, p := range req.Policies {
+			decision := "denied"
+			if e.PolicyDecision(i).Allowed {
+				decision = "allowed"
+			}
+			f.decisions.WithLabelValues(req.Route, p.Name, decision).Inc()
+		}
+	}
 	return e
 }
 

@@ -29,7 +29,7 @@ func (down) Reset(context.Context, Request) error { return errors.New("down") }
 // Every reload brings new policy values; the fallback's scaled copies of
 // them stay bounded, and a budget outlives the copies being made again.
 func TestFallbackScaledPoliciesStayBoundedAcrossReloads(t *testing.T) {
-	f := newFallback(down{}, FallbackOptions{Instances: 2})
+	f := newFallback(down{}, FallbackOptions{Instances: 2}, nil)
 	defer f.Close()
 	allowed := 0
 	for reload := range 3 * maxScaled {
@@ -60,7 +60,7 @@ func TestFallbackScaledPoliciesStayBoundedAcrossReloads(t *testing.T) {
 // like any budget (ceil(5/2) = 3 leases on this instance), and a lease
 // taken by the fallback is given back to it.
 func TestFallbackDividesAConcurrencyLimitAndReleasesLocally(t *testing.T) {
-	f := newFallback(down{}, FallbackOptions{Instances: 2})
+	f := newFallback(down{}, FallbackOptions{Instances: 2}, nil)
 	defer f.Close()
 	p := &Policy{Name: "in-flight", Revision: 1, Algorithm: Concurrency, Limit: 5, LeaseTTL: time.Minute, MaxCost: 1,
 		CleanupGrace: DefaultCleanupGrace, MaxClockRegression: DefaultMaxClockRegression, Dedup: DefaultDedup}

@@ -48,7 +48,8 @@ type Options struct {
 	Redis  RedisOptions // used when Kind is KindRedis
 	// Fallback decides locally while Redis cannot; off unless Instances > 0.
 	Fallback FallbackOptions
-	// Registerer receives the backend's metrics; nil registers none.
+	// Registerer receives the backend's metrics, and those of the
+	// admissions made for a route (Request.Route); nil registers none.
 	Registerer prometheus.Registerer
 	// Logger receives the Redis client's own messages (pool and dial
 	// trouble, about servers, never clients); nil leaves go-redis's default.
@@ -96,7 +97,7 @@ func Open(ctx context.Context, opts Options) (Backend, error) {
 		if mo.Registerer == nil {
 			mo.Registerer = opts.Registerer
 		}
-		return NewMemory(mo), nil
+		return newAdmissionMetrics(opts.Registerer).observe(NewMemory(mo)), nil
 	case KindRedis:
 		if opts.Logger != nil {
 			// go-redis logs through one process-wide logger.
@@ -113,10 +114,15 @@ func Open(ctx context.Context, opts Options) (Backend, error) {
 		if err != nil {
 			return nil, fmt.Errorf("limiter backend redis: %w", err)
 		}
+		m := newAdmissionMetrics(opts.Registerer)
 		if opts.Fallback.Instances > 0 {
-			return newFallback(r, opts.Fallback), nil
+			var fallbacks *prometheus.CounterVec
+			if m != nil {
+				fallbacks = m.fallbacks
+			}
+			return m.observe(newFallback(r, opts.Fallback, fallbacks)), nil
 		}
-		return r, nil
+		return m.observe(r), nil
 	}
 	return nil, fmt.Errorf("limiter: unknown backend kind %d", opts.Kind)
 }

@@ -193,6 +193,11 @@ type Request struct {
 	Subject      string
 	Cost         int64
 	EvaluationID string
+	// Route is the operation ID of the route the request is made for: a
+	// label of the limiter's metrics, never part of a key. Only
+	// admissions made for a route count in gateway_limiter_duration_seconds
+	// and gateway_limiter_fallback_total.
+	Route string
 	// Phase is Admission, before forwarding, or Settlement, after the
 	// response, which charges the policies given (those of the request
 	// charged by the response) whatever they have left.
@@ -243,4 +248,30 @@ func admit(ctx context.Context, req Request) Outcome {
 		return Unavailable{Category: AdmissionRejected, Err: context.DeadlineExceeded}
 	}
 	return nil
+}
+
+// OutcomeName is the word logs and metrics name o by: allowed, denied,
+// fallback_allowed, fallback_denied, an Unavailable's category
+// (admission_rejected, unavailable_before_send, clock_unsafe,
+// circuit_open), indeterminate or incompatible.
+func OutcomeName(o Outcome) string {
+	switch o := o.(type) {
+	case Evaluated:
+		switch {
+		case o.Fallback && o.Allowed:
+			return "fallback_allowed"
+		case o.Fallback:
+			return "fallback_denied"
+		case o.Allowed:
+			return "allowed"
+		}
+		return "denied"
+	case Unavailable:
+		return o.Category.String()
+	case Indeterminate:
+		return "indeterminate"
+	case Incompatible:
+		return "incompatible"
+	}
+	return "unknown"
 }

@@ -39,7 +39,7 @@ type exchange struct {
 	in subject.Inbound
 	// span is the request's server span (nil without a tracer); limits
 	// are the policies the limiter was asked about (nil if it was not),
-	// and decision its answer as outcomeName says it.
+	// and decision its answer as limiter.OutcomeName says it.
 	span     trace.Span
 	limits   *limits
 	decision string

@@ -146,7 +146,7 @@ func (s *settlement) charge(ch *responseCharge, cost int64) {
 			return
 		}
 		s.h.opts.Logger.LogAttrs(s.ctx, slog.LevelWarn, "limiter charge failed",
-			slog.String("route", s.route), slog.String("policy", ch.name), slog.String("outcome", outcomeName(o)))
+			slog.String("route", s.route), slog.String("policy", ch.name), slog.String("outcome", limiter.OutcomeName(o)))
 		if m := s.h.opts.Metrics; m != nil {
 			m.ChargeFailures.WithLabelValues(s.route, ch.name).Inc()
 		}

@@ -227,6 +227,7 @@ func (h *Handler) limit(w http.ResponseWriter, r *http.Request, c *compiled, rt 
 		Subject:      s.Pseudonym,
 		Cost:         rt.Cost,
 		EvaluationID: h.evalIDs.next(),
+		Route:        rt.OperationID,
 		Deadline:     start.Add(c.deadline),
 	}
 	ctx := r.Context()
@@ -235,9 +236,8 @@ func (h *Handler) limit(w http.ResponseWriter, r *http.Request, c *compiled, rt 
 		ctx, span = h.tracing.startLimiter(ctx, l)
 	}
 	o := c.limiter.Evaluate(ctx, req)
-	took := time.Since(start)
 
-	x.outcome = outcomeName(o)
+	x.outcome = limiter.OutcomeName(o)
 	x.limits, x.decision = l, x.outcome
 	if span != nil {
 		h.tracing.endLimiter(span, x.outcome)
@@ -249,14 +249,6 @@ func (h *Handler) limit(w http.ResponseWriter, r *http.Request, c *compiled, rt 
 		x.outcome = "client_closed"
 		w.WriteHeader(statusClientClosed)
 		return false
-	}
-	if h.opts.Metrics != nil {
-		h.opts.Metrics.LimiterDuration.WithLabelValues(x.outcome).Observe(took.Seconds())
-		if e, ok := o.(limiter.Evaluated); ok && e.Fallback {
-			for i, p := range l.policies {
-				h.opts.Metrics.fallback(rt.OperationID, p.Name, e.PolicyDecision(i).Allowed)
-			}
-		}
 	}
 	switch o := o.(type) {
 	case limiter.Evaluated:
@@ -328,28 +320,6 @@ func (h *Handler) shadowDenied(rt *route, names []string, x *exchange) {
 			h.opts.Metrics.ShadowDenials.WithLabelValues(rt.OperationID, n).Inc()
 		}
 	}
-}
-
-func outcomeName(o limiter.Outcome) string {
-	switch o := o.(type) {
-	case limiter.Evaluated:
-		switch {
-		case o.Fallback && o.Allowed:
-			return "fallback_allowed"
-		case o.Fallback:
-			return "fallback_denied"
-		case o.Allowed:
-			return "allowed"
-		}
-		return "denied"
-	case limiter.Unavailable:
-		return o.Category.String() // admission_rejected, unavailable_before_send, clock_unsafe, circuit_open
-	case limiter.Indeterminate:
-		return "indeterminate"
-	case limiter.Incompatible:
-		return "incompatible"
-	}
-	return "unknown"
 }
 
 // evaluationIDs hands out IDs that are unique across gateway instances (a

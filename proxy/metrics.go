@@ -14,10 +14,8 @@ import (
 // Metrics are the request path's Prometheus collectors. Labels carry route
 // names and outcomes, never an identity or a pseudonym.
 type Metrics struct {
-	Requests        *prometheus.CounterVec
-	LimiterDuration *prometheus.HistogramVec
-	Fallbacks       *prometheus.CounterVec
-	ShadowDenials   *prometheus.CounterVec
+	Requests      *prometheus.CounterVec
+	ShadowDenials *prometheus.CounterVec
 	// Per route and policy charged by the response: cost headers or
 	// trailers missing or malformed (each charged 1), and charges after
 	// the response that the limiter did not take.
@@ -56,16 +54,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "gateway_requests_total",
 			Help: "Requests by route, outcome, status code and the subject's plan (none, a plan the configuration names, or other).",
 		}, []string{"route", "outcome", "status", "plan"}),
-		LimiterDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "gateway_limiter_duration_seconds",
-			Help:    "Time the limiter took to answer, by outcome.",
-			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, .75, 1},
-		}, []string{"outcome"}),
 	}
-	m.Fallbacks = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "gateway_limiter_fallback_total",
-		Help: "Decisions taken by this instance's local fallback while the shared limiter could not decide.",
-	}, []string{"route", "policy", "decision"})
 	m.ShadowDenials = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "gateway_shadow_denials_total",
 		Help: "Requests a shadow policy would have denied; they were forwarded.",
@@ -115,7 +104,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Name: "gateway_limiter_leases_held",
 		Help: "Concurrency leases this instance's requests hold now (an upgraded connection's until it closes), by route and policy.",
 	}, []string{"route", "policy"})
-	reg.MustRegister(m.Requests, m.LimiterDuration, m.Fallbacks, m.ShadowDenials, m.CostHeaderInvalid, m.ChargeFailures, m.UpstreamRequests, m.UpstreamFailures, m.UpstreamRetries, m.UpstreamEjections,
+	reg.MustRegister(m.Requests, m.ShadowDenials, m.CostHeaderInvalid, m.ChargeFailures, m.UpstreamRequests, m.UpstreamFailures, m.UpstreamRetries, m.UpstreamEjections,
 		m.upstreams, m.RequestDuration, m.UpstreamDuration, m.InFlight, m.LeasesHeld)
 	return m
 }
@@ -182,14 +171,6 @@ func (m *Metrics) observeRequest(route, outcome, plan string, status int) {
 		plan = "none"
 	}
 	m.Requests.WithLabelValues(route, outcome, label, plan).Inc()
-}
-
-func (m *Metrics) fallback(route, policy string, allowed bool) {
-	decision := "denied"
-	if allowed {
-		decision = "allowed"
-	}
-	m.Fallbacks.WithLabelValues(route, policy, decision).Inc()
 }
 
 // forgetTargets deletes the series of the targets that were in old and are

@@ -1,0 +1,37 @@
+package limiter
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+// The limiter counts the admissions made for a route, whichever backend
+// decides them: their time by outcome, and the fallback's decisions by
+// route, policy and decision. A settlement, and a request made for no
+// route, count in neither.
+func TestAdmissionsForARouteAreCountedByTheLimiter(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := newAdmissionMetrics(reg)
+	b := m.observe(newFallback(down{}, FallbackOptions{Instances: 2}, m.fallbacks))
+	defer b.Close()
+	p := NewPolicy("per-hour", FixedWindow)
+	p.Limit, p.Window, p.Clock = 2, time.Hour, ClockGateway
+	ctx := context.Background()
+	for range 3 {
+		b.Evaluate(ctx, Request{Policies: []*Policy{p}, Subject: "s", Cost: 1, Route: "orders"})
+	}
+	b.Evaluate(ctx, Request{Policies: []*Policy{p}, Subject: "t", Cost: 1})
+	b.Evaluate(ctx, Request{Policies: []*Policy{p}, Subject: "u", Cost: 1, Route: "orders", Phase: Settlement})
+	if n := testutil.CollectAndCount(m.duration); n != 2 {
+		t.Errorf("%d duration series, want fallback_allowed and fallback_denied", n)
+	}
+	for decision, want := range map[string]float64{"allowed": 1, "denied": 2} {
+		if got := testutil.ToFloat64(m.fallbacks.WithLabelValues("orders", "per-hour", decision)); got != want {
+			t.Errorf("fallback %s: %v, want %v", decision, got, want)
+		}
+	}
+}
