@@ -138,6 +138,7 @@ func TestValidateChecksWhatAResponseChargesBy(t *testing.T) {
 		{"a status above 599 is refused", func(p *limiter.Policy) { p.CountStatuses = limiter.StatusSet(600) }, "count_statuses"},
 		{"a status past any set is refused", func(p *limiter.Policy) { p.CountStatuses = limiter.StatusSet(100000) }, "count_statuses"},
 		{"a header name with a space is refused", func(p *limiter.Policy) { p.CostHeader = "X Cost" }, "cost_header"},
+		{"a cost header whose max_cost is 1 is refused", func(p *limiter.Policy) { p.CostHeader, p.MaxCost = "X-Usage-Cost", 1 }, "cost_header"},
 		{"both ways at once are refused", func(p *limiter.Policy) {
 			p.CountStatuses, p.CostHeader = limiter.StatusSet(401), "X-Cost"
 		}, "cost_header"},

@@ -86,6 +86,12 @@ func (p *Policy) validateResponseCharge(problem func(field, summary, detail stri
 		if p.CountStatuses != (Statuses{}) {
 			problem("cost_header", "Two ways to charge", "A policy is charged by count_statuses or by cost_header, not both.")
 		}
+		if p.MaxCost == 1 {
+			// max_cost's default suits a route's cost; left at it here,
+			// every response would be charged at most 1 whatever the
+			// upstream says, and the headers would look right.
+			problem("cost_header", "cost_header without max_cost", "max_cost is 1, so no response would be charged more than 1 whatever cost_header says; set max_cost to the most one response may cost (at most the quota).")
+		}
 	}
 }
 
