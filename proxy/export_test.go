@@ -14,7 +14,7 @@ func SetLogClock(h *Handler, now func() time.Time) { h.refusals.Now = now }
 func TrustUpstreams(h *Handler, roots *x509.CertPool) {
 	for _, p := range h.current.Load().pools {
 		if p.owned != nil {
-			p.owned.TLSClientConfig = &tls.Config{RootCAs: roots}
+			p.owned.std.TLSClientConfig = &tls.Config{RootCAs: roots}
 		}
 	}
 }

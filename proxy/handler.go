@@ -260,7 +260,7 @@ func (h *Handler) Close() {
 	}
 }
 
-func (h *Handler) compile(cfg Config, prev *compiled) (*compiled, []*http.Transport, error) {
+func (h *Handler) compile(cfg Config, prev *compiled) (*compiled, []*poolTransport, error) {
 	if cfg.Limiter == nil || cfg.Resolver == nil {
 		return nil, nil, errors.New("proxy: config needs a limiter and a resolver")
 	}

@@ -26,7 +26,7 @@ type pool struct {
 	Pool
 	members   []*member
 	transport http.RoundTripper
-	owned     *http.Transport // the transport, when the pool built it
+	owned     *poolTransport // the transport, when the pool built it
 	next      atomic.Uint64
 	logger    *slog.Logger
 	duration  prometheus.Observer // gateway_upstream_duration_seconds; nil without metrics
@@ -91,20 +91,31 @@ func (e *dialError) Unwrap() error { return e.err }
 
 // newPoolTransport is the shared transport's tuning with the pool's
 // timeouts, room for idle connections to every target, and dial errors
-// marked as such.
-func newPoolTransport(p Pool) *http.Transport {
+// marked as such; the lean transport shares it where it fits.
+func newPoolTransport(p Pool) *poolTransport {
 	t := newTransport()
 	d := &net.Dialer{Timeout: p.ConnectTimeout, KeepAlive: 30 * time.Second}
-	t.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
 		c, err := d.DialContext(ctx, network, addr)
 		if err != nil {
 			return nil, &dialError{err}
+		}
+		return c, nil
+	}
+	t.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := dial(ctx, network, addr)
+		if err != nil {
+			return nil, err
 		}
 		return &upstreamConn{Conn: c}, nil
 	}
 	t.ResponseHeaderTimeout = p.ResponseTimeout
 	t.MaxIdleConns = t.MaxIdleConnsPerHost * len(p.Targets)
-	return t
+	pt := &poolTransport{std: t}
+	if leanSupported {
+		pt.lean = newLeanTransport(dial, t)
+	}
+	return pt
 }
 
 // sameTransport reports whether a pool built for q can keep p's transport.
@@ -119,7 +130,18 @@ func (m *member) RoundTrip(req *http.Request) (*http.Response, error) {
 	if m.requests != nil {
 		m.requests.Inc()
 	}
-	res, err := m.pool.transport.RoundTrip(m.guard(req))
+	var res *http.Response
+	var err error
+	switch t := m.pool.owned; {
+	case t == nil:
+		// A transport of Options: its resends are its own.
+		res, err = m.pool.transport.RoundTrip(req)
+	case t.leanCarries(req):
+		// It sends nothing twice: no guard needed.
+		res, err = t.lean.RoundTrip(req)
+	default:
+		res, err = t.std.RoundTrip(m.guard(req))
+	}
 	if err == nil {
 		if m.fails.Load() != 0 {
 			m.fails.Store(0)
@@ -428,7 +450,7 @@ func newForwarders(rt *route, logger *slog.Logger, underscores bool) []*httputil
 // prev's pool of the same name had keep their health; transports are kept
 // when the pool's timeouts and size did not change. It returns the
 // transports prev owned that the new pools do not keep.
-func (h *Handler) buildPools(cfg Config, prev *compiled) (map[string]*pool, []*http.Transport, error) {
+func (h *Handler) buildPools(cfg Config, prev *compiled) (map[string]*pool, []*poolTransport, error) {
 	defs := make([]Pool, 0, len(cfg.Pools))
 	names := map[string]bool{}
 	for _, p := range cfg.Pools {
@@ -449,7 +471,7 @@ func (h *Handler) buildPools(cfg Config, prev *compiled) (map[string]*pool, []*h
 		}
 	}
 	pools := make(map[string]*pool, len(defs))
-	kept := map[*http.Transport]bool{}
+	kept := map[*poolTransport]bool{}
 	for _, def := range defs {
 		def, err := def.withDefaults()
 		if err != nil {
@@ -506,7 +528,7 @@ func (h *Handler) buildPools(cfg Config, prev *compiled) (map[string]*pool, []*h
 		}
 		pools[def.Name] = p
 	}
-	var dropped []*http.Transport
+	var dropped []*poolTransport
 	if prev != nil {
 		for _, p := range prev.pools {
 			if p.owned != nil && !kept[p.owned] {

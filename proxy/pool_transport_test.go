@@ -21,7 +21,7 @@ func TestAPoolSpeaksHTTP2ToATargetThatOffersIt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tr := newPoolTransport(p)
+	tr := newPoolTransport(p).std
 	t.Cleanup(tr.CloseIdleConnections)
 	// The test server's certificate is trusted the way an operator's CA
 	// would be: the transport's own TLS settings are left as they are.

@@ -12,6 +12,9 @@ import (
 	"sync/atomic"
 )
 
+// The lean transport (transport.go) sends nothing twice and needs no
+// guard; what follows is for the requests the standard Transport carries.
+//
 // Go's transport sends a request again, on another connection, when the
 // keep-alive connection it reused failed before a response byte and either
 // nothing of the request was written (and it has no body) or the request
