@@ -42,6 +42,9 @@ type harness struct {
 	nginxBin     string // empty when nginx is not installed
 	environment  []string
 	driven       map[string]bool // the targets some mode drove, for the report
+	// rotations are the rotation targets started, each with its hot key's
+	// target, in order, for the report's ratios.
+	rotations [][2]string
 }
 
 func newHarness(s settings, progress io.Writer) (*harness, error) {
@@ -111,6 +114,7 @@ func (h *harness) setup(ctx context.Context) error {
 	if why != "" {
 		h.note("%s", why)
 	}
+	h.loader.dir = h.dir
 	h.environment = append(h.environment, "load: "+h.loader.name, runtime.Version())
 
 	h.gatewayBin = filepath.Join(h.dir, "gateway")
@@ -256,7 +260,7 @@ func (h *harness) runMode(ctx context.Context, mode string) ([]sample, error) {
 			}
 		}
 		h.logf("%s: warming %s for %s at %d connections", mode, t.name, h.s.warmup, maxConns)
-		if _, err := h.loader.run(ctx, h.pin, t.url, maxConns, h.s.warmup); err != nil {
+		if _, err := h.loader.run(ctx, h.pin, t, maxConns, h.s.warmup); err != nil {
 			return nil, err
 		}
 		if err := sleep(ctx, settleTime); err != nil {

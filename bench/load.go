@@ -9,6 +9,7 @@ import (
 	"math"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -28,11 +29,42 @@ type loadResult struct {
 }
 
 // loader drives one URL with a fixed number of keep-alive connections.
+// With subjects above 1 each request comes from the next of that many
+// client addresses (10.0.0.0, 10.0.0.1, ... in turn), named in
+// X-Forwarded-For: the gateway must trust the load side as a proxy.
 type loader struct {
 	name  string // for the report: "wrk ..." or the Go generator
-	argv  func(url string, conns int, d time.Duration) []string
+	argv  func(url string, conns int, d time.Duration, subjects int, dir string) ([]string, error)
 	parse func(stdout string) (loadResult, error)
+	dir   string // the harness's temporary folder, for wrk's script
 }
+
+// rotatedAddr is the i-th client address of a rotation.
+func rotatedAddr(i int) string {
+	return fmt.Sprintf("10.%d.%d.%d", i>>16&255, i>>8&255, i&255)
+}
+
+// maxSubjects is the most client addresses a rotation has: 10.0.0.0/8.
+const maxSubjects = 1 << 24
+
+// wrkRotation is wrk's script for a rotation of subjects addresses: a
+// request is wrk's own prepared one with the header added by a few
+// concatenations, which costs wrk about what its own request does.
+const wrkRotation = `-- Written by go run ./bench: request i comes from client address i mod %[1]d, named in X-Forwarded-For.
+local n = %[1]d
+local i = 0
+local head
+init = function(args)
+  -- wrk's request without its last CRLF, the end of its header block
+  head = string.sub(wrk.format(), 1, -3) .. "X-Forwarded-For: 10."
+end
+request = function()
+  local a = i
+  i = i + 1
+  if i == n then i = 0 end
+  return head .. math.floor(a / 65536) %% 256 .. "." .. math.floor(a / 256) %% 256 .. "." .. a %% 256 .. "\r\n\r\n"
+end
+`
 
 // newLoader picks wrk unless the harness is told otherwise or wrk is
 // missing; the Go generator is the harness itself in the internal-load
@@ -44,8 +76,9 @@ func newLoader(choice string) (loader, string, error) {
 	}
 	goLoader := loader{
 		name: "the harness's Go load generator (fixed connections, keep-alive)",
-		argv: func(url string, conns int, d time.Duration) []string {
-			return []string{self, "internal-load", "-url", url, "-c", strconv.Itoa(conns), "-d", d.String()}
+		argv: func(url string, conns int, d time.Duration, subjects int, dir string) ([]string, error) {
+			return []string{self, "internal-load", "-url", url, "-c", strconv.Itoa(conns), "-d", d.String(),
+				"-subjects", strconv.Itoa(subjects)}, nil
 		},
 		parse: parseGoLoad,
 	}
@@ -61,9 +94,17 @@ func newLoader(choice string) (loader, string, error) {
 	}
 	return loader{
 		name: wrkVersion(wrk) + " (-t1)",
-		argv: func(url string, conns int, d time.Duration) []string {
+		argv: func(url string, conns int, d time.Duration, subjects int, dir string) ([]string, error) {
 			seconds := int(math.Ceil(d.Seconds()))
-			return []string{wrk, "-t1", "-c" + strconv.Itoa(conns), "-d" + strconv.Itoa(seconds) + "s", "--timeout", "10s", "--latency", url}
+			argv := []string{wrk, "-t1", "-c" + strconv.Itoa(conns), "-d" + strconv.Itoa(seconds) + "s", "--timeout", "10s", "--latency"}
+			if subjects > 1 {
+				script, err := writeWrkRotation(dir, subjects)
+				if err != nil {
+					return nil, err
+				}
+				argv = append(argv, "-s", script)
+			}
+			return append(argv, url), nil
 		},
 		parse: parseWrk,
 	}, "", nil
@@ -81,9 +122,25 @@ func wrkVersion(path string) string {
 	return first
 }
 
-// run drives url on the load CPU and returns what the generator reported.
-func (l loader) run(ctx context.Context, pin pinning, url string, conns int, d time.Duration) (loadResult, error) {
-	argv := pin.argv(loadCPU, l.argv(url, conns, d)...)
+// writeWrkRotation writes wrk's script for a rotation of subjects
+// addresses into dir, once, and returns its path.
+func writeWrkRotation(dir string, subjects int) (string, error) {
+	path := filepath.Join(dir, fmt.Sprintf("rotation-%d.lua", subjects))
+	if _, err := os.Stat(path); err == nil {
+		return path, nil
+	}
+	return path, os.WriteFile(path, []byte(fmt.Sprintf(wrkRotation, subjects)), 0o644)
+}
+
+// run drives t at conns connections on the load CPU for d and returns
+// what the generator reported.
+func (l loader) run(ctx context.Context, pin pinning, t *target, conns int, d time.Duration) (loadResult, error) {
+	url := t.url
+	largv, err := l.argv(url, conns, d, t.subjects, l.dir)
+	if err != nil {
+		return loadResult{}, err
+	}
+	argv := pin.argv(loadCPU, largv...)
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }

@@ -4,6 +4,7 @@
 //
 //	go run ./bench                      # main mode: what the gateway costs per request
 //	go run ./bench -mode flood          # one subject far over its limit
+//	go run ./bench -subjects 100000     # also each gateway from 100,000 clients (X-Forwarded-For)
 //	go run ./bench -rounds 5 -duration 10s -conns 64,512,1024
 //	go run ./bench -targets gateway-redis -conns 64 -profile /tmp/prof   # where its CPU time goes
 //	go run ./bench -mode soak -duration 10m  # leaks through Redis restarts (soak.go)
@@ -64,6 +65,7 @@ type settings struct {
 	repo     string          // the gateway module's root
 	keep     bool            // keep the temporary folder
 	dedup    bool            // the gateways' policy de-duplicates evaluations
+	subjects int             // main mode, above 1: each gateway is also driven from a rotation of this many client addresses
 	profile  string          // a folder for perf profiles of the gateways; "" for none
 	soak     soakSettings
 	args     []string // as given, for the report
@@ -89,7 +91,7 @@ func parseSettings(args []string, stderr io.Writer) (settings, error) {
 	fs.DurationVar(&soak.flushEvery, "flush-every", 10*time.Second, "soak: send SCRIPT FLUSH this often")
 	fs.DurationVar(&soak.reportEvery, "report-every", 30*time.Second, "soak: print the figures this often")
 	fs.DurationVar(&soak.settle, "settle", 20*time.Second, "soak: quiet time before the start and end figures (longer than the keys live)")
-	fs.IntVar(&soak.subjects, "subjects", 8, "soak: subjects, each from its own loopback address")
+	subjects := fs.Int("subjects", 0, "main: also drive each gateway from a rotation of this many client addresses in X-Forwarded-For (from the load side, a trusted proxy), e.g. 100000; soak: subjects, each from its own loopback address (default 8)")
 	fs.IntVar(&soak.rate, "rate", 10, "soak: requests a second per subject (twice the policy's limit at 10)")
 	if err := fs.Parse(args); err != nil {
 		return settings{}, err
@@ -101,6 +103,16 @@ func parseSettings(args []string, stderr io.Writer) (settings, error) {
 	}
 	s := settings{rounds: *rounds, duration: *duration, warmup: *warmup, loader: *loader, keep: *keep, dedup: *dedup,
 		profile: *profile, soak: soak, args: args, only: map[string]bool{}}
+	s.soak.subjects = 8
+	switch {
+	case *mode == "soak" && set["subjects"]:
+		s.soak.subjects = *subjects
+	case set["subjects"]:
+		if *subjects < 1 || *subjects > maxSubjects {
+			return s, fmt.Errorf("-subjects must be 1 to %d", maxSubjects)
+		}
+		s.subjects = *subjects
+	}
 	switch *mode {
 	case "main", "flood":
 		s.modes = []string{*mode}
@@ -115,7 +127,7 @@ func parseSettings(args []string, stderr io.Writer) (settings, error) {
 		if s.duration > time.Hour {
 			return s, errors.New("-duration: a soak lasts at most 1h")
 		}
-		if soak.subjects < 1 || soak.subjects > 250 || soak.rate < 1 {
+		if s.soak.subjects < 1 || s.soak.subjects > 250 || soak.rate < 1 {
 			return s, errors.New("-subjects must be 1 to 250 and -rate at least 1")
 		}
 		if soak.down < 0 || soak.down > soak.restartEvery/2 {

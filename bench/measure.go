@@ -284,7 +284,7 @@ func (h *harness) measure(ctx context.Context, t *target, conns, round int, d ti
 	if err != nil {
 		return sample{}, err
 	}
-	res, err := h.loader.run(ctx, h.pin, t.url, conns, d)
+	res, err := h.loader.run(ctx, h.pin, t, conns, d)
 	if err != nil {
 		return sample{}, err
 	}

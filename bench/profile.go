@@ -32,7 +32,7 @@ func (h *harness) profileTargets(ctx context.Context, mode string, targets []*ta
 			base := filepath.Join(h.s.profile, fmt.Sprintf("%s-%s-c%d", mode, t.name, conns))
 			got := make(chan error, 1)
 			go func() { got <- fetchProfile(ctx, t.admin, h.s.duration, base+".pprof") }()
-			res, err := h.loader.run(ctx, h.pin, t.url, conns, h.s.duration)
+			res, err := h.loader.run(ctx, h.pin, t, conns, h.s.duration)
 			if perr := <-got; perr != nil {
 				return fmt.Errorf("profile %s: %w", t.name, perr)
 			}

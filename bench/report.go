@@ -138,7 +138,7 @@ func (h *harness) report(mode string, samples []sample) string {
 				s.target, s.conns, thousands(s.perSecond), formatMillis(s.p50), formatMillis(s.p99), s.microsPerRequest, s.loadMicros,
 				100*s.proxyCoreBusy, 100*s.loadCoreBusy, 100*s.otherCPU, orDash("%.2f", s.redisCallsPerRequest), orDash("%.1f", s.redisMicrosPerCall), s.upstreamConns)
 		}
-		b.WriteString(ratioTable(sums))
+		b.WriteString(ratioTable(sums, h.rotations))
 	case "flood":
 		fmt.Fprintf(&b, "### Flood mode: one subject over a 5/min limit (medians of %d interleaved rounds of %s)\n\n", h.s.rounds, h.s.duration)
 		b.WriteString("| target | conns | req/s | p50 | p99 | 429 share | CPU µs/req | proxy core busy | load core busy | other CPU | Redis calls/req | upstream reqs/req |\n")
@@ -154,18 +154,23 @@ func (h *harness) report(mode string, samples []sample) string {
 	return b.String()
 }
 
-// ratioTable compares targets at each connection count; a ratio whose
-// targets did not both run is left out.
-func ratioTable(sums []summary) string {
+// ratioTable compares targets at each connection count, and each
+// rotation of subjects with its hot key; a ratio whose targets did not
+// both run is left out.
+func ratioTable(sums []summary, rotations [][2]string) string {
 	type pair struct{ label, num, den string }
-	pairs := []pair{
+	var pairs []pair
+	for _, r := range rotations {
+		pairs = append(pairs, pair{r[0] + " / " + r[1], r[0], r[1]})
+	}
+	pairs = append(pairs, []pair{
 		{"gateway-memory / bare-proxy", "gateway-memory", "bare-proxy"},
 		{"gateway-redis / gateway-memory", "gateway-redis", "gateway-memory"},
 		{"gateway-redis-inflight / gateway-redis", "gateway-redis-inflight", "gateway-redis"},
 		{"gateway-memory / nginx", "gateway-memory", "nginx"},
 		{"gateway-redis / nginx", "gateway-redis", "nginx"},
 		{"bare-proxy / nginx", "bare-proxy", "nginx"},
-	}
+	}...)
 	find := func(target string, conns int) *summary {
 		for i := range sums {
 			if sums[i].target == target && sums[i].conns == conns {
@@ -253,6 +258,10 @@ func (h *harness) setupNotes() string {
 		dedup = "dedup OFF (-dedup=false)"
 	}
 	b.WriteString("- gateways: one route, subject client_ip (one hot key, 127.0.0.1), " + dedup + ", access log on with stderr appended to a file in the temporary folder (emptied after each run)\n")
+	if len(h.rotations) > 0 {
+		fmt.Fprintf(&b, "- *-%s rows: the same gateway process as the row it is compared with, driven from %d client addresses in turn (10.0.0.0 up, one per request, in X-Forwarded-For; the gateways trust 127.0.0.1 as a proxy in this run): as many subjects, each a key of its own\n",
+			strings.TrimPrefix(rotationName("", h.s.subjects), "-"), h.s.subjects)
+	}
 	if h.driven["nginx"] {
 		b.WriteString("- nginx: one worker, limit_req on $binary_remote_addr, keepalive to the upstream, a JSON access log to a file\n")
 	}

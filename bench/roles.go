@@ -25,6 +25,7 @@ func runRole(role string, args []string) int {
 	target := fs.String("url", "", "URL to load (load generator)")
 	conns := fs.Int("c", 64, "connections (load generator)")
 	duration := fs.Duration("d", 8*time.Second, "how long to load (load generator)")
+	subjects := fs.Int("subjects", 1, "client addresses to rotate through in X-Forwarded-For (load generator); 1 sends none")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -35,7 +36,7 @@ func runRole(role string, args []string) int {
 	case "internal-bare-proxy":
 		err = serveBareProxy(*listen, *upstream)
 	case "internal-load":
-		err = generateLoad(os.Stdout, *target, *conns, *duration)
+		err = generateLoad(os.Stdout, *target, *conns, *duration, *subjects)
 	default:
 		err = fmt.Errorf("unknown role %q", role)
 	}
@@ -114,11 +115,21 @@ type goLoadResult struct {
 }
 
 // generateLoad is the stand-in for wrk: conns keep-alive connections, each
-// sending its next GET when the last answer is read, for d.
-func generateLoad(w io.Writer, target string, conns int, d time.Duration) error {
-	if target == "" || conns < 1 {
-		return fmt.Errorf("need -url and -c >= 1")
+// sending its next GET when the last answer is read, for d. With subjects
+// above 1 each request names the next of that many client addresses in
+// X-Forwarded-For, as wrk's rotation script does.
+func generateLoad(w io.Writer, target string, conns int, d time.Duration, subjects int) error {
+	if target == "" || conns < 1 || subjects < 1 || subjects > maxSubjects {
+		return fmt.Errorf("need -url, -c >= 1 and -subjects from 1 to %d", maxSubjects)
 	}
+	var addrs []string
+	if subjects > 1 {
+		addrs = make([]string, subjects)
+		for i := range addrs {
+			addrs[i] = rotatedAddr(i)
+		}
+	}
+	var nextAddr atomic.Int64
 	transport := &http.Transport{MaxIdleConnsPerHost: conns, MaxConnsPerHost: conns, DisableCompression: true}
 	client := &http.Client{Transport: transport}
 	ctx, cancel := context.WithTimeout(context.Background(), d)
@@ -136,6 +147,9 @@ func generateLoad(w io.Writer, target string, conns int, d time.Duration) error 
 			var n, non2xx, tooMany, errs int64
 			for ctx.Err() == nil {
 				req, _ := http.NewRequestWithContext(ctx, http.MethodGet, target, nil)
+				if addrs != nil {
+					req.Header["X-Forwarded-For"] = []string{addrs[(nextAddr.Add(1)-1)%int64(len(addrs))]}
+				}
 				t0 := time.Now()
 				resp, err := client.Do(req)
 				if err != nil {

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -22,6 +23,21 @@ type target struct {
 	admin     string // the gateway's admin address; "" for the other targets
 	accessLog string // a JSON-lines access log, emptied after each run; "" for none
 	redis     bool   // charge EVALSHA calls to it
+	// subjects above 1: each request comes from the next of this many
+	// client addresses (see loader), and hotKey names the target of the
+	// same process driven from one address, which it is compared with.
+	subjects int
+	hotKey   string
+}
+
+// rotationName is the name of the target that drives name's process from
+// a rotation of subjects addresses: gateway-memory-100k-subjects.
+func rotationName(name string, subjects int) string {
+	n := strconv.Itoa(subjects)
+	if subjects%1000 == 0 {
+		n = strconv.Itoa(subjects/1000) + "k"
+	}
+	return name + "-" + n + "-subjects"
 }
 
 // The pseudonym secret the gateways read with file(). It is fake, on
@@ -76,6 +92,12 @@ func (h *harness) startTargets(ctx context.Context, mode string) ([]*target, err
 		}
 		if t != nil {
 			targets = append(targets, t)
+			if h.s.subjects > 1 && mode == "main" && (name == "gateway-memory" || name == "gateway-redis") {
+				r := *t
+				r.name, r.subjects, r.hotKey = rotationName(name, h.s.subjects), h.s.subjects, name
+				targets = append(targets, &r)
+				h.rotations = append(h.rotations, [2]string{r.name, name})
+			}
 		}
 	}
 	return targets, nil
@@ -116,7 +138,8 @@ func (h *harness) startGateway(ctx context.Context, mode, name string, withRedis
 		redisAddr = h.redisAddr
 	}
 	conf := filepath.Join(h.dir, name+"-"+mode+".hcl")
-	if err := os.WriteFile(conf, []byte(gatewayConfig(mode, listen, admin, h.upstreamAddr, redisAddr, h.s.dedup, name == "gateway-redis-inflight")), 0o644); err != nil {
+	trustLoad := h.s.subjects > 1 && mode == "main"
+	if err := os.WriteFile(conf, []byte(gatewayConfig(mode, listen, admin, h.upstreamAddr, redisAddr, h.s.dedup, name == "gateway-redis-inflight", trustLoad)), 0o644); err != nil {
 		return nil, err
 	}
 	if out, err := exec.CommandContext(ctx, h.gatewayBin, "validate", "-config", conf).CombinedOutput(); err != nil {
@@ -139,8 +162,12 @@ func (h *harness) startGateway(ctx context.Context, mode, name string, withRedis
 // limiter is Redis; the files differ in nothing else. De-duplication is
 // the policy's default (on) unless dedup is false. With inflight the
 // policy is a concurrency limit of the mode's number in flight instead of
-// a fixed window: each request then costs an acquire and a release.
-func gatewayConfig(mode, listen, admin, upstream, redisAddr string, dedup, inflight bool) string {
+// a fixed window: each request then costs an acquire and a release. With
+// trustLoad the load side (127.0.0.1) is a trusted proxy, so a request
+// that names a client in X-Forwarded-For counts against that client: how
+// the rotation of subjects is driven. A request without the header still
+// comes from 127.0.0.1, the hot key.
+func gatewayConfig(mode, listen, admin, upstream, redisAddr string, dedup, inflight, trustLoad bool) string {
 	limiter := `limiter {
   backend = "memory"
 }`
@@ -153,6 +180,15 @@ func gatewayConfig(mode, listen, admin, upstream, redisAddr string, dedup, infli
     key_prefix = "bench:"
   }
 }`, redisAddr)
+	}
+	subject := ""
+	if trustLoad {
+		subject = `
+# The load side is a proxy for its rotation of clients (-subjects).
+subject {
+  trusted_proxies = ["127.0.0.1/32"]
+}
+`
 	}
 	policy := fmt.Sprintf("algorithm = \"fixed-window\"\n  limit     = %d\n  window    = \"1m\"", modeLimits[mode])
 	if inflight {
@@ -179,7 +215,7 @@ log {
   level  = "info"
   access = true
 }
-
+%s
 policy "bench-%s" {
   %s
   dedup {
@@ -193,7 +229,7 @@ route "bench" {
   policy   = "bench-%s"
   subject  = ["client_ip"]
 }
-`, listen, admin, limiter, pseudonymSecretFile, mode, policy, dedup, upstream, mode)
+`, listen, admin, limiter, pseudonymSecretFile, subject, mode, policy, dedup, upstream, mode)
 }
 
 // startNginx runs nginx in the foreground with one worker, its prefix,
