@@ -85,32 +85,44 @@ func onEachBackendAt(t *testing.T, at time.Time, test func(t *testing.T, lim pro
 // A plan's monthly quota gives its subjects the month's w; a shadow
 // calendar policy is charged, never refuses and is in no header.
 func TestCalendarQuotaOnAPlanAndInShadow(t *testing.T) {
-	onEachBackendAt(t, date(t, "Europe/Berlin", 2026, time.February, 10, 12), func(t *testing.T, lim proxy.Limiter) {
-		up := newUpstream(t)
-		r := route("orders.read", "/orders", up, t, policy(limitertest.FixedWindow(100, time.Minute), "free"))
-		r.Subject = []subject.Kind{subject.APIKey}
-		trial := policy(limitertest.Calendar(1, limiter.CalendarDay, "Europe/Berlin"), "trial-day")
-		trial.Shadow = true
-		r.Policies = append(r.Policies, trial)
-		r.Plans = map[string][]*limiter.Policy{"gold": {policy(limitertest.Calendar(3, limiter.CalendarMonth, "Europe/Berlin"), "gold-monthly")}}
-		g := newGateway(t, setup{routes: []proxy.Route{r}, limiter: lim})
-		wantStatuses(t, statuses(t, g, "/orders", 4, "X-API-Key", "known-gold-key"), 200, 200, 200, 429)
-		res := g.get(t, "/orders", "X-API-Key", "known-gold-key")
-		if got, want := res.Header.Get("RateLimit-Policy"), `"gold-monthly";q=3;w=2419200`; got != want {
-			t.Fatalf("gold RateLimit-Policy %q, want %q (February)", got, want)
-		}
-		if got, want := res.Header.Get("Retry-After"), "1598400"; got != want {
-			t.Fatalf("gold Retry-After %q, want %q: 18.5 days to March 1st, Berlin's midnight", got, want)
-		}
-		wantStatuses(t, statuses(t, g, "/orders", 3, "X-API-Key", "known-key-one"), 200, 200, 200)
-		res = g.get(t, "/orders", "X-API-Key", "known-key-one")
-		if got, want := res.Header.Get("RateLimit-Policy"), `"free";q=100;w=60`; got != want {
-			t.Fatalf("RateLimit-Policy %q, want %q: a shadow policy is in no header", got, want)
-		}
-		if n := strings.Count(g.logs.String(), `"outcome":"shadow_denied"`); n != 3 {
-			t.Fatalf("%d shadow_denied lines, want 3 (the day's trial of 1, then 3 more):\n%s", n, g.logs)
-		}
-	})
+	onEachBackendAt(t, date(t, "Europe/Berlin", 2026, time.February, 10, 12), calendarQuotaOnAPlanAndInShadow)
+}
+
+// The same over a Redis Cluster of three masters.
+func TestCalendarQuotaOverRedisCluster(t *testing.T) {
+	c := redistest.StartCluster(t)
+	clock := limitertest.NewClock()
+	clock.Advance(date(t, "Europe/Berlin", 2026, time.February, 10, 12).Sub(clock.Now()))
+	calendarQuotaOnAPlanAndInShadow(t, redistest.NewLimiter(t, limiter.RedisOptions{Mode: limiter.RedisCluster, Addrs: c.Addrs(), Clock: clock}))
+}
+
+// calendarQuotaOnAPlanAndInShadow needs a limiter whose calendar policies
+// read a clock set to February 10th, 2026, noon in Berlin.
+func calendarQuotaOnAPlanAndInShadow(t *testing.T, lim proxy.Limiter) {
+	up := newUpstream(t)
+	r := route("orders.read", "/orders", up, t, policy(limitertest.FixedWindow(100, time.Minute), "free"))
+	r.Subject = []subject.Kind{subject.APIKey}
+	trial := policy(limitertest.Calendar(1, limiter.CalendarDay, "Europe/Berlin"), "trial-day")
+	trial.Shadow = true
+	r.Policies = append(r.Policies, trial)
+	r.Plans = map[string][]*limiter.Policy{"gold": {policy(limitertest.Calendar(3, limiter.CalendarMonth, "Europe/Berlin"), "gold-monthly")}}
+	g := newGateway(t, setup{routes: []proxy.Route{r}, limiter: lim})
+	wantStatuses(t, statuses(t, g, "/orders", 4, "X-API-Key", "known-gold-key"), 200, 200, 200, 429)
+	res := g.get(t, "/orders", "X-API-Key", "known-gold-key")
+	if got, want := res.Header.Get("RateLimit-Policy"), `"gold-monthly";q=3;w=2419200`; got != want {
+		t.Fatalf("gold RateLimit-Policy %q, want %q (February)", got, want)
+	}
+	if got, want := res.Header.Get("Retry-After"), "1598400"; got != want {
+		t.Fatalf("gold Retry-After %q, want %q: 18.5 days to March 1st, Berlin's midnight", got, want)
+	}
+	wantStatuses(t, statuses(t, g, "/orders", 3, "X-API-Key", "known-key-one"), 200, 200, 200)
+	res = g.get(t, "/orders", "X-API-Key", "known-key-one")
+	if got, want := res.Header.Get("RateLimit-Policy"), `"free";q=100;w=60`; got != want {
+		t.Fatalf("RateLimit-Policy %q, want %q: a shadow policy is in no header", got, want)
+	}
+	if n := strings.Count(g.logs.String(), `"outcome":"shadow_denied"`); n != 3 {
+		t.Fatalf("%d shadow_denied lines, want 3 (the day's trial of 1, then 3 more):\n%s", n, g.logs)
+	}
 }
 
 // Beside a calendar policy, another policy's w is its own window.
