@@ -55,9 +55,12 @@ func (c *checker) upstreams(blocks []*upstreamBlock) []proxy.Pool {
 			}
 			p.Balance = balance
 		}
-		p.ConnectTimeout = c.duration(b.ConnectTimeout, b.Body, "connect_timeout", 0, time.Millisecond)
-		p.ResponseTimeout = c.duration(b.ResponseTimeout, b.Body, "response_timeout", 0, time.Millisecond)
-		p.FailTimeout = c.duration(b.FailTimeout, b.Body, "fail_timeout", 0, time.Millisecond)
+		// What each duration may be is proxy.Pool.Validate's. Its zero is
+		// "the default"; a 0 the file writes is below the minimum, and is
+		// passed on as negative for proxy to refuse.
+		p.ConnectTimeout = c.poolDuration(b.ConnectTimeout, b.Body, "connect_timeout")
+		p.ResponseTimeout = c.poolDuration(b.ResponseTimeout, b.Body, "response_timeout")
+		p.FailTimeout = c.poolDuration(b.FailTimeout, b.Body, "fail_timeout")
 		// The file's 0 means never, which proxy spells negative (its zero
 		// is "the default").
 		p.MaxFails = int(c.integer(b.MaxFails, b.Body, "max_fails", 0, 0))
@@ -76,8 +79,8 @@ func (c *checker) upstreams(blocks []*upstreamBlock) []proxy.Pool {
 			bodies["health"], defs["health"] = hb.Body, hb.DefRange
 			p.Health = &proxy.HealthCheck{
 				Path:     hb.Path,
-				Interval: c.duration(hb.Interval, hb.Body, "interval", 0, time.Millisecond),
-				Timeout:  c.duration(hb.Timeout, hb.Body, "timeout", 0, time.Millisecond),
+				Interval: c.poolDuration(hb.Interval, hb.Body, "interval"),
+				Timeout:  c.poolDuration(hb.Timeout, hb.Body, "timeout"),
 			}
 		}
 		// The rest of an upstream's rules are proxy.Pool.Validate's; that
@@ -86,6 +89,16 @@ func (c *checker) upstreams(blocks []*upstreamBlock) []proxy.Pool {
 		pools = append(pools, p)
 	}
 	return pools
+}
+
+// poolDuration is the duration of the attribute name of body, 0 when
+// absent, and negative for a 0 the file writes.
+func (c *checker) poolDuration(p *string, body hcl.Body, name string) time.Duration {
+	d := c.durationOr(p, body, name, 0)
+	if p != nil && d == 0 {
+		return -1
+	}
+	return d
 }
 
 // routeUpstream reads a route's upstream: a URL, or the name of an

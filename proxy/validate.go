@@ -200,6 +200,10 @@ func lowerCase(names []string) []string {
 	return out
 }
 
+// MinTimeout is the least a Pool's durations (its timeouts, its health
+// check's interval and timeout) may be when set; zero takes the default.
+const MinTimeout = time.Millisecond
+
 // ParseTarget parses s as a pool's target or a route's upstream URL: an
 // http:// or https:// URL with a host and no credentials, query or
 // fragment.
@@ -243,14 +247,15 @@ func (p Pool) Validate() error {
 	if p.Balance != RoundRobin && p.Balance != LeastRequests {
 		problem("balance", "Unknown balance", "balance %d is neither round_robin nor least_requests.", p.Balance)
 	}
-	for _, d := range []struct {
-		field string
-		value time.Duration
-	}{{"connect_timeout", p.ConnectTimeout}, {"response_timeout", p.ResponseTimeout}, {"fail_timeout", p.FailTimeout}} {
-		if d.value < 0 {
-			problem(d.field, "Duration too short", "%s must not be negative.", d.field)
+	// A duration's zero is its default; any other is at least MinTimeout.
+	atLeast := func(field string, d time.Duration) {
+		if d != 0 && d < MinTimeout {
+			problem(field, "Duration too short", "%s must be at least %s.", field[strings.LastIndexByte(field, '.')+1:], MinTimeout)
 		}
 	}
+	atLeast("connect_timeout", p.ConnectTimeout)
+	atLeast("response_timeout", p.ResponseTimeout)
+	atLeast("fail_timeout", p.FailTimeout)
 	if p.MaxEjectedPercent > 100 {
 		problem("max_ejected_percent", "Value too large", "max_ejected_percent is a share of the upstream's targets, at most 100.")
 	}
@@ -258,11 +263,11 @@ func (p Pool) Validate() error {
 		if n, err := NormalizePath(h.Path); err != nil || n != h.Path {
 			problem("health.path", "Invalid health path", "path must be a normalized absolute path such as \"/healthz\", not %q.", h.Path)
 		}
+		before := len(errs)
+		atLeast("health.interval", h.Interval)
+		atLeast("health.timeout", h.Timeout)
 		interval := defaultIfZero(h.Interval, DefaultHealthInterval)
-		switch {
-		case h.Interval < 0 || h.Timeout < 0:
-			problem("health.interval", "Duration too short", "interval and timeout must not be negative.")
-		case h.Timeout > interval:
+		if len(errs) == before && h.Timeout > interval {
 			problem("health.timeout", "Health timeout above interval", "timeout is %s but checks run every %s; a check must end before the next.", h.Timeout, interval)
 		}
 	}

@@ -93,6 +93,12 @@ func TestPoolValidateNamesTheFieldOfEachProblem(t *testing.T) {
 	if !slices.Equal(fields, want) || earlier != "targets[0]" {
 		t.Errorf("fields %q (earlier %q), want %q", fields, earlier, want)
 	}
+	p = proxy.Pool{Name: "u", Targets: []*url.URL{a}, ConnectTimeout: -time.Second, FailTimeout: proxy.MinTimeout / 2,
+		ResponseTimeout: proxy.MinTimeout, Health: &proxy.HealthCheck{Path: "/healthz", Interval: -1, Timeout: time.Hour}}
+	fields, _ = problemFields(t, p.Validate())
+	if want := []string{"connect_timeout", "fail_timeout", "health.interval"}; !slices.Equal(fields, want) {
+		t.Errorf("durations below the minimum: fields %q, want %q", fields, want)
+	}
 	if _, err := proxy.ParseTarget("ftp://10.0.0.11"); err == nil {
 		t.Error("an ftp:// target was parsed")
 	}
