@@ -299,6 +299,7 @@ func (c *checker) limiter(b *limiterBlock) (limiter.Options, proxy.Config) {
 	}
 	p.Deadline = c.duration(b.Deadline, b.Body, "deadline", 0, time.Millisecond)
 	p.FailureRetryAfter = c.duration(b.FailureRetryAfter, b.Body, "failure_retry_after", 0, time.Second)
+	p.MaxDelayed = int(c.integer(b.MaxDelayed, b.Body, "max_delayed", 0, 1))
 	if mb := b.Memory; mb != nil {
 		l.Memory.MaxEntries = int(c.integer(mb.MaxEntries, mb.Body, "max_entries", 0, 64))
 	}

@@ -48,6 +48,7 @@ var codeDefaults = map[string]any{
 	"Limiter.Redis.Breaker.Cooldown":  limiter.DefaultBreakerCooldown,
 	"Proxy.Deadline":                  limiter.DefaultDeadline,
 	"Proxy.FailureRetryAfter":         proxy.DefaultFailureRetryAfter,
+	"Proxy.MaxDelayed":                proxy.DefaultMaxDelayed,
 	"Proxy.TunnelIdleTimeout":         proxy.DefaultTunnelIdleTimeout,
 	"Proxy.BodyReadTimeout":           proxy.DefaultBodyReadTimeout,
 	"Proxy.Pools[].ConnectTimeout":    proxy.DefaultConnectTimeout,

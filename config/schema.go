@@ -71,6 +71,7 @@ type limiterBlock struct {
 	Backend           *string        `hcl:"backend,optional"`
 	Deadline          *string        `hcl:"deadline,optional"`
 	FailureRetryAfter *string        `hcl:"failure_retry_after,optional"`
+	MaxDelayed        *int64         `hcl:"max_delayed,optional"`
 	Memory            *memoryBlock   `hcl:"memory,block"`
 	Redis             *redisBlock    `hcl:"redis,block"`
 	Breaker           *breakerBlock  `hcl:"breaker,block"`
@@ -189,6 +190,7 @@ type policyBlock struct {
 	LeaseTTL     *string `hcl:"lease_ttl,optional"`
 	Calendar     *string `hcl:"calendar,optional"`
 	Timezone     *string `hcl:"timezone,optional"`
+	MaxDelay     *string `hcl:"max_delay,optional"`
 
 	Revision           *int64  `hcl:"revision,optional"`
 	MaxCost            *int64  `hcl:"max_cost,optional"`

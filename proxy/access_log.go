@@ -18,10 +18,14 @@ type exchange struct {
 	outcome     string
 	reason      string // why a token was refused, from a fixed set
 	upstream    time.Duration
-	// shadowDenied names the shadow policies that would have denied.
+	// shadowDenied names the shadow policies that would have denied (or,
+	// for outcome shadow_delayed, delayed).
 	shadowDenied string
-	target       string         // the target the request went to last
-	fw           *forwardWriter // lent by the capture
+	// delay is how long the request was held (delayed, or client_closed
+	// while held), or a shadow policy would have held it.
+	delay  time.Duration
+	target string         // the target the request went to last
+	fw     *forwardWriter // lent by the capture
 	// plan is the subject's plan as logged and counted: a name from the
 	// configuration, "other" for a plan it does not know, "" for none.
 	plan string
@@ -99,6 +103,7 @@ func (h *Handler) record(r *http.Request, c *compiled, x *exchange, code int, wr
 			slog.String("target", clampField(x.target)),
 			notLogged,
 			policy,
+			delayAttr(x.delay),
 			abortedAttr(aborted),
 		)
 	}
@@ -109,6 +114,13 @@ func abortedAttr(aborted bool) slog.Attr {
 		return slog.Attr{}
 	}
 	return slog.Bool("aborted", true)
+}
+
+func delayAttr(d time.Duration) slog.Attr {
+	if d == 0 {
+		return slog.Attr{}
+	}
+	return slog.Int64("delay_ms", d.Milliseconds())
 }
 
 func reasonAttr(reason string) slog.Attr {

@@ -28,6 +28,10 @@ type Limiter interface {
 	// StandingDenial reports a denial the limiter can tell without
 	// charging or a round trip; see limiter.Backend.
 	StandingDenial(req limiter.Request) (limiter.Evaluated, bool)
+	// GiveBack gives back the place of a request admitted with a delay
+	// whose client left while it was held; it never blocks. See
+	// limiter.Backend.
+	GiveBack(req limiter.Request, reserved limiter.Evaluated)
 	// Release and Renew end and extend the leases of a request admitted
 	// under a concurrency policy; Release never blocks. See
 	// limiter.Backend.
@@ -124,6 +128,10 @@ type Config struct {
 	// Pools are the upstream blocks routes name. A target that a reload
 	// keeps in its pool keeps its health.
 	Pools []Pool
+	// MaxDelayed bounds the requests this instance holds at once for a
+	// policy's max_delay; past it a request a policy would delay is
+	// refused at once. Default DefaultMaxDelayed.
+	MaxDelayed int
 	// InvalidTokenPolicy is the budget of invalid bearer tokens per client
 	// address (see tokenBudget); nil: DefaultInvalidTokenPolicy. A shadow
 	// policy is charged and refuses nothing.
@@ -163,6 +171,9 @@ type Handler struct {
 	checks *healthChecks
 	// tunnels are the upgraded connections open now, across reloads.
 	tunnels *openTunnels
+	// held are the requests held now for a policy's max_delay, across
+	// reloads.
+	held heldRequests
 }
 
 type compiled struct {
@@ -172,6 +183,7 @@ type compiled struct {
 	deadline          time.Duration
 	failureRetryAfter string
 	bodyReadTimeout   time.Duration
+	maxDelayed        int
 	pools             map[string]*pool
 	unrouted          *routeMetrics // the requests no route matched; nil without metrics
 	routes            []*route      // in file order, for the admin API
@@ -276,6 +288,9 @@ func (h *Handler) compile(cfg Config, prev *compiled) (*compiled, []*poolTranspo
 	if cfg.BodyReadTimeout <= 0 {
 		cfg.BodyReadTimeout = DefaultBodyReadTimeout
 	}
+	if cfg.MaxDelayed <= 0 {
+		cfg.MaxDelayed = DefaultMaxDelayed
+	}
 	pools, dropped, err := h.buildPools(cfg, prev)
 	if err != nil {
 		return nil, nil, err
@@ -324,6 +339,7 @@ func (h *Handler) compile(cfg Config, prev *compiled) (*compiled, []*poolTranspo
 				return nil, nil, fmt.Errorf("proxy: route %q: %w", r.OperationID, err)
 			}
 			l.bindLeaseGauges(h.opts.Metrics, r.OperationID)
+			l.bindDelayHistograms(h.opts.Metrics, r.OperationID)
 			r.limits = l
 		}
 		for plan, ps := range r.Plans {
@@ -335,6 +351,7 @@ func (h *Handler) compile(cfg Config, prev *compiled) (*compiled, []*poolTranspo
 				r.planLimits = map[string]*limits{}
 			}
 			l.bindLeaseGauges(h.opts.Metrics, r.OperationID)
+			l.bindDelayHistograms(h.opts.Metrics, r.OperationID)
 			r.planLimits[plan] = l
 		}
 		r.query = subject.Query{Sources: r.Subject, OperationID: r.OperationID, MapsPlan: r.mapsPlan, Gate: gate}
@@ -371,6 +388,7 @@ func (h *Handler) compile(cfg Config, prev *compiled) (*compiled, []*poolTranspo
 		deadline:          cfg.Deadline,
 		failureRetryAfter: strconv.FormatInt(ceilSeconds(cfg.FailureRetryAfter), 10),
 		bodyReadTimeout:   cfg.BodyReadTimeout,
+		maxDelayed:        cfg.MaxDelayed,
 		pools:             pools,
 		tokens:            tokens,
 	}, dropped, nil

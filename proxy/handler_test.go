@@ -106,6 +106,7 @@ type setup struct {
 	// invalidTokens is the budget of invalid tokens per client; nil: the
 	// default, 10 a minute.
 	invalidTokens *limiter.Policy
+	maxDelayed    int // MaxDelayed; 0: the default
 }
 
 func newResolver(t testing.TB, trusted []string) *subject.Resolver {
@@ -152,7 +153,7 @@ func newGateway(t *testing.T, s setup) *gateway {
 		AccessLog: true,
 		Metrics:   s.metrics,
 	}, proxy.Config{Routes: s.routes, Resolver: resolver, Limiter: lim, AllowUnderscoreHeaders: s.underscores,
-		TunnelIdleTimeout: s.tunnelIdle, BodyReadTimeout: s.bodyRead, InvalidTokenPolicy: s.invalidTokens})
+		TunnelIdleTimeout: s.tunnelIdle, BodyReadTimeout: s.bodyRead, InvalidTokenPolicy: s.invalidTokens, MaxDelayed: s.maxDelayed})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -513,6 +514,7 @@ func (s stubLimiter) StandingDenial(limiter.Request) (limiter.Evaluated, bool) {
 	return limiter.Evaluated{}, false
 }
 func (stubLimiter) Release(limiter.Request, limiter.Evaluated)                {}
+func (stubLimiter) GiveBack(limiter.Request, limiter.Evaluated)               {}
 func (stubLimiter) Renew(context.Context, limiter.Request, limiter.Evaluated) {}
 
 func TestOutcomesThatAreNotDecisionsFailClosed(t *testing.T) {

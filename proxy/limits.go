@@ -51,6 +51,12 @@ type limits struct {
 	leasesHeld []prometheus.Gauge
 	// charges are the policies charged by the response, in route order.
 	charges []responseCharge
+	// delays: a policy has max_delay, so the limiter is asked as a caller
+	// that can hold the request while this instance has room to
+	// (delay.go); delayObservers are each enforced such policy's series of
+	// gateway_limiter_delay_seconds (nil without metrics).
+	delays         bool
+	delayObservers []prometheus.Observer
 }
 
 // newLimits compiles a list of policies that Route.Validate passed: none
@@ -82,6 +88,7 @@ func newLimits(ps []*limiter.Policy) (*limits, error) {
 		}
 	}
 	l.charges = newResponseCharges(ps)
+	l.delays = limiter.Delays(ps)
 	return l, nil
 }
 
@@ -230,6 +237,12 @@ func (h *Handler) limit(w http.ResponseWriter, r *http.Request, c *compiled, rt 
 		Route:        rt.OperationID,
 		Deadline:     start.Add(c.deadline),
 	}
+	if l.delays && h.held.take(c.maxDelayed) {
+		// Kept only while the request is held; past max_delayed a request
+		// a policy would delay is refused at once.
+		req.MayDelay = true
+		defer h.held.put()
+	}
 	ctx := r.Context()
 	var span trace.Span
 	if h.tracing != nil {
@@ -259,6 +272,17 @@ func (h *Handler) limit(w http.ResponseWriter, r *http.Request, c *compiled, rt 
 			}
 			if names := l.shadowDenials(o); names != nil {
 				h.shadowDenied(rt, names, x)
+			}
+			if names, d := l.shadowDelays(o); names != "" && x.shadowDenied == "" {
+				// Logged as what it would have been; nothing is held.
+				x.outcome, x.shadowDenied, x.delay = "shadow_delayed", names, d
+			}
+			if held := limiter.Held(req, o); held > 0 {
+				if !h.hold(r, c, l, req, o, held, x) {
+					w.WriteHeader(statusClientClosed)
+					return false
+				}
+				l.setHeaders(w.Header(), afterHold(o, held))
 			}
 			if l.charges != nil {
 				x.settling = &settlement{h: h, limiter: c.limiter, charges: l.charges, subject: s.Pseudonym, route: rt.OperationID,

@@ -41,6 +41,9 @@ type Metrics struct {
 	// LeasesHeld are the concurrency leases this instance's requests hold
 	// now, by route and policy.
 	LeasesHeld *prometheus.GaugeVec
+	// Delays are the delays the limiter gave requests it admitted to be
+	// held (max_delay), by route and the policy that delayed them.
+	Delays *prometheus.HistogramVec
 }
 
 // durationBuckets are OpenTelemetry's advised boundaries for HTTP
@@ -104,8 +107,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Name: "gateway_limiter_leases_held",
 		Help: "Concurrency leases this instance's requests hold now (an upgraded connection's until it closes), by route and policy.",
 	}, []string{"route", "policy"})
+	m.Delays = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "gateway_limiter_delay_seconds",
+		Help:    "Delays of the requests a policy's max_delay admitted to be held before they were forwarded, by route and policy.",
+		Buckets: durationBuckets,
+	}, []string{"route", "policy"})
 	reg.MustRegister(m.Requests, m.ShadowDenials, m.CostHeaderInvalid, m.ChargeFailures, m.UpstreamRequests, m.UpstreamFailures, m.UpstreamRetries, m.UpstreamEjections,
-		m.upstreams, m.RequestDuration, m.UpstreamDuration, m.InFlight, m.LeasesHeld)
+		m.upstreams, m.RequestDuration, m.UpstreamDuration, m.InFlight, m.LeasesHeld, m.Delays)
 	return m
 }
 
