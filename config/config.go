@@ -486,10 +486,11 @@ func (c *checker) apiKeys(rng hcl.Range, path string) (map[subject.KeyHash]struc
 func (c *checker) pseudonym(b *pseudonymBlock) (map[int][]byte, int) {
 	keys := map[int][]byte{}
 	version := int(c.integer(b.Version, b.Body, "version", 0, 1))
+	elements := map[string]hcl.Range{}
 	labelled := map[int]bool{}
 	for _, kb := range b.Keys {
 		v, err := strconv.Atoi(kb.Version)
-		if err != nil || v < 1 {
+		if err != nil {
 			c.errorf(kb.VersionRange, "Invalid key version", "Key versions are whole numbers from 1, such as key \"2\".")
 			continue
 		}
@@ -498,20 +499,20 @@ func (c *checker) pseudonym(b *pseudonymBlock) (map[int][]byte, int) {
 			continue
 		}
 		labelled[v] = true
-		secret, ok := c.secret(kb.Secret, "secret")
-		if !ok {
-			continue
+		field := fmt.Sprintf("key.%d", v)
+		elements[field], elements[field+".secret"] = kb.VersionRange, kb.Secret.Range()
+		if secret, ok := c.secret(kb.Secret, "secret"); ok {
+			keys[v] = []byte(secret)
 		}
-		if len(secret) < subject.MinSecretBytes {
-			c.errorf(kb.Secret.Range(), "HMAC secret too short", "The secret of key %d is %d bytes; at least %d are needed.", v, len(secret), subject.MinSecretBytes)
-			continue
-		}
-		keys[v] = []byte(secret)
 	}
-	// A key block that is there but broken is reported already.
-	if version > 0 && !labelled[version] {
-		c.errorf(valueRange(b.Body, "version"), "Pseudonym version without a key", "version = %d, but there is no key \"%d\" block.", version, version)
+	// What versions and secrets may be, and that the version has a key,
+	// is subject.ValidatePseudonymKeys's. A key block that is there but
+	// whose secret is broken is reported already.
+	var skip []string
+	if !has(b.Body, "version") || (labelled[version] && keys[version] == nil) {
+		skip = append(skip, "version")
 	}
+	c.fields(subject.ValidatePseudonymKeys(keys, version), "Invalid pseudonym block", hcl.Range{}, finderOf(map[string]hcl.Body{"": b.Body}, nil, elements), skip...)
 	return keys, version
 }
 

@@ -8,6 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"hash"
+	"maps"
+	"slices"
 	"strconv"
 	"sync"
 )
@@ -35,23 +37,35 @@ type signer struct {
 	out []byte
 }
 
+// ValidatePseudonymKeys reports every problem of keys and active, each a
+// *FieldError naming the field as a pseudonym block does ("key.2" for a
+// key's version, "key.2.secret", "version"), joined: versions from 1,
+// secrets of at least MinSecretBytes, and a key of the active version.
+func ValidatePseudonymKeys(keys map[int][]byte, active int) error {
+	var errs []error
+	for _, v := range slices.Sorted(maps.Keys(keys)) {
+		switch {
+		case v < 1:
+			errs = append(errs, &FieldError{Field: fmt.Sprintf("key.%d", v), Summary: "Invalid key version",
+				Detail: "Key versions are whole numbers from 1, such as key \"2\"."})
+		case len(keys[v]) < MinSecretBytes:
+			errs = append(errs, &FieldError{Field: fmt.Sprintf("key.%d.secret", v), Summary: "HMAC secret too short",
+				Detail: fmt.Sprintf("The secret of key %d is %d bytes; at least %d are needed.", v, len(keys[v]), MinSecretBytes)})
+		}
+	}
+	if _, ok := keys[active]; !ok || active < 1 {
+		errs = append(errs, &FieldError{Field: "version", Summary: "Pseudonym version without a key",
+			Detail: fmt.Sprintf("version = %d, but there is no key \"%d\" block.", active, active)})
+	}
+	return errors.Join(errs...)
+}
+
 // NewPseudonymizer returns a Pseudonymizer that signs with keys[active].
 func NewPseudonymizer(keys map[int][]byte, active int) (*Pseudonymizer, error) {
-	if len(keys) == 0 {
-		return nil, errors.New("no pseudonym key")
+	if err := ValidatePseudonymKeys(keys, active); err != nil {
+		return nil, err
 	}
-	for v, k := range keys {
-		if v < 1 {
-			return nil, fmt.Errorf("pseudonym key version %d: versions start at 1", v)
-		}
-		if len(k) < MinSecretBytes {
-			return nil, fmt.Errorf("pseudonym key version %d: secret is %d bytes, at least %d needed", v, len(k), MinSecretBytes)
-		}
-	}
-	key, ok := keys[active]
-	if !ok {
-		return nil, fmt.Errorf("pseudonym version %d has no key", active)
-	}
+	key := keys[active]
 	key = append([]byte(nil), key...)
 	p := &Pseudonymizer{prefix: "v" + strconv.Itoa(active) + ":"}
 	p.pool.New = func() any {

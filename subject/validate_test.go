@@ -38,3 +38,23 @@ func TestJWTOptionsValidateNamesTheFieldOfEachProblem(t *testing.T) {
 		t.Errorf("keys from this machine: %v", err)
 	}
 }
+
+// The pseudonym keys' rules are subject's: versions from 1, secrets long
+// enough, a key of the active version; NewPseudonymizer refuses the same.
+func TestValidatePseudonymKeysNamesTheFieldOfEachProblem(t *testing.T) {
+	secret := []byte("test-only-fake-hmac-secret-0123456789abcdef")
+	keys := map[int][]byte{-1: secret, 1: secret, 2: []byte("short")}
+	var fields []string
+	for _, e := range subject.ValidatePseudonymKeys(keys, 3).(interface{ Unwrap() []error }).Unwrap() {
+		fields = append(fields, e.(*subject.FieldError).Field)
+	}
+	if want := []string{"key.-1", "key.2.secret", "version"}; !slices.Equal(fields, want) {
+		t.Errorf("fields %q, want %q", fields, want)
+	}
+	if _, err := subject.NewPseudonymizer(keys, 1); err == nil {
+		t.Error("NewPseudonymizer took keys ValidatePseudonymKeys refuses")
+	}
+	if err := subject.ValidatePseudonymKeys(map[int][]byte{1: secret}, 1); err != nil {
+		t.Errorf("one key, active: %v", err)
+	}
+}
