@@ -3,6 +3,7 @@ package limiter
 import (
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -48,6 +49,9 @@ type breaker struct {
 	consecutive int
 	openedAt    time.Time
 	probing     bool
+	// quiet is state == breakerClosed && consecutive == 0, kept under mu
+	// and read without it (see calm).
+	quiet atomic.Bool
 }
 
 func newBreaker(node string, opts BreakerOptions, gauge prometheus.Gauge, logger *slog.Logger) *breaker {
@@ -57,8 +61,16 @@ func newBreaker(node string, opts BreakerOptions, gauge prometheus.Gauge, logger
 	if opts.Cooldown <= 0 {
 		opts.Cooldown = DefaultBreakerCooldown
 	}
-	return &breaker{node: node, failures: opts.Failures, cooldown: opts.Cooldown, gauge: gauge, logger: logger}
+	b := &breaker{node: node, failures: opts.Failures, cooldown: opts.Cooldown, gauge: gauge, logger: logger}
+	b.quiet.Store(true)
+	return b
 }
+
+// calm reports, without the lock, that the breaker is closed and has
+// counted no failure: allow would let any call through, and a success
+// would change nothing, so a caller that finds it calm skips both, and
+// the clock read they take.
+func (b *breaker) calm() bool { return b.quiet.Load() }
 
 // allow reports whether a call may go to the node now. When the cooldown
 // has passed it lets exactly one call through as the probe.
@@ -87,6 +99,7 @@ func (b *breaker) allow(now time.Time) bool {
 func (b *breaker) record(ok bool, now time.Time) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	defer func() { b.quiet.Store(b.state == breakerClosed && b.consecutive == 0) }()
 	switch b.state {
 	case breakerClosed:
 		if ok {

@@ -46,3 +46,34 @@ func TestBreakerLetsOneProbeThroughAtATime(t *testing.T) {
 		}
 	}
 }
+
+// A calm breaker is one whose allow and successful record a caller may
+// skip: closed, no failure counted.
+func TestBreakerIsCalmOnlyClosedWithoutFailures(t *testing.T) {
+	b := newBreaker("n", BreakerOptions{Failures: 2, Cooldown: time.Second}, prometheus.NewGauge(prometheus.GaugeOpts{Name: "g"}), slog.New(slog.DiscardHandler))
+	now := time.Unix(1_800_000_000, 0)
+	if !b.calm() {
+		t.Fatal("a new breaker is not calm")
+	}
+	b.record(false, now)
+	if b.calm() {
+		t.Fatal("calm with a failure counted")
+	}
+	b.record(true, now)
+	if !b.calm() {
+		t.Fatal("not calm after a success reset the count")
+	}
+	b.record(false, now)
+	b.record(false, now)
+	if b.calm() {
+		t.Fatal("calm while open")
+	}
+	b.allow(now.Add(time.Second))
+	if b.calm() {
+		t.Fatal("calm while a probe is out")
+	}
+	b.record(true, now.Add(time.Second))
+	if !b.calm() {
+		t.Fatal("not calm after a successful probe closed it")
+	}
+}

@@ -61,7 +61,7 @@ func (r *Redis) send(ctx context.Context, c *redis.Client, cmd []any, asking boo
 	if err != nil {
 		return nil, err
 	}
-	if n.breaker != nil && !n.breaker.allow(r.clock.Now()) {
+	if n.breaker != nil && !n.breaker.calm() && !n.breaker.allow(r.clock.Now()) {
 		return nil, errCircuitOpen
 	}
 	var v any
@@ -80,8 +80,8 @@ func (r *Redis) send(ctx context.Context, c *redis.Client, cmd []any, asking boo
 	if n.breaker != nil {
 		if errors.Is(err, context.Canceled) {
 			n.breaker.abandon() // a caller that went away says nothing of the node
-		} else {
-			n.breaker.record(!nodeFailed(err), r.clock.Now())
+		} else if ok := !nodeFailed(err); !ok || !n.breaker.calm() {
+			n.breaker.record(ok, r.clock.Now())
 		}
 	}
 	return v, err
