@@ -181,7 +181,7 @@ func (o Options) Validate() error {
 	if o.MaxHeaderBytes != 0 && o.MaxHeaderBytes < MinMaxHeaderBytes {
 		problem("listen.max_header_bytes", "Value too small", "max_header_bytes must be at least %d.", MinMaxHeaderBytes)
 	}
-	if o.ClientIPv6Prefix < 0 || o.ClientIPv6Prefix > 128 {
+	if o.ClientIPv6Prefix != 0 && !subject.ValidIPv6Prefix(o.ClientIPv6Prefix) {
 		problem("subject.ipv6_prefix", "Invalid prefix length", "ipv6_prefix must be between 1 and 128.")
 	}
 	t := o.TLS

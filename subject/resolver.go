@@ -149,6 +149,10 @@ var (
 // caller branches on it: the handler answers every other error the same way.
 var errUnidentified = errors.New("no subject source identified the request")
 
+// ValidIPv6Prefix reports whether bits is a length an IPv6 client
+// address can be cut to: 1 to 128.
+func ValidIPv6Prefix(bits int) bool { return bits >= 1 && bits <= 128 }
+
 // NewResolver returns a ready Resolver.
 func NewResolver(opts Options) (*Resolver, error) {
 	pseudonymizer, err := NewPseudonymizer(opts.PseudonymKeys, opts.PseudonymVersion)
@@ -156,7 +160,7 @@ func NewResolver(opts Options) (*Resolver, error) {
 		return nil, fmt.Errorf("subject: %w", err)
 	}
 	opts = opts.withDefaults()
-	if opts.IPv6Prefix < 1 || opts.IPv6Prefix > 128 {
+	if !ValidIPv6Prefix(opts.IPv6Prefix) {
 		return nil, errors.New("subject: ipv6_prefix must be between 1 and 128")
 	}
 	var jwt *verifier
