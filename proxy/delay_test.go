@@ -19,6 +19,7 @@ import (
 	"github.com/edgegate/gateway/limiter/limitertest"
 	"github.com/edgegate/gateway/limiter/redistest"
 	"github.com/edgegate/gateway/proxy"
+	"github.com/edgegate/gateway/subject"
 )
 
 // arrivals is an upstream that notes when each request reached it.
@@ -265,5 +266,27 @@ func TestAShadowPolicysDelayHoldsNothing(t *testing.T) {
 	rec := lastLine(t, g, 2)
 	if ms, _ := rec["delay_ms"].(float64); rec["outcome"] != "shadow_delayed" || rec["policy"] != "smooth" || ms < 900 {
 		t.Fatalf("logged %v; want shadow_delayed by smooth, delay_ms about 1000", rec)
+	}
+}
+
+// A plan's policy may delay: the gold plan's smoothing bucket holds the
+// second request for the refill, where the route's own policy refuses it.
+func TestAPlansPolicyDelays(t *testing.T) {
+	up := newArrivals(t)
+	r := concurrencyRoute(t, up.url(t), policy(limitertest.TokenBucket(1, 1, time.Second), "free"))
+	r.Subject = []subject.Kind{subject.APIKey}
+	r.Plans = map[string][]*limiter.Policy{"gold": {smoothing(1, time.Second)}}
+	lim := limiter.NewMemory(limiter.MemoryOptions{})
+	t.Cleanup(func() { lim.Close() })
+	m := proxy.NewMetrics(prometheus.NewRegistry())
+	g := newGateway(t, setup{routes: []proxy.Route{r}, limiter: lim, metrics: m})
+	wantStatuses(t, statuses(t, g, "/", 2, "X-API-Key", "known-key-one"), 200, 429)
+	start := time.Now()
+	wantStatuses(t, statuses(t, g, "/", 2, "X-API-Key", "known-gold-key"), 200, 200)
+	if took := time.Since(start); took < 900*time.Millisecond {
+		t.Fatalf("the gold plan's two requests took %s; want the second held about 1s", took)
+	}
+	if n := histogramCount(t, m.Delays.WithLabelValues("reports", "smooth")); n != 1 {
+		t.Fatalf("%d delays observed under the plan's policy, want 1", n)
 	}
 }

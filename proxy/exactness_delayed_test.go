@@ -1,0 +1,113 @@
+package proxy_test
+
+import (
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/edgegate/gateway/limiter"
+	"github.com/edgegate/gateway/limiter/limitertest"
+	"github.com/edgegate/gateway/limiter/redistest"
+	"github.com/edgegate/gateway/proxy"
+)
+
+// TestDelayedExactnessAcrossFourGatewaysSharingRedis runs the exactness
+// checker over a fixed window with max_delay: 48 clients send to four
+// gateways as fast as they can, most of their requests held into the
+// next window or refused. A held request was decided in one window and
+// counted in the next, where it goes upstream; its client's span covers
+// both, so the checker places it in either, and no placement may put
+// more than the limit in a window. The admitted total over the run stays
+// within the limit times the windows it spanned, some requests were held,
+// and the upstream saw exactly the admitted ones.
+func TestDelayedExactnessAcrossFourGatewaysSharingRedis(t *testing.T) {
+	const (
+		instances = 4
+		clients   = 48
+		limit     = 10
+		window    = time.Second
+		maxDelay  = 500 * time.Millisecond
+		run       = 3 * time.Second
+	)
+	cases := []struct {
+		name    string
+		backend func(t *testing.T) (limiter.RedisOptions, []*redis.Client)
+	}{
+		{"standalone Redis", func(t *testing.T) (limiter.RedisOptions, []*redis.Client) {
+			s := redistest.Start(t)
+			return limiter.RedisOptions{Addrs: []string{s.Addr}}, []*redis.Client{s.Client(t)}
+		}},
+		{"Redis Cluster", func(t *testing.T) (limiter.RedisOptions, []*redis.Client) {
+			c := redistest.StartCluster(t)
+			var servers []*redis.Client
+			for _, n := range c.Nodes {
+				servers = append(servers, n.Client(t))
+			}
+			return limiter.RedisOptions{Mode: limiter.RedisCluster, Addrs: c.Addrs()}, servers
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			opts, servers := c.backend(t)
+			up := newUpstream(t)
+			p := redisPolicy(limitertest.FixedWindow(limit, window), "smooth-"+limitertest.Subject()[3:11])
+			p.MaxDelay = maxDelay
+			var gateways []*gateway
+			var metrics []*proxy.Metrics
+			for range instances {
+				m := proxy.NewMetrics(prometheus.NewRegistry())
+				gateways = append(gateways, newGateway(t, setup{
+					routes:  []proxy.Route{route("orders.read", "/orders", up, t, p)},
+					limiter: redistest.NewLimiter(t, opts),
+					metrics: m,
+				}))
+				metrics = append(metrics, m)
+			}
+			offset := measureOffset(t, servers...)
+			started := time.Now()
+			l := startLoad(t, gateways, clients, nil)
+			time.Sleep(run)
+			stopped := time.Now()
+			history := l.finish(t)
+			offset = offset.hull(measureOffset(t, servers...))
+
+			e := exactness{limit: limit, window: window, offset: offset, denialSlack: rememberedDenialSlack}
+			tallies, violations := e.check(history)
+			for _, v := range violations {
+				t.Error(v)
+			}
+			n := statusCounts(history)
+			var first, last time.Time
+			for _, d := range history {
+				if first.IsZero() || d.start.Before(first) {
+					first = d.start
+				}
+				if d.end.After(last) {
+					last = d.end
+				}
+			}
+			spanned := e.windowOf(last.Add(offset.max)) - e.windowOf(first.Add(offset.min)) + 1
+			if int64(n[http.StatusOK]) > limit*spanned {
+				t.Errorf("%d admitted over %d windows of %d", n[http.StatusOK], spanned, limit)
+			}
+			if up.count() != n[http.StatusOK] {
+				t.Errorf("the upstream saw %d requests, the clients %d 200s", up.count(), n[http.StatusOK])
+			}
+			var held uint64
+			for _, m := range metrics {
+				held += histogramCount(t, m.Delays.WithLabelValues("orders.read", p.Name))
+			}
+			if held == 0 || n[http.StatusTooManyRequests] == 0 {
+				t.Errorf("%d requests held and %d refused: the clients never went past the limit", held, n[http.StatusTooManyRequests])
+			}
+			t.Logf("%d requests in %v: %d admitted (%d of them held) in %d windows, %d denied (429), %d unknown (503); clock offset [%v, %v]",
+				len(history), stopped.Sub(started).Round(time.Millisecond), n[200], held, spanned, n[429], n[503], offset.min, offset.max)
+			for _, tl := range tallies {
+				t.Logf("%s %v", tl.subject, tl)
+			}
+		})
+	}
+}
