@@ -16,22 +16,21 @@ import (
 func (c *checker) upstreams(blocks []*upstreamBlock) []proxy.Pool {
 	c.pools = map[string]bool{}
 	var pools []proxy.Pool
-	defined := map[string]hcl.Range{}
+	// The ranges of the pools' fields as a list (proxy.ValidatePools).
+	listElements := map[string]hcl.Range{}
 	for _, b := range blocks {
 		if !isName(b.Name) {
 			c.errorf(b.NameRange, "Invalid upstream name", "Upstream names are letters, digits, '.', '-' and '_'.")
 			continue
 		}
-		if first, dup := defined[b.Name]; dup {
-			c.errorf(b.NameRange, "Duplicate upstream", "An upstream named %q is already defined at %s.", b.Name, first)
-			continue
-		}
-		defined[b.Name] = b.DefRange
 		c.pools[b.Name] = true
 		p := proxy.Pool{Name: b.Name}
+		field := fmt.Sprintf("upstreams[%d]", len(pools))
+		listElements[field], listElements[field+".name"] = b.DefRange, b.NameRange
 
 		if !has(b.Body, "targets") {
 			c.errorf(b.DefRange, "Missing required argument", "An upstream block needs targets, a list of URLs.")
+			pools = append(pools, p)
 			continue
 		}
 		elements := map[string]hcl.Range{}
@@ -88,6 +87,8 @@ func (c *checker) upstreams(blocks []*upstreamBlock) []proxy.Pool {
 		c.fields(p.Validate(), "Invalid upstream", b.DefRange, finderOf(bodies, defs, elements), "targets")
 		pools = append(pools, p)
 	}
+	// That no name is given twice is proxy.ValidatePools's to say.
+	c.fields(proxy.ValidatePools(pools), "Invalid upstream", hcl.Range{}, finderOf(nil, nil, listElements))
 	return pools
 }
 

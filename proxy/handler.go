@@ -291,6 +291,9 @@ func (h *Handler) compile(cfg Config, prev *compiled) (*compiled, []*poolTranspo
 	if cfg.MaxDelayed <= 0 {
 		cfg.MaxDelayed = DefaultMaxDelayed
 	}
+	if err := ValidatePools(cfg.Pools); err != nil {
+		return nil, nil, fmt.Errorf("proxy: %w", err)
+	}
 	pools, dropped, err := h.buildPools(cfg, prev)
 	if err != nil {
 		return nil, nil, err

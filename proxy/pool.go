@@ -453,10 +453,7 @@ func newForwarders(rt *route, logger *slog.Logger, underscores bool) []*httputil
 func (h *Handler) buildPools(cfg Config, prev *compiled) (map[string]*pool, []*poolTransport, error) {
 	defs := make([]Pool, 0, len(cfg.Pools))
 	names := map[string]bool{}
-	for _, p := range cfg.Pools {
-		if names[p.Name] {
-			return nil, nil, errors.New("proxy: duplicate pool " + p.Name)
-		}
+	for _, p := range cfg.Pools { // each once: ValidatePools
 		names[p.Name] = true
 		defs = append(defs, p)
 	}

@@ -131,6 +131,24 @@ func ValidateRoutes(routes []Route) error {
 	return errors.Join(errs...)
 }
 
+// ValidatePools reports the problems of pools as a list, each a
+// *FieldError naming a pool by its position ("upstreams[1]", its name
+// "upstreams[1].name"), joined: no name twice. Each pool's own rules are
+// Pool.Validate's.
+func ValidatePools(pools []Pool) error {
+	var errs []error
+	seen := map[string]int{}
+	for i, p := range pools {
+		if first, dup := seen[p.Name]; dup {
+			errs = append(errs, &FieldError{Field: fmt.Sprintf("upstreams[%d].name", i), Summary: "Duplicate upstream", Earlier: fmt.Sprintf("upstreams[%d]", first),
+				Detail: fmt.Sprintf("An upstream named %q is already defined at upstreams[%d].", p.Name, first)})
+			continue
+		}
+		seen[p.Name] = i
+	}
+	return errors.Join(errs...)
+}
+
 // validatePolicies reports the problems of the policies a route or a plan
 // (per) lists, named field: each once, and none nil.
 func validatePolicies(field, per string, ps []*limiter.Policy) []error {

@@ -80,6 +80,19 @@ func TestValidateRoutesNamesDuplicatesAndOverlaps(t *testing.T) {
 	}
 }
 
+// A pool's name is given once; the second is named with the first.
+func TestValidatePoolsNamesADuplicate(t *testing.T) {
+	a, _ := proxy.ParseTarget("http://10.0.0.11:9000")
+	pools := []proxy.Pool{{Name: "a", Targets: []*url.URL{a}}, {Name: "b", Targets: []*url.URL{a}}, {Name: "a", Targets: []*url.URL{a}}}
+	fields, earlier := problemFields(t, proxy.ValidatePools(pools))
+	if !slices.Equal(fields, []string{"upstreams[2].name"}) || earlier != "upstreams[0]" {
+		t.Errorf("fields %q (earlier %q), want the third's name, after the first", fields, earlier)
+	}
+	if _, err := proxy.NewHandler(proxy.Options{}, proxy.Config{Pools: pools, Limiter: limiter.NewMemory(limiter.MemoryOptions{}), Resolver: newResolver(t, nil)}); err == nil {
+		t.Error("NewHandler took two pools of one name")
+	}
+}
+
 // An upstream's rules are the proxy's too: two spellings of one target, a
 // health check slower than its interval (the default one too) and a path
 // that is not normalized are each named by field.
