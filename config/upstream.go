@@ -44,9 +44,6 @@ func (c *checker) upstreams(blocks []*upstreamBlock) []proxy.Pool {
 			elements[fmt.Sprintf("targets[%d]", len(p.Targets))] = it.rng
 			p.Targets = append(p.Targets, u)
 		}
-		if len(items) == 0 && !c.decodeFailed(b.Targets.Range()) {
-			c.errorf(b.Targets.Range(), "No targets", "targets needs at least one URL.")
-		}
 		if b.Balance != nil {
 			balance, ok := proxy.ParseBalance(*b.Balance)
 			if !ok {
@@ -82,9 +79,14 @@ func (c *checker) upstreams(blocks []*upstreamBlock) []proxy.Pool {
 				Timeout:  c.poolDuration(hb.Timeout, hb.Body, "timeout"),
 			}
 		}
-		// The rest of an upstream's rules are proxy.Pool.Validate's; that
-		// no target is left is said above, for the list as written.
-		c.fields(p.Validate(), "Invalid upstream", b.DefRange, finderOf(bodies, defs, elements), "targets")
+		// The rest of an upstream's rules are proxy.Pool.Validate's. When
+		// the file lists targets, none of which is a URL, each is
+		// reported above: that none is left is not said again.
+		var skip []string
+		if len(items) > 0 {
+			skip = append(skip, "targets")
+		}
+		c.fields(p.Validate(), "Invalid upstream", b.DefRange, finderOf(bodies, defs, elements), skip...)
 		pools = append(pools, p)
 	}
 	// That no name is given twice is proxy.ValidatePools's to say.
