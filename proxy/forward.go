@@ -43,13 +43,22 @@ func newTransport() *http.Transport {
 }
 
 // copyBuffers lends ReverseProxy its body copy buffers, which it would
-// otherwise allocate, 32 KiB at a time, for every request.
-var copyBuffers = &bufferPool{pool: sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}}
+// otherwise allocate, 32 KiB at a time, for every request. The pool holds
+// array pointers, which a returned slice converts back to without an
+// allocation.
+var copyBuffers = &bufferPool{pool: sync.Pool{New: func() any { return new(copyBuffer) }}}
+
+type copyBuffer = [32 << 10]byte
 
 type bufferPool struct{ pool sync.Pool }
 
-func (p *bufferPool) Get() []byte  { return *p.pool.Get().(*[]byte) }
-func (p *bufferPool) Put(b []byte) { p.pool.Put(&b) }
+func (p *bufferPool) Get() []byte { return p.pool.Get().(*copyBuffer)[:] }
+
+func (p *bufferPool) Put(b []byte) {
+	if len(b) == len(copyBuffer{}) {
+		p.pool.Put((*copyBuffer)(b))
+	}
+}
 
 // newForwarder builds the ReverseProxy of one route. It uses Rewrite, not
 // Director: hop-by-hop headers and the client's forwarding headers are gone
@@ -102,9 +111,13 @@ func newForwarder(rt *route, target *url.URL, transport http.RoundTripper, logge
 			}
 			return nil
 		},
-		Transport:     transport,
-		BufferPool:    copyBuffers,
-		FlushInterval: 100 * time.Millisecond,
+		Transport:  transport,
+		BufferPool: copyBuffers,
+		// No periodic flush: it costs a timer per response. A body of
+		// unknown length and an event stream are flushed as each write
+		// comes (ReverseProxy's rule); one of known length goes out as
+		// the server's buffer fills and at its end.
+		FlushInterval: 0,
 		ErrorLog:      edge.NewErrorLog(logger),
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			if r.Context().Err() != nil {

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/http/httptrace"
 	"net/textproto"
 	"net/url"
@@ -428,5 +429,41 @@ func TestOnlyPlainRequestsWithoutABodyGoOverTheLeanTransport(t *testing.T) {
 		if got := pt.leanCarries(c.req()); got != c.lean {
 			t.Errorf("%s: lean %t, want %t", c.name, got, c.lean)
 		}
+	}
+}
+
+// BenchmarkLeanTransport is one GET over a kept-alive loopback connection:
+// the lean transport's own cost, allocations included.
+func BenchmarkLeanTransport(b *testing.B) {
+	if !leanSupported {
+		b.Skip("no lean transport on this platform")
+	}
+	p, err := Pool{Name: "p", Targets: []*url.URL{{Scheme: "http", Host: "x"}}}.withDefaults()
+	if err != nil {
+		b.Fatal(err)
+	}
+	lt := newPoolTransport(p).lean
+	defer lt.CloseIdleConnections()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
+	defer srv.Close()
+	req, _ := http.NewRequestWithContext(context.Background(), "GET", srv.URL+"/", nil)
+	// As ReverseProxy sends it: no User-Agent of Go's.
+	req.Header["User-Agent"] = []string{""}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	req = req.WithContext(ctx)
+	buf := make([]byte, 512)
+	b.ReportAllocs()
+	for b.Loop() {
+		res, err := lt.RoundTrip(req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for {
+			if _, err := res.Body.Read(buf); err != nil {
+				break
+			}
+		}
+		res.Body.Close()
 	}
 }
