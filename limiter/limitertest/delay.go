@@ -82,10 +82,12 @@ func runDelay(t *testing.T, newBackend Factory) {
 		}
 	})
 	t.Run("a held request's place is given back once, where it was taken", func(t *testing.T) {
-		for _, p := range []*limiter.Policy{delayed(TokenBucket(1, 1, time.Second), time.Second), delayed(FixedWindow(1, time.Second), time.Second)} {
+		for i, p := range []*limiter.Policy{delayed(TokenBucket(1, 1, time.Second), time.Second), delayed(FixedWindow(1, time.Second), time.Second)} {
 			clock := NewClock()
 			b := newBackend(t, clock)
-			other := FixedWindow(10, time.Minute)
+			// The request's other policy gets its cost back too: a fixed
+			// window's, or a sliding counter's.
+			other := []*limiter.Policy{FixedWindow(10, time.Minute), SlidingCounter(10, time.Minute)}[i]
 			ps := []*limiter.Policy{p, other}
 			s := Subject()
 			clock.Advance(100 * time.Millisecond)
