@@ -191,6 +191,7 @@ type policyBlock struct {
 	Calendar     *string `hcl:"calendar,optional"`
 	Timezone     *string `hcl:"timezone,optional"`
 	MaxDelay     *string `hcl:"max_delay,optional"`
+	Lease        *int64  `hcl:"lease,optional"`
 
 	Revision           *int64  `hcl:"revision,optional"`
 	MaxCost            *int64  `hcl:"max_cost,optional"`

@@ -48,7 +48,7 @@ func (a Algorithm) Fields() []string { return a.spec().fields }
 
 // OptionalFields are the fields the algorithm takes that have a default
 // (lease_ttl's is DefaultLeaseTTL; a fixed window's calendar is none, its
-// timezone UTC), by their configuration names.
+// timezone UTC; lease is off), by their configuration names.
 func (a Algorithm) OptionalFields() []string { return a.spec().optional }
 
 // Requires reports whether a policy of the algorithm must write field,
@@ -92,6 +92,7 @@ var algorithmFields = []algorithmField{
 		return 0
 	}, false, 0, 0, true},
 	{"max_delay", func(p *Policy) int64 { return int64(p.MaxDelay) }, true, 0, 0, true},
+	{"lease", func(p *Policy) int64 { return p.Lease }, false, 0, 0, true},
 }
 
 // fieldNamed is the algorithm field called name; the table of algorithms
@@ -148,14 +149,14 @@ type algorithmSpec struct {
 }
 
 var algorithms = [...]algorithmSpec{
-	FixedWindow: {name: "fixed-window", fields: windowFields, optional: []string{"calendar", "timezone", "max_delay"},
+	FixedWindow: {name: "fixed-window", fields: windowFields, optional: []string{"calendar", "timezone", "max_delay", "lease"},
 		quota: limit, period: window, quotaWindow: window, decide: decideFixedWindow, giveBack: giveBackFixedWindow},
 	// The sliding counter weighs the previous window by the fraction that
 	// still overlaps; it never keeps a log of requests, so its decisions
 	// are estimates.
 	SlidingCounter: {name: "sliding-counter", fields: windowFields, certainty: Approximate, quota: limit, period: window, quotaWindow: window,
 		keepsPrev: true, decide: decideSlidingCounter, giveBack: giveBackSlidingCounter},
-	TokenBucket: {name: "token-bucket", fields: []string{"capacity", "refill_tokens", "refill_period"}, optional: []string{"max_delay"},
+	TokenBucket: {name: "token-bucket", fields: []string{"capacity", "refill_tokens", "refill_period"}, optional: []string{"max_delay", "lease"},
 		quota: capacity, period: refillPeriod, quotaWindow: bucketFill,
 		decide: decideTokenBucket, giveBack: giveBackTokenBucket},
 	Concurrency: {name: "concurrency", fields: []string{"limit"}, optional: []string{"lease_ttl"}, quota: limit, period: leaseTTL, quotaWindow: leaseTTL,

@@ -67,6 +67,15 @@ type Policy struct {
 	// next window when that starts within MaxDelay. 0: off.
 	MaxDelay time.Duration
 
+	// Lease, on a fixed-window or token-bucket policy, lets a gateway
+	// instance on Redis take up to Lease units at once, in one script call,
+	// and admit from them locally until they are spent or the policy's
+	// period ends (budget_lease.go); 0 or 1 is off. Across every instance
+	// no more is admitted than without it; an instance may refuse early by
+	// what the other instances hold unused, at most Lease - 1 units each.
+	// The memory backend is exact and local: it has no use for it.
+	Lease int64
+
 	// Shadow policies are decided and charged like enforced ones, but a
 	// denial of theirs never refuses a request: the caller forwards it and
 	// reports the would-be denial. In a request with several policies, a
@@ -252,6 +261,9 @@ func (p *Policy) Validate() error {
 		} else if p.Calendar == 0 && slices.Contains(takes, "calendar") {
 			problem("timezone", "timezone without calendar", "timezone applies only to a policy with a calendar.")
 		}
+	}
+	if p.Lease < 0 {
+		problem("lease", "Value too small", "lease must be at least 1.")
 	}
 	atLeast("max_cost", p.MaxCost, 1)
 	p.validateResponseCharge(problem)

@@ -111,10 +111,12 @@ func TestEveryAlgorithmsFieldsAreChecked(t *testing.T) {
 		}
 		// An optional field has its default in the configuration, not
 		// here: a Policy built without it is checked for it too. A fixed
-		// window's calendar and timezone, and max_delay, are the
+		// window's calendar and timezone, max_delay and lease are the
 		// exceptions: their zero values are their defaults (no calendar,
-		// UTC, no delay).
-		takes := slices.DeleteFunc(slices.Concat(a.Fields(), a.OptionalFields()), func(f string) bool { return f == "calendar" || f == "timezone" || f == "max_delay" })
+		// UTC, no delay, no lease).
+		takes := slices.DeleteFunc(slices.Concat(a.Fields(), a.OptionalFields()), func(f string) bool {
+			return f == "calendar" || f == "timezone" || f == "max_delay" || f == "lease"
+		})
 		if !slices.Equal(fields, takes) {
 			t.Errorf("%s with none of its fields: problems with %q, want %q", a, fields, takes)
 		}

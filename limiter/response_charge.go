@@ -79,6 +79,11 @@ func (p *Policy) validateResponseCharge(problem func(field, summary, detail stri
 		}
 		problem(field, "Argument not valid for "+p.Algorithm.String(), "%s does not apply to %s: it holds a lease per request in flight.", field, p.Algorithm)
 	}
+	if p.ChargedByResponse() && p.Lease > 1 {
+		// A lease admits from units charged when it was taken; a response
+		// charge comes after the request, from the shared budget.
+		problem("lease", "lease with a response charge", "lease does not apply to a policy charged by the response (count_statuses, cost_header).")
+	}
 	if p.CostHeader != "" {
 		if !validHeaderName(p.CostHeader) {
 			problem("cost_header", "Invalid header name", "cost_header %q is not a header name.", p.CostHeader)
