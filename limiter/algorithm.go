@@ -146,11 +146,16 @@ type algorithmSpec struct {
 	// (or of the refill) starting at start (the state's Start it wrote),
 	// when st still holds it; false: nothing to give back.
 	giveBack func(p *Policy, st state, cost, start int64) (state, bool)
+	// leaseLife, for the algorithms that take Lease, is how long a lease
+	// of budget taken with an admission decided as d may be spent from:
+	// until the end of the period d was counted in (budget_lease.go).
+	leaseLife func(p *Policy, d Decision) time.Duration
 }
 
 var algorithms = [...]algorithmSpec{
 	FixedWindow: {name: "fixed-window", fields: windowFields, optional: []string{"calendar", "timezone", "max_delay", "lease"},
-		quota: limit, period: window, quotaWindow: window, decide: decideFixedWindow, giveBack: giveBackFixedWindow},
+		quota: limit, period: window, quotaWindow: window, decide: decideFixedWindow, giveBack: giveBackFixedWindow,
+		leaseLife: windowLeft},
 	// The sliding counter weighs the previous window by the fraction that
 	// still overlaps; it never keeps a log of requests, so its decisions
 	// are estimates.
@@ -158,7 +163,7 @@ var algorithms = [...]algorithmSpec{
 		keepsPrev: true, decide: decideSlidingCounter, giveBack: giveBackSlidingCounter},
 	TokenBucket: {name: "token-bucket", fields: []string{"capacity", "refill_tokens", "refill_period"}, optional: []string{"max_delay", "lease"},
 		quota: capacity, period: refillPeriod, quotaWindow: bucketFill,
-		decide: decideTokenBucket, giveBack: giveBackTokenBucket},
+		decide: decideTokenBucket, giveBack: giveBackTokenBucket, leaseLife: untilRefill},
 	Concurrency: {name: "concurrency", fields: []string{"limit"}, optional: []string{"lease_ttl"}, quota: limit, period: leaseTTL, quotaWindow: leaseTTL,
 		leases: true, decide: decideConcurrency, giveBack: giveBackConcurrency},
 }

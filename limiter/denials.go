@@ -17,7 +17,8 @@ import (
 // retry time is counted from before the request was sent, so the entry
 // ends no later than the backend's own denial would (a millisecond sooner,
 // for the scripts' rounding). A concurrency denial is never kept: any
-// release may end it. A fixed window cannot
+// release may end it. A denial of a policy with leases of budget is kept
+// for at most budgetIdle: another instance's idle lease may end it. A fixed window cannot
 // admit before it ends; a token bucket only gains tokens with time, and
 // other instances can only spend them. (A held request's place given back
 // can end one: this instance then forgets the subject's, Redis.GiveBack.)
@@ -171,6 +172,13 @@ func (d *denials) put(k denialKey, ps []*Policy, o Evaluated, sent time.Time) {
 			return
 		case i == 0 || dec.RetryAfter < stands:
 			stands = dec.RetryAfter
+		}
+	}
+	// Another instance's idle lease of budget may give units back: a
+	// denial of a policy with leases stands no longer than a lease idles.
+	for _, p := range ps {
+		if p.Lease > 1 {
+			stands = min(stands, budgetIdle)
 		}
 	}
 	// The scripts count whole milliseconds, rounded down: the backend's

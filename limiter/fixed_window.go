@@ -1,5 +1,11 @@
 package limiter
 
+import "time"
+
+// windowLeft is how long the window of an admission decided as d still
+// runs: its reset.
+func windowLeft(_ *Policy, d Decision) time.Duration { return d.ResetAfter }
+
 func decideFixedWindow(p *Policy, st state, now, cost int64, debt bool, maxDelay int64) step {
 	start, end := p.windowAt(now)
 	spent := int64(0)

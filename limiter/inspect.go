@@ -101,7 +101,7 @@ func (r *Redis) Peek(ctx context.Context, req Request) Outcome {
 	}
 	ps := req.Policies
 	cmd := r.script.command(r.keys(ps, req.Subject, ""), argsHead+argsPerPolicy*len(ps))
-	return r.decide(ctx, ps, r.appendArgs(cmd, ps, 0, Admission, false))
+	return r.decide(ctx, ps, r.appendArgs(cmd, ps, 0, Admission, false), nil)
 }
 
 // Reset deletes req.Subject's state for each of req's policies, with the
@@ -140,6 +140,7 @@ func (r *Redis) Reset(ctx context.Context, req Request) error {
 	if r.denials != nil {
 		r.denials.forget(req.Subject)
 	}
+	r.budget.forget(req.Subject)
 	if err := r.client.Publish(ctx, r.resetsChannel(), req.Subject).Err(); err != nil {
 		return fmt.Errorf("reset: tell the other instances: %w", err)
 	}

@@ -25,6 +25,17 @@ func TestMemoryConformance(t *testing.T) {
 		t.Cleanup(func() { m.Close() })
 		return m
 	})
+	// The memory backend is exact without leases: n instances sharing its
+	// store are the one backend.
+	limitertest.RunLeases(t, func(t *testing.T, clock limiter.Clock, n int) []limitertest.Backend {
+		m := limiter.NewMemory(limiter.MemoryOptions{Clock: clock})
+		t.Cleanup(func() { m.Close() })
+		bs := make([]limitertest.Backend, n)
+		for i := range bs {
+			bs[i] = m
+		}
+		return bs
+	})
 }
 
 func TestMemoryEvictsLeastRecentlyUsedWhenFull(t *testing.T) {

@@ -130,7 +130,9 @@ type Redis struct {
 	// policies holds a *compiledPolicy per *Policy; compiledCount bounds it.
 	policies      sync.Map
 	compiledCount atomic.Int64
-	denials       *denials // nil: off
+	// budget holds this instance's leases of budget (Policy.Lease).
+	budget  *budgetLeases
+	denials *denials // nil: off
 	// resets forgets remembered denials of the subjects other instances
 	// reset (redis_resets.go); nil without denials.
 	resets *resetSubscription
@@ -211,7 +213,7 @@ func NewRedis(ctx context.Context, opts RedisOptions) (*Redis, error) {
 		script:      &script{name: "ratelimit", src: lua.Script, sha: redis.NewScript(lua.Script).Hash()},
 		leaseScript: &script{name: "lease", src: lua.Lease, sha: redis.NewScript(lua.Lease).Hash()},
 		batching:    !opts.DisableBatching, breakers: opts.Breaker, logger: opts.Logger,
-		loading: make(chan struct{}, 1)}
+		loading: make(chan struct{}, 1), budget: newBudgetLeases()}
 	r.nodes.Store(&map[*redis.Client]*node{})
 	switch {
 	case opts.DenialCacheEntries == 0:
@@ -269,12 +271,16 @@ func NewRedis(ctx context.Context, opts RedisOptions) (*Redis, error) {
 	if r.denials != nil {
 		r.subscribeResets()
 	}
+	go r.sweepBudgetLeases()
 	return r, nil
 }
 
-// Close waits for the releases in flight, stops connecting and the
-// batchers, then closes the client.
+// Close gives the unused units of its leases of budget back and waits
+// for the releases in flight, stops connecting and the batchers, then
+// closes the client.
 func (r *Redis) Close() error {
+	close(r.budget.stop)
+	<-r.budget.done
 	r.releases.Wait()
 	if r.stopConnect != nil {
 		close(r.stopConnect)
@@ -350,6 +356,15 @@ func (r *Redis) Evaluate(ctx context.Context, req Request) Outcome {
 	if o := admit(ctx, req); o != nil {
 		return o
 	}
+	if req.Phase == Admission && leased(req.Policies) {
+		return r.evaluateLeased(ctx, req)
+	}
+	return r.evaluate(ctx, req, nil)
+}
+
+// evaluate decides req in one script call, which with call also asks for
+// leases of budget (budget_lease.go).
+func (r *Redis) evaluate(ctx context.Context, req Request, call *budgetCall) Outcome {
 	ps := req.Policies
 	dk := newDenialKey(ps, req.Subject, req.Cost)
 	sent := r.now(ps[0])
@@ -381,11 +396,16 @@ func (r *Redis) Evaluate(ctx context.Context, req Request) Outcome {
 	if withID {
 		cmd = append(cmd, req.EvaluationID)
 	}
-	o := r.decide(ctx, ps, cmd)
+	var starts []int64
+	if call != nil {
+		call.apply(argv(cmd))
+		starts = call.starts
+	}
+	o := r.decide(ctx, ps, cmd, starts)
 	if _, ambiguous := o.(Indeterminate); ambiguous && dedup && ctx.Err() == nil {
 		// The first call may have been charged; the same evaluation ID makes
 		// a repeat return that first result instead of charging again.
-		o = r.decide(ctx, ps, cmd)
+		o = r.decide(ctx, ps, cmd, starts)
 	}
 	// A request that could not be held is refused later than one that
 	// could: its denial is no answer to the next.
@@ -408,13 +428,14 @@ func policyNow(clock Clock, p *Policy) time.Time {
 }
 
 // decide sends cmd, an EVALSHA of the rate-limit script over ps, and
-// reads its reply.
-func (r *Redis) decide(ctx context.Context, ps []*Policy, cmd []any) Outcome {
+// reads its reply; starts, when not nil, receives each policy's state
+// start when the reply carries them (a lease of budget asked for).
+func (r *Redis) decide(ctx context.Context, ps []*Policy, cmd []any, starts []int64) Outcome {
 	reply, err := r.evalsha(ctx, cmd)
 	if err != nil {
 		return r.classify(err)
 	}
-	return decodeReply(ps, reply, r.clock)
+	return decodeReply(ps, reply, r.clock, starts)
 }
 
 // ParseRedisMode maps a configuration name to a RedisMode.

@@ -14,6 +14,8 @@ type redisMetrics struct {
 	cached                  prometheus.Counter
 	reloads                 prometheus.Counter
 	errors                  *prometheus.CounterVec
+	// Leases of budget: taken, requests admitted from one, units given back.
+	budgetTaken, budgetAdmitted, budgetReturned prometheus.Counter
 }
 
 func (r *Redis) registerMetrics(reg prometheus.Registerer) {
@@ -49,8 +51,21 @@ func (r *Redis) registerMetrics(reg prometheus.Registerer) {
 			Name: "gateway_redis_errors_total",
 			Help: "Redis errors by cause.",
 		}, []string{"cause"}),
+		budgetTaken: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "gateway_limiter_budget_leases_total",
+			Help: "Leases of budget (a policy's lease) this instance took from Redis.",
+		}),
+		budgetAdmitted: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "gateway_limiter_budget_lease_admissions_total",
+			Help: "Requests admitted from this instance's leases of budget, without a Redis call.",
+		}),
+		budgetReturned: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "gateway_limiter_budget_units_returned_total",
+			Help: "Unused units of idle leases of budget given back to Redis.",
+		}),
 	}
 	if reg != nil {
-		reg.MustRegister(r.m.restarts, latency, r.m.breakerOpen, r.m.batch, r.m.cached, r.m.reloads, r.m.errors)
+		reg.MustRegister(r.m.restarts, latency, r.m.breakerOpen, r.m.batch, r.m.cached, r.m.reloads, r.m.errors,
+			r.m.budgetTaken, r.m.budgetAdmitted, r.m.budgetReturned)
 	}
 }

@@ -9,7 +9,8 @@ import (
 // Resets across instances. Every instance that remembers denials
 // subscribes to one channel of the Redis it shares; Reset publishes the
 // subject it reset there, and each subscriber, the publisher included,
-// forgets the denials it remembers of that subject. The message is the
+// forgets the denials it remembers of that subject, and drops its leases
+// of budget of it. The message is the
 // pseudonym, as in the keys: no raw identity. On Redis Cluster a publish
 // reaches the subscribers of every node.
 //
@@ -39,6 +40,7 @@ func (r *Redis) subscribeResets() {
 		defer close(s.done)
 		for m := range ps.Channel() {
 			r.denials.forget(m.Payload)
+			r.budget.forget(m.Payload)
 		}
 	}()
 	r.resets = s

@@ -35,6 +35,9 @@ func (s *script) call(keys []string, args []any) []any {
 	return append(s.command(keys, len(args)), args...)
 }
 
+// argv is the script's ARGV in a command made by script.command.
+func argv(cmd []any) []any { return cmd[cmdHead+cmd[2].(int):] }
+
 // firstKey is the first key of a command made by script.command: the one
 // whose slot the call goes to.
 func firstKey(cmd []any) string { return *cmd[cmdHead].(*string) }
@@ -62,15 +65,17 @@ type compiledPolicy struct {
 
 // The script's ARGV (lua/prelude.lua): argsHead values for the request,
 // then argsPerPolicy for each policy, of which argNow is the clock,
-// argCharge how the policy is charged (see chargeMode) and argMaxDelay
-// how long a request may be delayed.
+// argCharge how the policy is charged (see chargeMode), argMaxDelay
+// how long a request may be delayed and argLease what a lease of budget
+// asks (budget_lease.go).
 const (
 	argsHead      = 5
-	argsPerPolicy = 10
+	argsPerPolicy = 11
 	argNow        = 1
 	argWindow     = 3
 	argCharge     = 8
 	argMaxDelay   = 9
+	argLease      = 10
 )
 
 // chargeMode is how one policy of one call is charged: the script's
@@ -86,6 +91,13 @@ func chargeMode(p *Policy, phase Phase) int {
 	}
 	return 0 // charged when it fits
 }
+
+// The charge modes of a lease of budget (budget_lease.go): the cost
+// comes from this instance's lease, or a lease's unused units go back.
+const (
+	chargeCovered  = 4
+	chargeGiveBack = 5
+)
 
 // maxCompiled bounds the compiled policies kept: every reload brings new
 // ones, and the old ones are not told apart from those still in use.
@@ -105,7 +117,7 @@ func (r *Redis) compiled(p *Policy) *compiledPolicy {
 	c.args = [argsPerPolicy]any{
 		int(p.Algorithm), "", p.Quota(), p.Period().Milliseconds(), p.RefillTokens,
 		p.CleanupGrace.Milliseconds(), p.MaxClockRegression.Milliseconds(), shadow, chargeMode(p, Admission),
-		p.MaxDelay.Milliseconds(),
+		p.MaxDelay.Milliseconds(), 0,
 	}
 	c.dedup = [3]any{p.Dedup.TTL.Milliseconds(), p.Dedup.MaxEntries, p.Dedup.MaxBytes}
 	if r.compiledCount.Add(1) > maxCompiled {
@@ -218,9 +230,12 @@ const (
 )
 
 // decodeReply reads the script's reply: a status, then four numbers per
-// policy. clock is the gateway's injected clock: with the wall clock it is
-// how a calendar policy's period is found from the time to its end.
-func decodeReply(ps []*Policy, reply []any, clock Clock) Outcome {
+// policy, then when the call asked for a lease of budget each policy's
+// state start, which it writes to starts (when not nil; left alone when
+// the reply has none). clock is the
+// gateway's injected clock: with the wall clock it is how a calendar
+// policy's period is found from the time to its end.
+func decodeReply(ps []*Policy, reply []any, clock Clock, starts []int64) Outcome {
 	if len(reply) == 0 {
 		return Indeterminate{Err: errMalformedReply}
 	}
@@ -237,8 +252,15 @@ func decodeReply(ps []*Policy, reply []any, clock Clock) Outcome {
 	default:
 		return Indeterminate{Err: errMalformedReply}
 	}
-	if len(reply) != 1+4*len(ps) {
+	if len(reply) != 1+4*len(ps) && (starts == nil || len(reply) != 1+5*len(ps)) {
 		return Indeterminate{Err: errMalformedReply}
+	}
+	for i := 0; i < len(starts) && len(reply) > 1+4*len(ps); i++ {
+		c, ok := reply[1+4*len(ps)+i].(int64)
+		if !ok {
+			return Indeterminate{Err: errMalformedReply}
+		}
+		starts[i] = c
 	}
 	var eachOn [scratchPolicies]Decision
 	each := eachOn[:0]

@@ -26,18 +26,34 @@ func redisFactory(opts func() limiter.RedisOptions) limitertest.Factory {
 	}
 }
 
+// redisInstances makes n backends of the options opts gives, as n
+// gateway instances sharing one Redis.
+func redisInstances(opts func() limiter.RedisOptions) limitertest.Instances {
+	return func(t *testing.T, clock limiter.Clock, n int) []limitertest.Backend {
+		bs := make([]limitertest.Backend, n)
+		for i := range bs {
+			bs[i] = redisFactory(opts)(t, clock)
+		}
+		return bs
+	}
+}
+
 func TestRedisConformance(t *testing.T) {
 	t.Run("standalone", func(t *testing.T) {
 		s := redistest.Start(t)
-		limitertest.Run(t, redisFactory(func() limiter.RedisOptions {
+		opts := func() limiter.RedisOptions {
 			return limiter.RedisOptions{Mode: limiter.RedisStandalone, Addrs: []string{s.Addr}}
-		}))
+		}
+		limitertest.Run(t, redisFactory(opts))
+		limitertest.RunLeases(t, redisInstances(opts))
 	})
 	t.Run("cluster", func(t *testing.T) {
 		c := redistest.StartCluster(t)
-		limitertest.Run(t, redisFactory(func() limiter.RedisOptions {
+		opts := func() limiter.RedisOptions {
 			return limiter.RedisOptions{Mode: limiter.RedisCluster, Addrs: c.Addrs()}
-		}))
+		}
+		limitertest.Run(t, redisFactory(opts))
+		limitertest.RunLeases(t, redisInstances(opts))
 	})
 	t.Run("standalone over TLS", func(t *testing.T) {
 		s := redistest.StartTLS(t)

@@ -11,6 +11,14 @@ func bucketFill(p *Policy) time.Duration {
 	return time.Duration(periods) * p.RefillPeriod
 }
 
+// untilRefill is how long after an admission decided as d the bucket
+// gains its next tokens: its reset is the time to be full again, which is
+// whole refill periods after the next refill.
+func untilRefill(p *Policy, d Decision) time.Duration {
+	periods := (p.Capacity - d.Remaining + p.RefillTokens - 1) / p.RefillTokens
+	return max(d.ResetAfter-time.Duration(max(periods-1, 0))*p.RefillPeriod, 0)
+}
+
 func decideTokenBucket(p *Policy, st state, now, cost int64, debt bool, maxDelay int64) step {
 	period := p.RefillPeriod.Milliseconds()
 	tokens, refilled := p.Capacity, now

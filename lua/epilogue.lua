@@ -6,13 +6,22 @@
 -- request's reservation record, "start,..." per policy ("x": not
 -- charged), which a delayed admission wrote, and gives each policy its
 -- cost back where the record says; without a record it does nothing.
+-- A lease's give-back (charge 5) gives each policy the cost back in the
+-- state whose start its lease argument names.
 -- Sized for one policy at once; more grow it.
 local reply = {0, 0, 0, 0, 0}
 local state = {}
 local admitted = true
 local reservation = eval_id and KEYS[1] .. ':r:' .. eval_id
 local reserved
-if ARGV[5 + 9] == '3' then
+-- Each policy's state start, replied when a lease of budget was asked for.
+local starts
+if ARGV[5 + 9] == '5' then
+  reserved = {}
+  for i = 1, n do
+    reserved[i] = tonumber(ARGV[5 + (i - 1) * per_policy + 11])
+  end
+elseif ARGV[5 + 9] == '3' then
   local rec = reservation and redis.call('GET', reservation)
   if not rec then
     return {0}
@@ -64,6 +73,8 @@ for i = 1, n do
   local asked = cost
   if charge == '1' then
     asked = 1
+  elseif charge == '4' then
+    asked = 0
   end
   local allowed, remaining, reset, retry, n_start, n_count, n_prev, ttl
   if reserved then
@@ -73,9 +84,23 @@ for i = 1, n do
         valid, st_start, st_count, st_prev)
     end
   else
-    allowed, remaining, reset, retry, n_start, n_count, n_prev, ttl = decide_by[alg](
-      now, asked, tonumber(ARGV[at + 3]), window, tonumber(ARGV[at + 5]), tonumber(ARGV[at + 6]),
-      valid, st_start, st_count, st_prev, charge == '2', tonumber(ARGV[at + 10]))
+    local decide = decide_by[alg]
+    local limit, refill, grace, debt, max_delay = tonumber(ARGV[at + 3]), tonumber(ARGV[at + 5]),
+      tonumber(ARGV[at + 6]), charge == '2', tonumber(ARGV[at + 10])
+    allowed, remaining, reset, retry, n_start, n_count, n_prev, ttl = decide(
+      now, asked, limit, window, refill, grace, valid, st_start, st_count, st_prev, debt, max_delay)
+    local lease = tonumber(ARGV[at + 11])
+    if charge == '0' and lease > 0 then
+      -- A lease of budget: its units are charged with the cost, and like
+      -- any charge written only when the request is admitted.
+      starts = starts or {}
+      local units = math.min(lease, remaining)
+      if allowed == 1 and retry == 0 and units > 0 then
+        local _
+        _, _, _, _, n_start, n_count, n_prev, ttl = decide(
+          now, asked + units, limit, window, refill, grace, valid, st_start, st_count, st_prev, debt, 0)
+      end
+    end
   end
   if charge == '1' and allowed == 1 then
     remaining = remaining + 1
@@ -87,7 +112,7 @@ for i = 1, n do
   -- policy that holds leases its lease set, lease TTL and whether shadow,
   -- then whether an admission charges it (not when only checked)
   state[i] = {now, raw[4] ~= false or raw[5] ~= false, raw[5], n_start, n_count, n_prev, ttl,
-    leases, tonumber(ARGV[at + 4]), ARGV[at + 8] == '1', charge ~= '1'}
+    leases, tonumber(ARGV[at + 4]), ARGV[at + 8] == '1', charge ~= '1' and charge ~= '4'}
   local at_reply = 2 + (i - 1) * 4
   reply[at_reply] = allowed
   reply[at_reply + 1] = remaining
@@ -99,6 +124,11 @@ if not admitted then
     if reply[2 + (i - 1) * 4] == 1 and state[i][11] then
       reply[3 + (i - 1) * 4] = reply[3 + (i - 1) * 4] + cost
     end
+  end
+end
+if starts then
+  for i = 1, n do
+    reply[1 + 4 * n + i] = state[i][4] or 0
   end
 end
 if cost == 0 then

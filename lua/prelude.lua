@@ -24,7 +24,7 @@
 -- ARGV:
 --   1 n    2 cost    3 dedup TTL in ms    4 dedup max entries
 --   5 dedup max bytes (3-5: the first policy's)
---   then ten per policy, from 5 + (i-1)*10 + 1:
+--   then eleven per policy, from 5 + (i-1)*11 + 1:
 --   algorithm (its place in decide_by), now in ms or "" to read Redis TIME
 --   (one clock for every gateway), limit or capacity, window or refill
 --   period in ms (a calendar policy's: its period boundaries, window_at
@@ -33,15 +33,27 @@
 --   when it fits, 1 checked only (allows while at least 1 is left, charged
 --   nothing, and reports what is left uncharged), 2 charged cost whatever
 --   is left (a debt may follow, and remaining may be negative), 3 given
---   back what the request's reservation record says it was charged;
---   max delay in ms (0: a request is refused rather than delayed)
+--   back what the request's reservation record says it was charged, 4
+--   covered by the calling instance's lease of budget (allowed, charged
+--   nothing, reports what is left), 5 a lease's give-back: its unused
+--   units, the cost, go back to the state whose start the lease argument
+--   gives (as for 3, every policy alike);
+--   max delay in ms (0: a request is refused rather than delayed);
+--   the lease: with charge 0, when the request is admitted without a
+--   delay, up to this many units more are charged, fewer when less is
+--   left, for the calling instance to admit from (0: none); the reply's
+--   remaining is what the cost left, the lease's units in it, so the
+--   instance got min(lease, remaining). With charge 5, the state's start
+--   the lease was taken in.
 --   then, after every policy's, the evaluation ID when a policy holds
 --   leases (concurrency; it names the lease), or may delay the request
 --   (it names the reservation record; epilogue.lua)
 --
 -- Reply: {status}, then when decided or replayed allowed, remaining,
 -- reset_ms, retry_ms per policy; an allowed policy's retry_ms is its delay
--- (0, or how long the request waits for the place it was given). Status 0 decided, 1 clock unsafe, 2 state
+-- (0, or how long the request waits for the place it was given); when a
+-- lease of budget was asked for, each policy's state start after them all
+-- (what a give-back of the lease names). Status 0 decided, 1 clock unsafe, 2 state
 -- unreadable, 3 replayed (a decision remembered under the same evaluation
 -- ID, charged nothing). A policy that would allow a refused request reports
 -- what it has left, uncharged. A denial writes no algorithm state, and a
@@ -52,7 +64,7 @@ local n = tonumber(ARGV[1])
 local cost = tonumber(ARGV[2])
 local record = KEYS[n + 1]
 local queue = KEYS[n + 2]
-local per_policy = 10
+local per_policy = 11
 local eval_id = ARGV[5 + n * per_policy + 1]
 
 local redis_now
@@ -74,7 +86,7 @@ if record then
     for x in string.gmatch(rec, '-?%d+') do
       v[#v + 1] = tonumber(x)
     end
-    if #v == 1 + 4 * n and v[1] > clock(ARGV[7]) then
+    if (#v == 1 + 4 * n or #v == 1 + 5 * n) and v[1] > clock(ARGV[7]) then
       v[1] = 3
       return v
     end

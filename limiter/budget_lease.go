@@ -1,0 +1,414 @@
+package limiter
+
+import (
+	"context"
+	"hash/maphash"
+	"sync"
+	"time"
+)
+
+// Leases of budget (Policy.Lease), on Redis. For a request whose every
+// policy has a lease, this instance keeps per policy list and subject a
+// lease per policy: units charged on Redis ahead of the requests they
+// admit. A request takes its cost from every lease or from none, under
+// one lock. When any lease is short, one script call decides the request
+// as usual over all its policies: a short lease's policy is charged the
+// cost plus up to Lease - cost more units (fewer when less is left), which
+// become the lease; a policy whose lease still holds the cost is covered
+// by it (charged nothing on Redis; chargeCovered) and its units are
+// reserved for the call, given back to the lease when the request is
+// refused. While that call is in flight, the set's other requests wait for
+// it rather than send their own: a hot subject costs about one call per
+// Lease requests.
+//
+// What bounds a lease: it is void from the end of the policy's period as
+// the call that took it saw it: a fixed window's end, or a token bucket's
+// next refill (a bucket gains tokens only at whole refill periods, so
+// between two refills it counts like a window: a token spent later in the
+// same period is one the bucket would have admitted when it was taken).
+// Hence no period admits more than its limit, whatever the number of
+// instances; each instance holds at most Lease - 1 units unused (the
+// request that takes a lease spends its cost from it), which is what
+// another instance may be refused early. A lease's unused units go back
+// to Redis (chargeGiveBack) once its set has been idle for
+// budgetIdle, to the state the lease was taken from: a window's units go
+// back to their window only (the script finds the window's start in the
+// state, or nothing to give back to), a bucket's tokens up to its
+// capacity (tokens given back later than taken add no more than the
+// refills would have).
+type budgetLeases struct {
+	seed     maphash.Seed
+	perShard int
+	shards   [budgetShards]budgetShard
+	stop     chan struct{}
+	done     chan struct{}
+	// giving runs the give-backs in flight; at most maxGiving at once.
+	giving sync.WaitGroup
+	slots  chan struct{}
+}
+
+const (
+	budgetShards = 16
+	// budgetIdle is how long a set goes untouched before its units go
+	// back; budgetSweep how often sets are looked at for it.
+	budgetIdle  = time.Second
+	budgetSweep = budgetIdle / 4
+	// maxBudgetSets bounds the sets held: a subject that finds its shard
+	// full is decided on Redis alone, exactly, until idle sets go.
+	maxBudgetSets = 1 << 16
+	maxGiving     = 64
+)
+
+type budgetShard struct {
+	mu sync.Mutex
+	m  map[denialKey]*budgetSet // by policy list and subject, cost 0
+}
+
+// budgetSet is the leases of one policy list and subject, one per policy.
+type budgetSet struct {
+	mu      sync.Mutex
+	ps      []*Policy
+	subject string
+	leases  []budgetLease
+	// used is when a request last took from the set, by the first
+	// policy's clock.
+	used time.Time
+	// refill, while a call for the set is in flight, is closed when it
+	// ends; the set's requests that cannot be admitted locally wait for it.
+	refill chan struct{}
+	// gone: dropped from its shard, its units given back; a caller
+	// holding it looks the set up again.
+	gone bool
+}
+
+// budgetLease is one policy's lease.
+type budgetLease struct {
+	units  int64 // left to admit from
+	beyond int64 // what Redis had left beyond the lease when it was taken
+	// until is when the lease is void, by the policy's clock as this
+	// instance reads it; resetAt is the decision's reset. start is the
+	// state's start the lease was charged to, which a give-back names.
+	until, resetAt time.Time
+	start          int64
+}
+
+func newBudgetLeases() *budgetLeases {
+	b := &budgetLeases{seed: maphash.MakeSeed(), perShard: maxBudgetSets / budgetShards,
+		stop: make(chan struct{}), done: make(chan struct{}), slots: make(chan struct{}, maxGiving)}
+	for i := range b.shards {
+		b.shards[i].m = make(map[denialKey]*budgetSet)
+	}
+	return b
+}
+
+// leased reports whether every policy of ps has a lease: only then may a
+// request be admitted without Redis. A list that mixes policies with and
+// without one needs Redis for every request anyway, so it is decided there
+// exactly.
+func leased(ps []*Policy) bool {
+	for _, p := range ps {
+		if p.Lease <= 1 {
+			return false
+		}
+	}
+	return true
+}
+
+// set is the set of ps and subject, made on first use; nil when its shard
+// is full.
+func (b *budgetLeases) set(ps []*Policy, subject string) *budgetSet {
+	k := newDenialKey(ps, subject, 0)
+	sh := &b.shards[maphash.String(b.seed, subject)%budgetShards]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	s := sh.m[k]
+	if s == nil {
+		if len(sh.m) >= b.perShard {
+			return nil
+		}
+		s = &budgetSet{ps: ps, subject: subject, leases: make([]budgetLease, len(ps))}
+		sh.m[k] = s
+	}
+	return s
+}
+
+// forget drops the sets of subject, their units with them: the subject
+// was reset, and starts afresh on Redis.
+func (b *budgetLeases) forget(subject string) {
+	sh := &b.shards[maphash.String(b.seed, subject)%budgetShards]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	for k, s := range sh.m {
+		if k.subject == subject {
+			s.mu.Lock()
+			s.gone = true
+			clear(s.leases)
+			s.mu.Unlock()
+			delete(sh.m, k)
+		}
+	}
+}
+
+// budgetCall is what one script call of a set asks and gets.
+type budgetCall struct {
+	// asks is, per policy, the units asked beyond the cost, or
+	// budgetCovered.
+	asks   []int64
+	sent   []time.Time // each policy's clock before the call
+	starts []int64     // each policy's state start after the call
+	done   chan struct{}
+}
+
+const budgetCovered = -1
+
+// evaluateLeased decides req, whose every policy has a lease, from its
+// leases when they hold its cost, and otherwise by one script call that
+// takes new ones.
+func (r *Redis) evaluateLeased(ctx context.Context, req Request) Outcome {
+	ps := req.Policies
+	var s *budgetSet
+	for {
+		if s == nil {
+			if s = r.budget.set(ps, req.Subject); s == nil {
+				return r.evaluate(ctx, req, nil)
+			}
+			s.mu.Lock()
+		}
+		if s.gone {
+			s.mu.Unlock()
+			s = nil
+			continue
+		}
+		if e, ok := s.take(r, req.Cost); ok {
+			s.mu.Unlock()
+			r.m.budgetAdmitted.Inc()
+			return e
+		}
+		if s.refill == nil {
+			break
+		}
+		wait := s.refill
+		s.mu.Unlock()
+		if o := awaitRefill(ctx, req.Deadline, wait); o != nil {
+			return o
+		}
+		s.mu.Lock()
+	}
+	call := s.plan(r, req.Cost)
+	s.mu.Unlock()
+	o := r.evaluate(ctx, req, call)
+	s.mu.Lock()
+	o = s.settle(r, req.Cost, call, o)
+	s.refill = nil
+	close(call.done)
+	s.mu.Unlock()
+	return o
+}
+
+// awaitRefill waits for a call in flight to end, or for the caller's
+// deadline: then it is Unavailable (nothing was charged).
+func awaitRefill(ctx context.Context, deadline time.Time, done chan struct{}) Outcome {
+	var expired <-chan time.Time
+	if !deadline.IsZero() {
+		t := time.NewTimer(time.Until(deadline))
+		defer t.Stop()
+		expired = t.C
+	}
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return Unavailable{Category: AdmissionRejected, Err: ctx.Err()}
+	case <-expired:
+		return Unavailable{Category: AdmissionRejected, Err: context.DeadlineExceeded}
+	}
+}
+
+// take admits a request of cost from the set's leases when every one of
+// them holds it, and takes it from each; otherwise it takes nothing.
+func (s *budgetSet) take(r *Redis, cost int64) (Evaluated, bool) {
+	var nowOn [scratchPolicies]time.Time
+	now := nowOn[:0]
+	for i, p := range s.ps {
+		now = append(now, r.now(p))
+		if l := &s.leases[i]; l.units < cost || !now[i].Before(l.until) {
+			return Evaluated{}, false
+		}
+	}
+	var eachOn [scratchPolicies]Decision
+	each := eachOn[:0]
+	for i, p := range s.ps {
+		l := &s.leases[i]
+		l.units -= cost
+		each = append(each, p.decision(true, l.beyond+l.units, max(l.resetAt.Sub(now[i]), 0), 0, now[i].UnixMilli()))
+	}
+	s.used = now[0]
+	return evaluated(s.ps, each), true
+}
+
+// plan is the call for a request of cost the leases could not admit: the
+// leases that hold the cost cover it (and lend it to the call), the others
+// ask for a new lease. It marks the set's call in flight.
+func (s *budgetSet) plan(r *Redis, cost int64) *budgetCall {
+	n := len(s.ps)
+	call := &budgetCall{asks: make([]int64, n), sent: make([]time.Time, n), starts: make([]int64, n), done: make(chan struct{})}
+	for i, p := range s.ps {
+		l := &s.leases[i]
+		call.sent[i] = r.now(p)
+		if !call.sent[i].Before(l.until) {
+			*l = budgetLease{} // its period is over, and its units with it
+		}
+		if l.units >= cost {
+			l.units -= cost
+			call.asks[i] = budgetCovered
+			continue
+		}
+		// The units left, fewer than the cost, stay: with the new ones the
+		// lease holds at most Lease - cost.
+		call.asks[i] = max(p.Lease-cost-l.units, 0)
+	}
+	s.refill = call.done
+	return call
+}
+
+// apply writes the call's asks into the script's ARGV.
+func (c *budgetCall) apply(args []any) {
+	for i, ask := range c.asks {
+		at := argsHead + i*argsPerPolicy
+		if ask == budgetCovered {
+			args[at+argCharge] = chargeCovered
+		} else {
+			args[at+argLease] = ask
+		}
+	}
+}
+
+// settle takes the call's outcome into the set: an admitted request's new
+// leases, or a refused one's covered costs given back to their leases.
+// A covered policy's decision says what Redis had left and the lease holds.
+func (s *budgetSet) settle(r *Redis, cost int64, call *budgetCall, o Outcome) Outcome {
+	e, ok := o.(Evaluated)
+	var eachOn [scratchPolicies]Decision
+	each := eachOn[:0]
+	if ok {
+		for i := range s.ps {
+			each = append(each, e.PolicyDecision(i))
+		}
+	}
+	in := ok && admitted(s.ps, each)
+	covered := false
+	for i, p := range s.ps {
+		l := &s.leases[i]
+		ask := call.asks[i]
+		switch {
+		case ask == budgetCovered && !in:
+			l.units += cost
+		case ask == budgetCovered:
+			covered = true
+			each[i].Remaining += l.units
+		case in && each[i].Allowed && each[i].Delay() == 0 && call.starts[i] != 0:
+			units := min(ask, max(each[i].Remaining, 0))
+			if units == 0 {
+				continue
+			}
+			life := p.Algorithm.spec().leaseLife(p, each[i])
+			until := call.sent[i].Add(life - time.Millisecond)
+			if l.units > 0 {
+				// What was left of the lease before ends as early as it did.
+				until = minTime(until, l.until)
+			}
+			*l = budgetLease{units: l.units + units, beyond: each[i].Remaining - units,
+				until: until, resetAt: call.sent[i].Add(each[i].ResetAfter), start: call.starts[i]}
+			r.m.budgetTaken.Inc()
+		}
+	}
+	if in {
+		s.used = call.sent[0]
+	}
+	if covered {
+		return evaluated(s.ps, each)
+	}
+	return o
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+// leaseReturn is one lease's unused units, to go back to Redis.
+type leaseReturn struct {
+	p       *Policy
+	subject string
+	units   int64
+	start   int64
+}
+
+// sweep drops the sets idle for at least idle and gives their live
+// leases' units back, in the background; with idle 0, every set.
+func (r *Redis) sweepBudget(idle time.Duration) {
+	b := r.budget
+	var back []leaseReturn
+	for i := range b.shards {
+		sh := &b.shards[i]
+		sh.mu.Lock()
+		for k, s := range sh.m {
+			s.mu.Lock()
+			if s.refill == nil && r.now(s.ps[0]).Sub(s.used) >= idle {
+				s.gone = true
+				delete(sh.m, k)
+				for j, p := range s.ps {
+					if l := s.leases[j]; l.units > 0 && r.now(p).Before(l.until) {
+						back = append(back, leaseReturn{p: p, subject: s.subject, units: l.units, start: l.start})
+					}
+				}
+			}
+			s.mu.Unlock()
+		}
+		sh.mu.Unlock()
+	}
+	for _, g := range back {
+		b.slots <- struct{}{}
+		b.giving.Add(1)
+		go func() {
+			defer func() { <-b.slots; b.giving.Done() }()
+			r.returnLease(g)
+		}()
+	}
+}
+
+// returnLease gives a lease's unused units back to Redis: the script
+// takes them off the state the lease was charged to, when it still is
+// that state (chargeGiveBack).
+func (r *Redis) returnLease(g leaseReturn) {
+	ps := []*Policy{g.p}
+	cmd := r.appendArgs(r.script.command(r.keys(ps, g.subject, ""), argsHead+argsPerPolicy), ps, g.units, Admission, false)
+	args := argv(cmd)
+	args[argsHead+argCharge] = chargeGiveBack
+	args[argsHead+argLease] = g.start
+	ctx, cancel := context.WithTimeout(context.Background(), leaseCallTimeout)
+	defer cancel()
+	if _, err := r.evalsha(ctx, cmd); err == nil {
+		r.m.budgetReturned.Add(float64(g.units))
+	}
+}
+
+// sweepBudgetLeases gives idle leases back until Close, which gives back
+// the rest.
+func (r *Redis) sweepBudgetLeases() {
+	defer close(r.budget.done)
+	t := time.NewTicker(budgetSweep)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+			r.sweepBudget(budgetIdle)
+		case <-r.budget.stop:
+			r.sweepBudget(0)
+			r.budget.giving.Wait()
+			return
+		}
+	}
+}

@@ -1,0 +1,84 @@
+package limiter_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/edgegate/gateway/limiter"
+	"github.com/edgegate/gateway/limiter/limitertest"
+	"github.com/edgegate/gateway/limiter/redistest"
+)
+
+// A hot subject under a policy with a lease of 50 costs Redis one call per
+// 50 requests, and the remaining the requests see counts down as without
+// a lease.
+func TestRedisLeaseCostsOneCallPerLease(t *testing.T) {
+	s := redistest.Start(t)
+	reg := prometheus.NewRegistry()
+	r := redistest.NewLimiter(t, limiter.RedisOptions{Addrs: []string{s.Addr}, Registerer: reg})
+	p := limitertest.Leased(limitertest.FixedWindow(100_000, time.Hour), 50)
+	p.Clock = limiter.ClockBackend
+	ps := []*limiter.Policy{p}
+	subject := limitertest.Subject()
+	before, _ := evalshaStats(t, s)
+	for i := range 1000 {
+		o := r.Evaluate(context.Background(), limiter.Request{Policies: ps, Subject: subject, Cost: 1, EvaluationID: limitertest.Subject()})
+		e, ok := o.(limiter.Evaluated)
+		if !ok || !e.Allowed {
+			t.Fatalf("request %d: %#v", i+1, o)
+		}
+		if want := int64(100_000 - i - 1); e.Remaining != want {
+			t.Fatalf("request %d: remaining %d, want %d", i+1, e.Remaining, want)
+		}
+	}
+	after, _ := evalshaStats(t, s)
+	if calls := after - before; calls != 20 {
+		t.Fatalf("%v script calls for 1000 requests under a lease of 50, want 20", calls)
+	}
+	if n := metric(t, reg, "gateway_limiter_budget_leases_total").GetCounter().GetValue(); n != 20 {
+		t.Fatalf("gateway_limiter_budget_leases_total %v, want 20", n)
+	}
+	if n := metric(t, reg, "gateway_limiter_budget_lease_admissions_total").GetCounter().GetValue(); n != 980 {
+		t.Fatalf("gateway_limiter_budget_lease_admissions_total %v, want 980", n)
+	}
+}
+
+// A token bucket's lease is spent from until the bucket's next refill,
+// not until it would be full again: a drained bucket is far from full,
+// and the lease still ends with the period.
+func TestRedisTokenBucketLeaseEndsAtTheNextRefill(t *testing.T) {
+	s := redistest.Start(t)
+	clock := limitertest.NewClock()
+	reg := prometheus.NewRegistry()
+	r := redistest.NewLimiter(t, limiter.RedisOptions{Addrs: []string{s.Addr}, Clock: clock, Registerer: reg})
+	p := limitertest.Leased(limitertest.TokenBucket(100, 1, time.Second), 10)
+	ps := []*limiter.Policy{p}
+	subject := limitertest.Subject()
+	ask := func(cost int64) {
+		t.Helper()
+		o := r.Evaluate(context.Background(), limiter.Request{Policies: ps, Subject: subject, Cost: cost, EvaluationID: limitertest.Subject()})
+		if e, ok := o.(limiter.Evaluated); !ok || !e.Allowed {
+			t.Fatalf("outcome %#v", o)
+		}
+	}
+	calls := func() float64 {
+		c, _ := evalshaStats(t, s)
+		return c
+	}
+	ask(50) // no lease: the cost is all of it
+	ask(1)  // a lease of 9 more
+	start := calls()
+	clock.Advance(998 * time.Millisecond) // a lease ends a millisecond early, for rounding
+	ask(1)
+	if n := calls() - start; n != 0 {
+		t.Fatalf("%v calls within the period, want the lease to admit", n)
+	}
+	clock.Advance(2 * time.Millisecond)
+	ask(1)
+	if n := calls() - start; n != 1 {
+		t.Fatalf("%v calls after the refill, want 1: the lease ended with its period", n)
+	}
+}
