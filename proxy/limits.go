@@ -238,8 +238,9 @@ func (h *Handler) limit(w http.ResponseWriter, r *http.Request, c *compiled, rt 
 		Deadline:     start.Add(c.deadline),
 	}
 	if l.delays && h.held.take(c.maxDelayed) {
-		// Kept only while the request is held; past max_delayed a request
-		// a policy would delay is refused at once.
+		// A place among max_delayed, taken for the decision and kept while
+		// the request is held; without one, a request a policy would
+		// delay is refused at once.
 		req.MayDelay = true
 		defer h.held.put()
 	}
