@@ -183,7 +183,8 @@ func TestTheLeanTransportChecksAnIdleConnectionBeforeItWrites(t *testing.T) {
 		{"with bytes nobody asked for", okAnswer + "HTTP/1.1 200 OK\r\n", false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			lt := newTestLean(t, nil)
+			// Checked however briefly it was idle.
+			lt := newTestLean(t, func(lt *leanTransport) { lt.checkIdleAfter = 0 })
 			u := newRawTarget(t, func(conn, n int, _ *http.Request) (string, bool) {
 				if conn == 1 {
 					return c.first, c.hangUp
