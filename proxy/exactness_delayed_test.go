@@ -111,3 +111,66 @@ func TestDelayedExactnessAcrossFourGatewaysSharingRedis(t *testing.T) {
 		})
 	}
 }
+
+// TestDelayedBucketAdmitsNoMoreThanItRefills: 48 clients send to four
+// gateways sharing Redis as fast as they can through a token bucket with
+// max_delay. Each admitted request went upstream no earlier than its
+// token was due, so by the last answer the clients had no more 200s than
+// the capacity and the refills since the first request; the held ones
+// among them, and the upstream saw exactly the admitted.
+func TestDelayedBucketAdmitsNoMoreThanItRefills(t *testing.T) {
+	const (
+		instances = 4
+		clients   = 48
+		capacity  = 5
+		period    = time.Second
+		maxDelay  = time.Second
+		run       = 3 * time.Second
+	)
+	s := redistest.Start(t)
+	up := newUpstream(t)
+	p := redisPolicy(limitertest.TokenBucket(capacity, capacity, period), "smooth-"+limitertest.Subject()[3:11])
+	p.MaxDelay = maxDelay
+	var gateways []*gateway
+	var metrics []*proxy.Metrics
+	for range instances {
+		m := proxy.NewMetrics(prometheus.NewRegistry())
+		gateways = append(gateways, newGateway(t, setup{
+			routes:  []proxy.Route{route("orders.read", "/orders", up, t, p)},
+			limiter: redistest.NewLimiter(t, limiter.RedisOptions{Addrs: []string{s.Addr}}),
+			metrics: m,
+		}))
+		metrics = append(metrics, m)
+	}
+	l := startLoad(t, gateways, clients, nil)
+	time.Sleep(run)
+	history := l.finish(t)
+	n := statusCounts(history)
+	var first, last time.Time
+	for _, d := range history {
+		if first.IsZero() || d.start.Before(first) {
+			first = d.start
+		}
+		if d.end.After(last) {
+			last = d.end
+		}
+	}
+	// Redis counts whole milliseconds: a token may be due up to one
+	// before the local clock says.
+	refills := int((last.Sub(first) + time.Millisecond) / period)
+	if most := capacity * (1 + refills); n[http.StatusOK] > most {
+		t.Errorf("%d admitted in %s: more than the capacity and %d refills of %d allow (%d)", n[http.StatusOK], last.Sub(first), refills, capacity, most)
+	}
+	if up.count() != n[http.StatusOK] {
+		t.Errorf("the upstream saw %d requests, the clients %d 200s", up.count(), n[http.StatusOK])
+	}
+	var held uint64
+	for _, m := range metrics {
+		held += histogramCount(t, m.Delays.WithLabelValues("orders.read", p.Name))
+	}
+	if held == 0 || n[http.StatusTooManyRequests] == 0 || n[http.StatusOK] < capacity*refills {
+		t.Errorf("%d admitted, %d of them held, %d refused: want the bucket spent, held and refusing", n[http.StatusOK], held, n[http.StatusTooManyRequests])
+	}
+	t.Logf("%d requests in %s: %d admitted (%d of them held), %d denied (429), %d unknown (503)",
+		len(history), last.Sub(first).Round(time.Millisecond), n[200], held, n[429], n[503])
+}
