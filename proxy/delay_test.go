@@ -205,8 +205,8 @@ func TestAClientThatLeavesWhileHeldGivesItsPlaceBack(t *testing.T) {
 				t.Fatalf("request %d answered %d at once; want it held", i, code)
 			}
 			rec := lastLine(t, g, i)
-			if ms, _ := rec["delay_ms"].(float64); rec["outcome"] != "client_closed" || rec["status"] != float64(499) || ms < 700 || ms > 1000 {
-				t.Fatalf("request %d logged %v; want client_closed, 499, held about 1s", i, rec)
+			if ms, _ := rec["delay_ms"].(float64); rec["outcome"] != "client_closed" || rec["status"] != float64(499) || ms <= 0 || ms > 1000 {
+				t.Fatalf("request %d logged %v; want client_closed, 499, held for the rest of the second", i, rec)
 			}
 			if w, ok := lim.(interface{ WaitReleases() }); ok {
 				w.WaitReleases()
@@ -271,8 +271,8 @@ func TestAShadowPolicysDelayHoldsNothing(t *testing.T) {
 		}
 	}
 	rec := lastLine(t, g, 2)
-	if ms, _ := rec["delay_ms"].(float64); rec["outcome"] != "shadow_delayed" || rec["policy"] != "smooth" || ms < 900 {
-		t.Fatalf("logged %v; want shadow_delayed by smooth, delay_ms about 1000", rec)
+	if ms, _ := rec["delay_ms"].(float64); rec["outcome"] != "shadow_delayed" || rec["policy"] != "smooth" || ms <= 0 || ms > 1000 {
+		t.Fatalf("logged %v; want shadow_delayed by smooth, delay_ms the rest of the second", rec)
 	}
 }
 
