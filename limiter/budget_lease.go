@@ -3,6 +3,7 @@ package limiter
 import (
 	"context"
 	"hash/maphash"
+	"slices"
 	"sync"
 	"time"
 )
@@ -73,12 +74,24 @@ type budgetSet struct {
 	// used is when a request last took from the set, by the first
 	// policy's clock.
 	used time.Time
-	// refill, while a call for the set is in flight, is closed when it
-	// ends; the set's requests that cannot be admitted locally wait for it.
-	refill chan struct{}
+	// calling: a call for the set is in flight. The set's requests that
+	// arrive meanwhile and cannot be admitted locally wait in line for it
+	// (waiting, first come first served; only while calling).
+	calling bool
+	waiting []*budgetWaiter
 	// gone: dropped from its shard, its units given back; a caller
 	// holding it looks the set up again.
 	gone bool
+}
+
+// budgetWaiter is a request waiting in line for a set's call to end.
+// When it does, the request is admitted from the new leases, or, first in
+// line and short of them, sends the next call: its outcome is sent on
+// turn, nil for the call. served: no longer in line.
+type budgetWaiter struct {
+	cost   int64
+	turn   chan Outcome
+	served bool
 }
 
 // budgetLease is one policy's lease.
@@ -156,72 +169,123 @@ type budgetCall struct {
 	asks   []int64
 	sent   []time.Time // each policy's clock before the call
 	starts []int64     // each policy's state start after the call
-	done   chan struct{}
 }
 
 const budgetCovered = -1
 
 // evaluateLeased decides req, whose every policy has a lease, from its
 // leases when they hold its cost, and otherwise by one script call that
-// takes new ones.
+// takes new ones. While a call is in flight, the set's other requests
+// wait in line; when it ends, the line is admitted from the new leases in
+// its order, and the first the leases cannot admit sends the next call:
+// a call wakes only those it serves, and no request is passed over.
 func (r *Redis) evaluateLeased(ctx context.Context, req Request) Outcome {
 	ps := req.Policies
 	var s *budgetSet
-	for {
-		if s == nil {
-			if s = r.budget.set(ps, req.Subject); s == nil {
-				return r.evaluate(ctx, req, nil)
-			}
-			s.mu.Lock()
+	for s == nil {
+		if s = r.budget.set(ps, req.Subject); s == nil {
+			return r.evaluate(ctx, req, nil)
 		}
+		s.mu.Lock()
 		if s.gone {
 			s.mu.Unlock()
 			s = nil
 			continue
 		}
-		if e, ok := s.take(r, req.Cost); ok {
+		if len(s.waiting) == 0 {
+			if e, ok := s.take(r, req.Cost); ok {
+				s.mu.Unlock()
+				r.m.budgetAdmitted.Inc()
+				return e
+			}
+		}
+		if s.calling {
+			w := &budgetWaiter{cost: req.Cost, turn: make(chan Outcome, 1)}
+			s.waiting = append(s.waiting, w)
 			s.mu.Unlock()
-			r.m.budgetAdmitted.Inc()
-			return e
+			o, ok := s.await(ctx, r, req.Deadline, w)
+			if ok {
+				return o // admitted from the leases, or out of time
+			}
+			// Its turn to call.
+			s.mu.Lock()
+			if s.gone {
+				s.calling = false
+				s.handOff(r)
+				s.mu.Unlock()
+				s = nil
+				continue
+			}
 		}
-		if s.refill == nil {
-			break
-		}
-		wait := s.refill
-		s.mu.Unlock()
-		if o := awaitRefill(ctx, req.Deadline, wait); o != nil {
-			return o
-		}
-		s.mu.Lock()
 	}
+	s.calling = true
 	call := s.plan(r, req.Cost)
 	s.mu.Unlock()
 	o := r.evaluate(ctx, req, call)
 	s.mu.Lock()
 	o = s.settle(r, req.Cost, call, o)
-	s.refill = nil
-	close(call.done)
+	s.calling = false
+	s.handOff(r)
 	s.mu.Unlock()
 	return o
 }
 
-// awaitRefill waits for a call in flight to end, or for the caller's
-// deadline: then it is Unavailable (nothing was charged).
-func awaitRefill(ctx context.Context, deadline time.Time, done chan struct{}) Outcome {
+// handOff admits the line from the set's leases, in order, until one
+// cannot be: that one is given the turn to call (and the set is calling
+// again).
+func (s *budgetSet) handOff(r *Redis) {
+	for len(s.waiting) > 0 {
+		w := s.waiting[0]
+		s.waiting[0] = nil
+		s.waiting = s.waiting[1:]
+		w.served = true
+		if e, ok := s.take(r, w.cost); ok && !s.gone {
+			r.m.budgetAdmitted.Inc()
+			w.turn <- e
+			continue
+		}
+		s.calling = true
+		w.turn <- nil
+		return
+	}
+	s.waiting = nil
+}
+
+// await waits for w's turn: its outcome (true), or nil and false when it
+// is to call. A caller whose deadline passes first leaves the line,
+// Unavailable (nothing was charged), unless its turn came meanwhile.
+func (s *budgetSet) await(ctx context.Context, r *Redis, deadline time.Time, w *budgetWaiter) (Outcome, bool) {
 	var expired <-chan time.Time
 	if !deadline.IsZero() {
 		t := time.NewTimer(time.Until(deadline))
 		defer t.Stop()
 		expired = t.C
 	}
+	var err error
 	select {
-	case <-done:
-		return nil
+	case o := <-w.turn:
+		return o, o != nil
 	case <-ctx.Done():
-		return Unavailable{Category: AdmissionRejected, Err: ctx.Err()}
+		err = ctx.Err()
 	case <-expired:
-		return Unavailable{Category: AdmissionRejected, Err: context.DeadlineExceeded}
+		err = context.DeadlineExceeded
 	}
+	s.mu.Lock()
+	if w.served {
+		s.mu.Unlock()
+		if o := <-w.turn; o != nil {
+			return o, true
+		}
+		// Its turn to call, which it no longer can: the next in line calls.
+		s.mu.Lock()
+		s.calling = false
+		s.handOff(r)
+		s.mu.Unlock()
+		return Unavailable{Category: AdmissionRejected, Err: err}, true
+	}
+	s.waiting = slices.DeleteFunc(s.waiting, func(x *budgetWaiter) bool { return x == w })
+	s.mu.Unlock()
+	return Unavailable{Category: AdmissionRejected, Err: err}, true
 }
 
 // take admits a request of cost from the set's leases when every one of
@@ -248,10 +312,10 @@ func (s *budgetSet) take(r *Redis, cost int64) (Evaluated, bool) {
 
 // plan is the call for a request of cost the leases could not admit: the
 // leases that hold the cost cover it (and lend it to the call), the others
-// ask for a new lease. It marks the set's call in flight.
+// ask for a new lease.
 func (s *budgetSet) plan(r *Redis, cost int64) *budgetCall {
 	n := len(s.ps)
-	call := &budgetCall{asks: make([]int64, n), sent: make([]time.Time, n), starts: make([]int64, n), done: make(chan struct{})}
+	call := &budgetCall{asks: make([]int64, n), sent: make([]time.Time, n), starts: make([]int64, n)}
 	for i, p := range s.ps {
 		l := &s.leases[i]
 		call.sent[i] = r.now(p)
@@ -267,7 +331,6 @@ func (s *budgetSet) plan(r *Redis, cost int64) *budgetCall {
 		// lease holds at most Lease - cost.
 		call.asks[i] = max(p.Lease-cost-l.units, 0)
 	}
-	s.refill = call.done
 	return call
 }
 
@@ -356,7 +419,7 @@ func (r *Redis) sweepBudget(idle time.Duration) {
 		sh.mu.Lock()
 		for k, s := range sh.m {
 			s.mu.Lock()
-			if s.refill == nil && r.now(s.ps[0]).Sub(s.used) >= idle {
+			if !s.calling && r.now(s.ps[0]).Sub(s.used) >= idle {
 				s.gone = true
 				delete(sh.m, k)
 				for j, p := range s.ps {

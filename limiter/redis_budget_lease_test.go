@@ -2,6 +2,8 @@ package limiter_test
 
 import (
 	"context"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -80,5 +82,43 @@ func TestRedisTokenBucketLeaseEndsAtTheNextRefill(t *testing.T) {
 	ask(1)
 	if n := calls() - start; n != 1 {
 		t.Fatalf("%v calls after the refill, want 1: the lease ended with its period", n)
+	}
+}
+
+// Concurrent requests of a hot subject wait in line for the call in
+// flight and are admitted from the lease it takes: a call per 50 requests
+// still, every request admitted, none out of time.
+func TestRedisLeaseServesConcurrentRequestsInLine(t *testing.T) {
+	s := redistest.Start(t)
+	r := redistest.NewLimiter(t, limiter.RedisOptions{Addrs: []string{s.Addr}})
+	p := limitertest.Leased(limitertest.FixedWindow(100_000, time.Hour), 50)
+	p.Clock = limiter.ClockBackend
+	ps := []*limiter.Policy{p}
+	subject := limitertest.Subject()
+	before, _ := evalshaStats(t, s)
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	for range 64 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 100 {
+				o := r.Evaluate(context.Background(), limiter.Request{Policies: ps, Subject: subject, Cost: 1,
+					EvaluationID: limitertest.Subject(), Deadline: time.Now().Add(limiter.DefaultDeadline)})
+				if e, ok := o.(limiter.Evaluated); ok && e.Allowed {
+					admitted.Add(1)
+				} else {
+					t.Errorf("outcome %#v", o)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	after, _ := evalshaStats(t, s)
+	if n := admitted.Load(); n != 6400 {
+		t.Fatalf("%d of 6400 admitted", n)
+	}
+	if calls := after - before; calls > 6400/50+1 {
+		t.Fatalf("%v script calls for 6400 requests under a lease of 50, want 128", calls)
 	}
 }
