@@ -150,7 +150,7 @@ func (h *harness) setup(ctx context.Context) error {
 		return err
 	}
 
-	if h.wants("gateway-redis") || h.wants("gateway-redis-inflight") {
+	if h.wants("gateway-redis") || h.wants("gateway-redis-inflight") || h.wants("gateway-redis-lease") {
 		if err := h.startRedis(ctx); err != nil {
 			return err
 		}

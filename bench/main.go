@@ -15,6 +15,8 @@
 //	bare-proxy       httputil.ReverseProxy with Rewrite + SetURL and a pooled Transport: the floor
 //	gateway-memory   the gateway, memory limiter
 //	gateway-redis    the gateway, Redis limiter on a private redis-server
+//	gateway-redis-inflight  the Redis gateway with a concurrency policy (main mode)
+//	gateway-redis-lease     the Redis gateway, its fixed window with lease = 50 (main mode)
 //	nginx            nginx with limit_req, when nginx is installed
 //
 // Every proxy runs on CPU 0 (taskset -c 0); the load generator, the

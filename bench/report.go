@@ -167,6 +167,7 @@ func ratioTable(sums []summary, rotations [][2]string) string {
 		{"gateway-memory / bare-proxy", "gateway-memory", "bare-proxy"},
 		{"gateway-redis / gateway-memory", "gateway-redis", "gateway-memory"},
 		{"gateway-redis-inflight / gateway-redis", "gateway-redis-inflight", "gateway-redis"},
+		{"gateway-redis-lease / gateway-memory", "gateway-redis-lease", "gateway-memory"},
 		{"gateway-memory / nginx", "gateway-memory", "nginx"},
 		{"gateway-redis / nginx", "gateway-redis", "nginx"},
 		{"bare-proxy / nginx", "bare-proxy", "nginx"},

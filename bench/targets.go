@@ -12,7 +12,7 @@ import (
 )
 
 // targetOrder is the order each round drives the targets in.
-var targetOrder = []string{"upstream-direct", "bare-proxy", "gateway-memory", "gateway-redis", "gateway-redis-inflight", "nginx"}
+var targetOrder = []string{"upstream-direct", "bare-proxy", "gateway-memory", "gateway-redis", "gateway-redis-inflight", "gateway-redis-lease", "nginx"}
 
 // target is one URL the loader drives, and the process whose CPU time is
 // charged to it (with its descendants).
@@ -76,9 +76,11 @@ func (h *harness) startTargets(ctx context.Context, mode string) ([]*target, err
 			if h.redisAddr != "" {
 				t, err = h.startGateway(ctx, mode, name, true)
 			}
-		case "gateway-redis-inflight":
+		case "gateway-redis-inflight", "gateway-redis-lease":
 			// A concurrency limit has no flood to hold: a request in flight
-			// gives its lease back when it ends.
+			// gives its lease back when it ends. A lease of budget is for a
+			// hot key under its limit: over it, the denial cache answers
+			// as without one.
 			if mode == "main" && h.redisAddr != "" {
 				t, err = h.startGateway(ctx, mode, name, true)
 			}
@@ -139,7 +141,7 @@ func (h *harness) startGateway(ctx context.Context, mode, name string, withRedis
 	}
 	conf := filepath.Join(h.dir, name+"-"+mode+".hcl")
 	trustLoad := h.s.subjects > 1 && mode == "main"
-	if err := os.WriteFile(conf, []byte(gatewayConfig(mode, listen, admin, h.upstreamAddr, redisAddr, h.s.dedup, name == "gateway-redis-inflight", trustLoad)), 0o644); err != nil {
+	if err := os.WriteFile(conf, []byte(gatewayConfig(mode, name, listen, admin, h.upstreamAddr, redisAddr, h.s.dedup, trustLoad)), 0o644); err != nil {
 		return nil, err
 	}
 	if out, err := exec.CommandContext(ctx, h.gatewayBin, "validate", "-config", conf).CombinedOutput(); err != nil {
@@ -160,14 +162,16 @@ func (h *harness) startGateway(ctx context.Context, mode, name string, withRedis
 // the client address as the only subject (every request of the load comes
 // from 127.0.0.1: one hot key), the access log on. With redisAddr set the
 // limiter is Redis; the files differ in nothing else. De-duplication is
-// the policy's default (on) unless dedup is false. With inflight the
-// policy is a concurrency limit of the mode's number in flight instead of
-// a fixed window: each request then costs an acquire and a release. With
+// the policy's default (on) unless dedup is false. The target
+// gateway-redis-inflight has a concurrency limit of the mode's number in
+// flight instead of a fixed window: each request then costs an acquire
+// and a release; gateway-redis-lease has the fixed window with lease = 50,
+// so the hot key costs Redis a call per 50 requests. With
 // trustLoad the load side (127.0.0.1) is a trusted proxy, so a request
 // that names a client in X-Forwarded-For counts against that client: how
 // the rotation of subjects is driven. A request without the header still
 // comes from 127.0.0.1, the hot key.
-func gatewayConfig(mode, listen, admin, upstream, redisAddr string, dedup, inflight, trustLoad bool) string {
+func gatewayConfig(mode, name, listen, admin, upstream, redisAddr string, dedup, trustLoad bool) string {
 	limiter := `limiter {
   backend = "memory"
 }`
@@ -191,8 +195,11 @@ subject {
 `
 	}
 	policy := fmt.Sprintf("algorithm = \"fixed-window\"\n  limit     = %d\n  window    = \"1m\"", modeLimits[mode])
-	if inflight {
+	switch name {
+	case "gateway-redis-inflight":
 		policy = fmt.Sprintf("algorithm = \"concurrency\"\n  limit     = %d", modeLimits[mode])
+	case "gateway-redis-lease":
+		policy += "\n  lease     = 50"
 	}
 	return fmt.Sprintf(`# Written by go run ./bench for one load test; removed when it ends.
 listen {
