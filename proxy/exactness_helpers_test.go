@@ -54,7 +54,8 @@ type failover struct{ from, to time.Time }
 //     leaves less for 200s, never more.
 //   - Lower bound: a window in which a request was certainly denied (429)
 //     had its limit spent, since a fixed window with cost 1 denies only
-//     then. So k such windows need limit × k distinct requests, each a 200
+//     then (with leases of budget, all but earlyDenial of it: the units
+//     the other gateways' leases may hold unused). So k such windows need limit × k distinct requests, each a 200
 //     or a 503 (an unknown outcome counts as possibly admitted) that may lie
 //     in one of them; checking every run of windows from one denying window
 //     to another checks every set of them, as each request's windows are
@@ -70,6 +71,10 @@ type exactness struct {
 	// answer with a denial it remembered (limiter.RedisOptions
 	// DenialCacheEntries): a 429 is placed as if sent that much earlier.
 	denialSlack time.Duration
+	// earlyDenial is how much of the limit may be left unspent by admitted
+	// requests when a window denies: with leases of budget (lease = N) on
+	// I gateways, (I - 1) × (N - 1).
+	earlyDenial int
 }
 
 // windowTally is what a history says of one subject's window.
@@ -204,7 +209,7 @@ func (e exactness) underSpent(subject string, denying []int64, ranges [][2]int64
 	var violations []string
 	for i, first := range denying {
 		for j, last := range denying[i:] {
-			need, may := e.limit*(j+1), 0
+			need, may := (e.limit-e.earlyDenial)*(j+1), 0
 			for _, r := range ranges {
 				if r[0] <= last && r[1] >= first {
 					may++

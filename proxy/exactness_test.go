@@ -48,6 +48,7 @@ func TestExactnessCheckerCatchesBadHistories(t *testing.T) {
 		offset    clockOffset
 		failovers []failover
 		slack     time.Duration
+		early     int
 		history   []decision
 		violation string // a substring of one violation; empty: none
 	}{
@@ -88,6 +89,19 @@ func TestExactnessCheckerCatchesBadHistories(t *testing.T) {
 			history: join(times(1, req(200, 10, 20)), times(1, req(429, 30, 40)),
 				[]decision{req(200, 990, 1005)}, times(1, req(200, 1010, 1020)), times(1, req(429, 1030, 1040))),
 			violation: "windows 1800000000..1800000001: 2 of them denied, so 4 requests were spent in them, but at most 3",
+		},
+		{
+			name:    "with leases, a denial may come before the limit by what the other gateways hold",
+			limit:   10,
+			early:   3,
+			history: join(times(7, req(200, 10, 20)), times(2, req(429, 30, 40))),
+		},
+		{
+			name:      "with leases, a denial earlier than that fails",
+			limit:     10,
+			early:     3,
+			history:   join(times(6, req(200, 10, 20)), times(2, req(429, 30, 40))),
+			violation: "1 of them denied, so 7 requests were spent in them, but at most 6",
 		},
 		{
 			name:    "a 503 counts as possibly admitted",
@@ -168,7 +182,7 @@ func TestExactnessCheckerCatchesBadHistories(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			e := exactness{limit: c.limit, window: time.Second, offset: c.offset, failovers: c.failovers, denialSlack: c.slack}
+			e := exactness{limit: c.limit, window: time.Second, offset: c.offset, failovers: c.failovers, denialSlack: c.slack, earlyDenial: c.early}
 			tallies, violations := e.check(c.history)
 			found := false
 			for _, v := range violations {
