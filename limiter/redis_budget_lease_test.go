@@ -122,3 +122,33 @@ func TestRedisLeaseServesConcurrentRequestsInLine(t *testing.T) {
 		t.Fatalf("%v script calls for 6400 requests under a lease of 50, want 128", calls)
 	}
 }
+
+// A reset drops the subject's leases: the next request is decided on
+// Redis, against the fresh budget, not admitted from units of the budget
+// before.
+func TestRedisResetDropsTheSubjectsLeases(t *testing.T) {
+	s := redistest.Start(t)
+	r := redistest.NewLimiter(t, limiter.RedisOptions{Addrs: []string{s.Addr}})
+	p := limitertest.Leased(limitertest.FixedWindow(10, time.Hour), 5)
+	p.Clock = limiter.ClockBackend
+	req := limiter.Request{Policies: []*limiter.Policy{p}, Subject: limitertest.Subject(), Cost: 1}
+	remaining := func() int64 {
+		t.Helper()
+		req.EvaluationID = limitertest.Subject()
+		e, ok := r.Evaluate(context.Background(), req).(limiter.Evaluated)
+		if !ok || !e.Allowed {
+			t.Fatalf("outcome %#v", e)
+		}
+		return e.Remaining
+	}
+	remaining()
+	if n := remaining(); n != 8 {
+		t.Fatalf("remaining %d, want 8", n)
+	}
+	if err := r.Reset(context.Background(), limiter.Request{Policies: req.Policies, Subject: req.Subject}); err != nil {
+		t.Fatal(err)
+	}
+	if n := remaining(); n != 9 {
+		t.Fatalf("remaining %d after the reset, want 9: the lease of the budget before was spent from", n)
+	}
+}
