@@ -177,9 +177,18 @@ func (c *checker) file(fb *fileBlock) *File {
 	}
 	if lb := fb.Listen; lb != nil {
 		f.Proxy.AllowUnderscoreHeaders = or(lb.AllowUnderscoreHeaders, false)
-		f.Proxy.TunnelIdleTimeout = c.duration(lb.TunnelIdleTimeout, lb.Body, "tunnel_idle_timeout", 0, time.Millisecond)
-		f.Proxy.BodyReadTimeout = c.duration(lb.BodyReadTimeout, lb.Body, "body_read_timeout", 0, time.Millisecond)
+		f.Proxy.TunnelIdleTimeout = c.optionDuration(lb.TunnelIdleTimeout, lb.Body, "tunnel_idle_timeout")
+		f.Proxy.BodyReadTimeout = c.optionDuration(lb.BodyReadTimeout, lb.Body, "body_read_timeout")
 	}
+	// The request path's own settings are proxy.Config.Validate's.
+	proxyBodies := map[string]hcl.Body{}
+	if fb.Listen != nil {
+		proxyBodies["listen"] = fb.Listen.Body
+	}
+	if fb.Limiter != nil {
+		proxyBodies["limiter"] = fb.Limiter.Body
+	}
+	c.fields(f.Proxy.Validate(), "Invalid configuration", hcl.Range{}, finderOf(proxyBodies, nil, nil))
 
 	// The listeners' rules are edge's.
 	c.fields(f.Listen.Validate(), "Invalid listener", hcl.Range{}, c.listenFields(fb))
@@ -212,18 +221,9 @@ func (c *checker) listen(b *listenBlock) edge.Options {
 	// What each may be is edge.Options.Validate's. Its zero is "the
 	// default"; a 0 the file writes is below the minimum, and is passed on
 	// as negative for edge to refuse.
-	l.ReadHeaderTimeout = c.durationOr(b.ReadHeaderTimeout, b.Body, "read_header_timeout", 0)
-	if b.ReadHeaderTimeout != nil && l.ReadHeaderTimeout == 0 {
-		l.ReadHeaderTimeout = -1
-	}
-	l.IdleTimeout = c.durationOr(b.IdleTimeout, b.Body, "idle_timeout", 0)
-	if b.IdleTimeout != nil && l.IdleTimeout == 0 {
-		l.IdleTimeout = -1
-	}
-	l.MaxHeaderBytes = int(or(b.MaxHeaderBytes, 0))
-	if b.MaxHeaderBytes != nil && l.MaxHeaderBytes == 0 {
-		l.MaxHeaderBytes = -1
-	}
+	l.ReadHeaderTimeout = c.optionDuration(b.ReadHeaderTimeout, b.Body, "read_header_timeout")
+	l.IdleTimeout = c.optionDuration(b.IdleTimeout, b.Body, "idle_timeout")
+	l.MaxHeaderBytes = optionInt(b.MaxHeaderBytes)
 	l.MaxConnections = int(c.integer(b.MaxConnections, b.Body, "max_connections", 0, 0))
 	if b.MaxConnections != nil && l.MaxConnections == 0 {
 		l.MaxConnections = -1
@@ -297,9 +297,10 @@ func (c *checker) limiter(b *limiterBlock) (limiter.Options, proxy.Config) {
 		}
 		l.Kind = kind
 	}
-	p.Deadline = c.duration(b.Deadline, b.Body, "deadline", 0, time.Millisecond)
-	p.FailureRetryAfter = c.duration(b.FailureRetryAfter, b.Body, "failure_retry_after", 0, time.Second)
-	p.MaxDelayed = int(c.integer(b.MaxDelayed, b.Body, "max_delayed", 0, 1))
+	// What these may be is proxy.Config.Validate's.
+	p.Deadline = c.optionDuration(b.Deadline, b.Body, "deadline")
+	p.FailureRetryAfter = c.optionDuration(b.FailureRetryAfter, b.Body, "failure_retry_after")
+	p.MaxDelayed = optionInt(b.MaxDelayed)
 	if mb := b.Memory; mb != nil {
 		l.Memory.MaxEntries = int(c.integer(mb.MaxEntries, mb.Body, "max_entries", 0, 64))
 	}

@@ -222,6 +222,29 @@ func (c *checker) durationOr(p *string, body hcl.Body, name string, def time.Dur
 	return def
 }
 
+// optionDuration is the duration of the attribute name of body for an
+// option whose zero is its default: 0 when absent, and a 0 the file writes
+// passed on as negative, below any minimum, for the option's Validate to
+// refuse. What it may be is the option's Validate's to say.
+func (c *checker) optionDuration(p *string, body hcl.Body, name string) time.Duration {
+	d := c.durationOr(p, body, name, 0)
+	if p != nil && d == 0 {
+		d = -1
+	}
+	return d
+}
+
+// optionInt is optionDuration for a whole number.
+func optionInt(p *int64) int {
+	switch {
+	case p == nil:
+		return 0
+	case *p == 0:
+		return -1
+	}
+	return int(*p)
+}
+
 // parseDuration parses the Go duration string of the attribute name of
 // body; false when absent or reported.
 func (c *checker) parseDuration(p *string, body hcl.Body, name string) (time.Duration, bool) {

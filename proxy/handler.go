@@ -108,29 +108,35 @@ type Config struct {
 	Routes []Route
 	// AdminToken is the bearer token of the admin API (AdminAPI); empty,
 	// the API answers 404. See CheckAdminToken.
-	AdminToken        string
-	Resolver          *subject.Resolver
-	Limiter           Limiter
-	Deadline          time.Duration // default limiter.DefaultDeadline
-	FailureRetryAfter time.Duration // Retry-After on 503; default DefaultFailureRetryAfter
+	AdminToken string
+	Resolver   *subject.Resolver
+	Limiter    Limiter
+	// Deadline bounds one limiter decision. Default
+	// limiter.DefaultDeadline; else at least MinTimeout.
+	Deadline time.Duration
+	// FailureRetryAfter is the Retry-After of a 503. Default
+	// DefaultFailureRetryAfter; else at least MinFailureRetryAfter.
+	FailureRetryAfter time.Duration
 	// AllowUnderscoreHeaders forwards request headers whose names hold
 	// "_". By default they are dropped: CGI, WSGI and Rack backends fold
 	// "_" into "-", so X_Real_IP would reach them as X-Real-IP, past the
 	// gateway's own checks (nginx drops them too).
 	AllowUnderscoreHeaders bool
 	// TunnelIdleTimeout closes an upgraded connection that carried no byte
-	// either way for this long; default DefaultTunnelIdleTimeout.
+	// either way for this long. Default DefaultTunnelIdleTimeout; else at
+	// least MinTimeout.
 	TunnelIdleTimeout time.Duration
 	// BodyReadTimeout is how long the gateway waits for the next byte of a
 	// request body it forwards; past it the client gets 408 and the
-	// connection closes. Default DefaultBodyReadTimeout.
+	// connection closes. Default DefaultBodyReadTimeout; else at least
+	// MinTimeout.
 	BodyReadTimeout time.Duration
 	// Pools are the upstream blocks routes name. A target that a reload
 	// keeps in its pool keeps its health.
 	Pools []Pool
 	// MaxDelayed bounds the requests this instance holds at once for a
 	// policy's max_delay; past it a request a policy would delay is
-	// refused at once. Default DefaultMaxDelayed.
+	// refused at once. Default DefaultMaxDelayed; else at least 1.
 	MaxDelayed int
 	// InvalidTokenPolicy is the budget of invalid bearer tokens per client
 	// address (see tokenBudget); nil: DefaultInvalidTokenPolicy. A shadow
@@ -276,19 +282,22 @@ func (h *Handler) compile(cfg Config, prev *compiled) (*compiled, []*poolTranspo
 	if cfg.Limiter == nil || cfg.Resolver == nil {
 		return nil, nil, errors.New("proxy: config needs a limiter and a resolver")
 	}
-	if cfg.Deadline <= 0 {
+	if err := cfg.Validate(); err != nil {
+		return nil, nil, fmt.Errorf("proxy: %w", err)
+	}
+	if cfg.Deadline == 0 {
 		cfg.Deadline = limiter.DefaultDeadline
 	}
-	if cfg.FailureRetryAfter <= 0 {
+	if cfg.FailureRetryAfter == 0 {
 		cfg.FailureRetryAfter = DefaultFailureRetryAfter
 	}
-	if cfg.TunnelIdleTimeout <= 0 {
+	if cfg.TunnelIdleTimeout == 0 {
 		cfg.TunnelIdleTimeout = DefaultTunnelIdleTimeout
 	}
-	if cfg.BodyReadTimeout <= 0 {
+	if cfg.BodyReadTimeout == 0 {
 		cfg.BodyReadTimeout = DefaultBodyReadTimeout
 	}
-	if cfg.MaxDelayed <= 0 {
+	if cfg.MaxDelayed == 0 {
 		cfg.MaxDelayed = DefaultMaxDelayed
 	}
 	if err := ValidatePools(cfg.Pools); err != nil {

@@ -89,6 +89,38 @@ func (r *Route) Validate(managed []string) error {
 	return errors.Join(errs...)
 }
 
+// MinFailureRetryAfter is the least Config.FailureRetryAfter may be when
+// set: Retry-After counts whole seconds.
+const MinFailureRetryAfter = time.Second
+
+// Validate reports the problems of c's own settings, each a *FieldError
+// naming the attribute as the file does, in its block
+// ("limiter.deadline", "listen.body_read_timeout"), joined. A zero takes
+// the default; anything else below the minimum is refused. The pools and
+// routes are ValidatePools's, ValidateRoutes's and Route.Validate's.
+func (c *Config) Validate() error {
+	var errs []error
+	for _, d := range []struct {
+		field string
+		value time.Duration
+		min   time.Duration
+	}{
+		{"limiter.deadline", c.Deadline, MinTimeout},
+		{"limiter.failure_retry_after", c.FailureRetryAfter, MinFailureRetryAfter},
+		{"listen.tunnel_idle_timeout", c.TunnelIdleTimeout, MinTimeout},
+		{"listen.body_read_timeout", c.BodyReadTimeout, MinTimeout},
+	} {
+		if d.value != 0 && d.value < d.min {
+			name := d.field[strings.IndexByte(d.field, '.')+1:]
+			errs = append(errs, &FieldError{Field: d.field, Summary: "Duration too short", Detail: fmt.Sprintf("%s must be at least %s.", name, d.min)})
+		}
+	}
+	if c.MaxDelayed < 0 {
+		errs = append(errs, &FieldError{Field: "limiter.max_delayed", Summary: "Value too small", Detail: "max_delayed must be at least 1."})
+	}
+	return errors.Join(errs...)
+}
+
 // ValidateRoutes reports the problems of routes as a list, each a
 // *FieldError naming a route by its position ("routes[1]", its label
 // "routes[1].operation_id"), joined: no operation ID twice, and no two
@@ -219,7 +251,8 @@ func lowerCase(names []string) []string {
 }
 
 // MinTimeout is the least a Pool's durations (its timeouts, its health
-// check's interval and timeout) may be when set; zero takes the default.
+// check's interval and timeout) and Config's Deadline, TunnelIdleTimeout
+// and BodyReadTimeout may be when set; zero takes the default.
 const MinTimeout = time.Millisecond
 
 // ParseTarget parses s as a pool's target or a route's upstream URL: an

@@ -117,6 +117,26 @@ func TestPoolValidateNamesTheFieldOfEachProblem(t *testing.T) {
 	}
 }
 
+// The request path's own durations and bounds are held to their
+// minimums by Config.Validate, which NewHandler asks: zero takes the
+// default, anything else below the minimum is refused.
+func TestConfigValidateHoldsTheSettingsToTheirMinimums(t *testing.T) {
+	c := proxy.Config{Deadline: -1, FailureRetryAfter: proxy.MinFailureRetryAfter / 2,
+		TunnelIdleTimeout: proxy.MinTimeout / 2, BodyReadTimeout: -time.Second, MaxDelayed: -1}
+	fields, _ := problemFields(t, c.Validate())
+	want := []string{"limiter.deadline", "limiter.failure_retry_after", "listen.tunnel_idle_timeout", "listen.body_read_timeout", "limiter.max_delayed"}
+	if !slices.Equal(fields, want) {
+		t.Errorf("fields %q, want %q", fields, want)
+	}
+	ok := proxy.Config{Deadline: proxy.MinTimeout, FailureRetryAfter: proxy.MinFailureRetryAfter, BodyReadTimeout: proxy.MinTimeout, MaxDelayed: 1}
+	if err := ok.Validate(); err != nil {
+		t.Errorf("the minimums, and the defaults: %v", err)
+	}
+	if _, err := proxy.NewHandler(proxy.Options{}, proxy.Config{Limiter: limiter.NewMemory(limiter.MemoryOptions{}), Resolver: newResolver(t, nil), Deadline: -1}); err == nil {
+		t.Error("NewHandler took a negative deadline")
+	}
+}
+
 // problemFields are the fields err's problems name, and the earlier field
 // a clash names.
 func problemFields(t *testing.T, err error) (fields []string, earlier string) {
