@@ -302,7 +302,9 @@ func (c *checker) limiter(b *limiterBlock) (limiter.Options, proxy.Config) {
 	p.FailureRetryAfter = c.optionDuration(b.FailureRetryAfter, b.Body, "failure_retry_after")
 	p.MaxDelayed = optionInt(b.MaxDelayed)
 	if mb := b.Memory; mb != nil {
-		l.Memory.MaxEntries = int(c.integer(mb.MaxEntries, mb.Body, "max_entries", 0, 64))
+		// What it may be is limiter.MemoryOptions.Validate's.
+		l.Memory.MaxEntries = optionInt(mb.MaxEntries)
+		c.fields(l.Memory.Validate(), "Invalid memory block", hcl.Range{}, finderOf(map[string]hcl.Body{"": mb.Body}, nil, nil))
 	}
 	if rb := b.Redis; rb != nil {
 		l.Redis = c.redis(rb)
@@ -339,7 +341,8 @@ func (c *checker) redis(b *redisBlock) limiter.RedisOptions {
 			r.Mode = mode
 		}
 	}
-	// What the addresses may be, and that tls_ca_file needs tls, is
+	// What the addresses may be, that master_name goes with sentinel mode
+	// alone, and that tls_ca_file needs tls, is
 	// limiter.RedisOptions.Validate's.
 	elements := map[string]hcl.Range{"tls_ca_file": nameRange(b.Body, "tls_ca_file")}
 	for _, it := range c.list(b.Addrs, "addrs") {
@@ -347,11 +350,8 @@ func (c *checker) redis(b *redisBlock) limiter.RedisOptions {
 		r.Addrs = append(r.Addrs, it.value)
 	}
 	r.MasterName = or(b.MasterName, "")
-	if r.Mode == limiter.RedisSentinel && r.MasterName == "" {
-		c.errorf(b.DefRange, "Missing required argument", "Sentinel mode needs master_name.")
-	}
-	if b.MasterName != nil && r.Mode != limiter.RedisSentinel {
-		c.errorf(nameRange(b.Body, "master_name"), "Argument not valid here", "master_name applies to sentinel mode only.")
+	if has(b.Body, "master_name") {
+		elements["master_name"] = nameRange(b.Body, "master_name")
 	}
 	r.Username = or(b.Username, "")
 	if has(b.Body, "password") {

@@ -3,6 +3,7 @@ package limiter
 import (
 	"context"
 	"encoding/binary"
+	"fmt"
 	"hash/maphash"
 	"math"
 	"math/bits"
@@ -29,7 +30,8 @@ const DefaultMemoryMaxEntries = 1_000_000
 // MemoryOptions configures a Memory backend.
 type MemoryOptions struct {
 	// MaxEntries caps the number of keys held. When full, the least recently
-	// used key is dropped and counted in Evictions. Default 1,000,000.
+	// used key is dropped and counted in Evictions. Default 1,000,000;
+	// else at least MinMemoryMaxEntries.
 	// The cap is split evenly over the shards, so a shard that draws more
 	// than its share of keys evicts before the total is reached.
 	MaxEntries int
@@ -45,6 +47,20 @@ type MemoryOptions struct {
 }
 
 const memoryShards = 64
+
+// MinMemoryMaxEntries is the least MemoryOptions.MaxEntries may be when
+// set: one key a shard.
+const MinMemoryMaxEntries = memoryShards
+
+// Validate reports a MaxEntries below its minimum as a *FieldError naming
+// the field as a memory block does ("max_entries"). A zero takes the
+// default. Open refuses what it reports.
+func (o MemoryOptions) Validate() error {
+	if o.MaxEntries != 0 && o.MaxEntries < MinMemoryMaxEntries {
+		return &FieldError{Field: "max_entries", Summary: "Value too small", Detail: fmt.Sprintf("max_entries must be at least %d.", MinMemoryMaxEntries)}
+	}
+	return nil
+}
 
 // Memory is the in-process backend: one gateway instance, the three
 // algorithms of the Redis scripts, bounded memory with expiry. It is safe for

@@ -94,6 +94,9 @@ func Open(ctx context.Context, opts Options) (Backend, error) {
 	switch opts.Kind {
 	case KindMemory:
 		mo := opts.Memory
+		if err := mo.Validate(); err != nil {
+			return nil, fmt.Errorf("limiter backend memory: %w", err)
+		}
 		if mo.Registerer == nil {
 			mo.Registerer = opts.Registerer
 		}

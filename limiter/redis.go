@@ -69,7 +69,8 @@ const (
 )
 
 // Validate reports every problem of o, each a *FieldError naming the
-// field as a redis block does ("addrs", "addrs[1]", "tls_ca_file"),
+// field as a redis block does ("addrs", "addrs[1]", "master_name",
+// "tls_ca_file"),
 // joined. It reads no file: tls_ca_file is read by NewRedis.
 func (o RedisOptions) Validate() error {
 	var errs []error
@@ -83,6 +84,12 @@ func (o RedisOptions) Validate() error {
 		if !hostPort(a) {
 			problem(fmt.Sprintf("addrs[%d]", i), "Invalid redis address", "%q must be host:port.", a)
 		}
+	}
+	switch {
+	case o.Mode == RedisSentinel && o.MasterName == "":
+		problem("master_name", "Missing required argument", "Sentinel mode needs master_name.")
+	case o.Mode != RedisSentinel && o.MasterName != "":
+		problem("master_name", "Argument not valid here", "master_name applies to sentinel mode only.")
 	}
 	if o.TLSCAFile != "" && !o.TLS {
 		problem("tls_ca_file", "Argument not valid here", "tls_ca_file needs tls = true.")

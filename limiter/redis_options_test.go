@@ -32,7 +32,38 @@ func TestRedisOptionsValidateNamesTheFieldOfEachProblem(t *testing.T) {
 	if _, err := limiter.NewRedis(context.Background(), o); !errors.As(err, &fe) {
 		t.Errorf("NewRedis took options Validate refuses: %v", err)
 	}
+	for _, o := range []limiter.RedisOptions{
+		{Addrs: []string{"10.0.0.1:26379"}, Mode: limiter.RedisSentinel},
+		{Addrs: []string{"10.0.0.1:6379"}, MasterName: "mymaster"},
+	} {
+		if err := o.Validate(); !errors.As(err, &fe) || fe.Field != "master_name" {
+			t.Errorf("mode %q, master_name %q: %v", o.Mode, o.MasterName, err)
+		}
+	}
+	if err := (limiter.RedisOptions{Addrs: []string{"10.0.0.1:26379"}, Mode: limiter.RedisSentinel, MasterName: "mymaster"}).Validate(); err != nil {
+		t.Errorf("sentinel with a master: %v", err)
+	}
 	if err := (limiter.RedisOptions{Addrs: []string{"10.0.0.1:6379", "[::1]:6379"}, TLS: true, TLSCAFile: "ca.pem"}).Validate(); err != nil {
 		t.Errorf("valid options: %v", err)
+	}
+}
+
+// The memory backend's cap is the limiter's rule too: zero takes the
+// default, anything else below one key a shard is refused, and Open
+// refuses it for the same reason.
+func TestMemoryOptionsValidateHoldsMaxEntriesToItsMinimum(t *testing.T) {
+	var fe *limiter.FieldError
+	for _, n := range []int{-1, 1, limiter.MinMemoryMaxEntries - 1} {
+		if err := (limiter.MemoryOptions{MaxEntries: n}).Validate(); !errors.As(err, &fe) || fe.Field != "max_entries" {
+			t.Errorf("max_entries %d: %v", n, err)
+		}
+	}
+	for _, n := range []int{0, limiter.MinMemoryMaxEntries} {
+		if err := (limiter.MemoryOptions{MaxEntries: n}).Validate(); err != nil {
+			t.Errorf("max_entries %d: %v", n, err)
+		}
+	}
+	if _, err := limiter.Open(context.Background(), limiter.Options{Kind: limiter.KindMemory, Memory: limiter.MemoryOptions{MaxEntries: 10}}); !errors.As(err, &fe) {
+		t.Errorf("Open took max_entries 10: %v", err)
 	}
 }

@@ -1,0 +1,6 @@
+limiter {
+  backend = "memory"
+  memory {
+    max_entries = 0
+  }
+}
