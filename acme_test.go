@@ -152,7 +152,7 @@ func TestACMEIssuanceAndSharedStorage(t *testing.T) {
 
 	// A second gateway on the same storage, on other ports, reuses the
 	// certificate without a new order.
-	syscallStop(t, first)
+	first.stop(t, 20*time.Second)
 	path2 := filepath.Join(dir, "gateway2.hcl")
 	writeACMEConfig(t, path2, redistest.FreePort(t), redistest.FreePort(t), "tls-alpn-01", ca.server.URL+"/dir", caRoot, storage, up.URL)
 	second := startFile(t, path2)

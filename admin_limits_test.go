@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -31,10 +30,6 @@ func limitsConfigOn(t *testing.T, upstream, mode string, addrs ...string) string
 		}
 		redisAddr = strings.Join(quoted, ", ")
 	}
-	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "hmac"), []byte("test-only-fake-hmac-secret-0123456789abcdef\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
 	backend := ""
 	if redisAddr != "" {
 		backend = fmt.Sprintf(`
@@ -47,17 +42,9 @@ limiter {
   }
 }`, mode, redisAddr)
 	}
-	src := fmt.Sprintf(`
-listen {
-  http  = "127.0.0.1:0"
-  admin = "127.0.0.1:0"
-}
+	return writeGateway(t, anyPorts+pseudonymFromFile+fmt.Sprintf(`
 admin {
   token = env("GATEWAY_TEST_ADMIN_TOKEN")
-}
-pseudonym {
-  version = 1
-  key "1" { secret = file("hmac") }
 }
 %s
 policy "per-client" {
@@ -77,12 +64,7 @@ route "orders.read" {
   policies = ["per-client", "bucket"]
   subject  = ["client_ip"]
 }
-`, backend, upstream)
-	path := filepath.Join(dir, "gateway.hcl")
-	if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return path
+`, backend, upstream))
 }
 
 type limitsAnswer struct {

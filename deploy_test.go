@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -90,33 +89,19 @@ func registeredIn(t *testing.T, reg prometheus.Registerer, name string) bool {
 
 func deployConfig(t *testing.T, backend, upstream string) string {
 	t.Helper()
-	dir := t.TempDir()
 	limiter := ""
 	if backend == "redis" {
 		s := redistest.Start(t)
-		if err := os.WriteFile(filepath.Join(dir, "hmac"), []byte("test-only-fake-hmac-secret-0123456789abcdef\n"), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		limiter = fmt.Sprintf(`
+		limiter = pseudonymFromFile + fmt.Sprintf(`
 limiter {
   backend = "redis"
   redis {
     addrs      = [%q]
     key_prefix = "deploy:"
   }
-}
-pseudonym {
-  version = 1
-  key "1" { secret = file("hmac") }
 }`, s.Addr)
 	}
-	path := filepath.Join(dir, "gateway.hcl")
-	src := fmt.Sprintf(`
-listen {
-  http  = "127.0.0.1:0"
-  admin = "127.0.0.1:0"
-}
-%s
+	return writeGateway(t, anyPorts+fmt.Sprintf(`%s
 policy "per-client" {
   algorithm = "fixed-window"
   limit     = 10
@@ -128,9 +113,5 @@ route "orders.read" {
   policy   = "per-client"
   subject  = ["client_ip"]
 }
-`, limiter, upstream)
-	if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return path
+`, limiter, upstream))
 }

@@ -5,7 +5,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -46,14 +45,10 @@ func TestAGatewayKilledHoldingLeasesFreesThemWithinLeaseTTL(t *testing.T) {
 		io.WriteString(w, "report")
 	}))
 	t.Cleanup(up.Close)
-	if err := os.WriteFile(filepath.Join(dir, "hmac"), []byte("test-only-fake-hmac-secret-0123456789abcdef"), 0o600); err != nil {
-		t.Fatal(err)
-	}
 	const leaseTTL = 3 * time.Second
 	startGateway := func(name string) (*exec.Cmd, string) {
 		port, admin := redistest.FreePort(t), redistest.FreePort(t)
-		path := filepath.Join(dir, name+".hcl")
-		src := fmt.Sprintf(`
+		path := writeGateway(t, pseudonymFromFile+fmt.Sprintf(`
 listen {
   http  = "127.0.0.1:%d"
   admin = "127.0.0.1:%d"
@@ -61,10 +56,6 @@ listen {
 limiter {
   backend = "redis"
   redis { addrs = [%q] }
-}
-pseudonym {
-  version = 1
-  key "1" { secret = file("hmac") }
 }
 policy "reports" {
   algorithm = "concurrency"
@@ -77,10 +68,7 @@ route "reports" {
   policy   = "reports"
   subject  = ["client_ip"]
 }
-`, port, admin, s.Addr, leaseTTL.String(), up.URL)
-		if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
-			t.Fatal(err)
-		}
+`, port, admin, s.Addr, leaseTTL.String(), up.URL))
 		cmd := exec.Command(bin, "run", "-config", path)
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)

@@ -72,6 +72,39 @@ route "orders.read" {
 	}
 }
 
+// anyPorts is a listen block on free loopback ports.
+const anyPorts = `
+listen {
+  http  = "127.0.0.1:0"
+  admin = "127.0.0.1:0"
+}
+`
+
+// pseudonymFromFile is a pseudonym block whose key is the secret that
+// writeGateway puts beside the file.
+const pseudonymFromFile = `
+pseudonym {
+  version = 1
+  key "1" { secret = file("hmac") }
+}
+`
+
+// writeGateway writes src as gateway.hcl in a new directory, beside the
+// HMAC secret file "hmac" that pseudonymFromFile reads, and returns its
+// path.
+func writeGateway(t *testing.T, src string) string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "hmac"), []byte("test-only-fake-hmac-secret-0123456789abcdef\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "gateway.hcl")
+	if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
 func start(t *testing.T, upstream string) *running {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "gateway.hcl")
@@ -299,25 +332,13 @@ func TestRedisBackendThroughTheCLI(t *testing.T) {
 	s := redistest.Start(t)
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
 	defer up.Close()
-	dir := t.TempDir()
-	secret := filepath.Join(dir, "hmac")
-	os.WriteFile(secret, []byte("test-only-fake-hmac-secret-0123456789abcdef\n"), 0o600)
-	path := filepath.Join(dir, "gateway.hcl")
-	os.WriteFile(path, []byte(fmt.Sprintf(`
-listen {
-  http  = "127.0.0.1:0"
-  admin = "127.0.0.1:0"
-}
+	r := startFile(t, writeGateway(t, anyPorts+pseudonymFromFile+fmt.Sprintf(`
 limiter {
   backend = "redis"
   redis {
     addrs      = [%q]
     key_prefix = "cli:"
   }
-}
-pseudonym {
-  version = 1
-  key "1" { secret = file("hmac") }
 }
 policy "per-client" {
   algorithm = "token-bucket"
@@ -335,8 +356,7 @@ route "stock.read" {
   upstream = %q
   policy   = "per-client"
 }
-`, s.Addr, up.URL, up.URL)), 0o644)
-	r := startFile(t, path)
+`, s.Addr, up.URL, up.URL)))
 	if got := statusesOf(t, r, 3); got != "200 200 429" {
 		t.Fatalf("statuses %s", got)
 	}
@@ -442,24 +462,11 @@ func TestTheFallbackServesThroughTheCLIWhileRedisIsDown(t *testing.T) {
 // minute on route orders.read (/orders to upstream), and extra blocks.
 func writeRedisConfig(t *testing.T, addr, limiterLines string, limit int, upstream, extra string) string {
 	t.Helper()
-	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "hmac"), []byte("test-only-fake-hmac-secret-0123456789abcdef"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(dir, "gateway.hcl")
-	src := fmt.Sprintf(`
-listen {
-  http  = "127.0.0.1:0"
-  admin = "127.0.0.1:0"
-}
+	return writeGateway(t, anyPorts+pseudonymFromFile+fmt.Sprintf(`
 limiter {
   backend = "redis"
   redis { addrs = [%q] }
   %s
-}
-pseudonym {
-  version = 1
-  key "1" { secret = file("hmac") }
 }
 policy "p" {
   algorithm = "fixed-window"
@@ -472,21 +479,19 @@ route "orders.read" {
   policy   = "p"
 }
 %s
-`, addr, limiterLines, limit, upstream, extra)
-	if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return path
+`, addr, limiterLines, limit, upstream, extra))
 }
 
-// syscallStop stops a running gateway with a real SIGTERM and waits.
-func syscallStop(t *testing.T, r *running) {
+// stop drains the gateway as SIGTERM does and waits for it to exit.
+func (r *running) stop(t *testing.T, within time.Duration) {
 	t.Helper()
-	syscall.Kill(os.Getpid(), syscall.SIGTERM)
+	if err := syscall.Kill(os.Getpid(), syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
 	select {
 	case <-r.exited:
-	case <-time.After(20 * time.Second):
-		t.Fatal("gateway did not stop")
+	case <-time.After(within):
+		t.Fatalf("the gateway did not exit within %v of SIGTERM", within)
 	}
 }
 
@@ -534,25 +539,14 @@ func TestRedisOverTLSThroughTheCLI(t *testing.T) {
 	s := redistest.StartTLS(t)
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
 	defer up.Close()
-	dir := t.TempDir()
-	os.WriteFile(filepath.Join(dir, "hmac"), []byte("test-only-fake-hmac-secret-0123456789abcdef\n"), 0o600)
 	write := func(tlsLines string) string {
-		path := filepath.Join(dir, "gateway.hcl")
-		os.WriteFile(path, []byte(fmt.Sprintf(`
-listen {
-  http  = "127.0.0.1:0"
-  admin = "127.0.0.1:0"
-}
+		return writeGateway(t, anyPorts+pseudonymFromFile+fmt.Sprintf(`
 limiter {
   backend = "redis"
   redis {
     addrs = [%q]
     %s
   }
-}
-pseudonym {
-  version = 1
-  key "1" { secret = file("hmac") }
 }
 policy "p" {
   algorithm = "fixed-window"
@@ -564,8 +558,7 @@ route "orders.read" {
   upstream = %q
   policy   = "p"
 }
-`, s.Addr, tlsLines, up.URL)), 0o644)
-		return path
+`, s.Addr, tlsLines, up.URL))
 	}
 	t.Run("plain text to a TLS-only Redis serves nothing limited and is not ready", func(t *testing.T) {
 		// The server hangs up on plain text: as far as the client can tell,

@@ -14,7 +14,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -93,19 +92,6 @@ func attrValue(attrs []*commonpb.KeyValue, key string) string {
 		}
 	}
 	return ""
-}
-
-// stop drains the gateway as SIGTERM does and waits for it to exit.
-func (r *running) stop(t *testing.T, within time.Duration) {
-	t.Helper()
-	if err := syscall.Kill(os.Getpid(), syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-r.exited:
-	case <-time.After(within):
-		t.Fatalf("the gateway did not exit within %v of SIGTERM", within)
-	}
 }
 
 // sendKeyed sends method /orders... with the API key telemetryConfig
