@@ -409,9 +409,10 @@ type leaseReturn struct {
 	start   int64
 }
 
-// sweep drops the sets idle for at least idle and gives their live
-// leases' units back, in the background; with idle 0, every set.
-func (r *Redis) sweepBudget(idle time.Duration) {
+// sweepBudget drops the sets idle for at least idle and gives their live
+// leases' units back, in the background, each call within ctx and
+// leaseCallTimeout; with idle 0, every set.
+func (r *Redis) sweepBudget(ctx context.Context, idle time.Duration) {
 	b := r.budget
 	var back []leaseReturn
 	for i := range b.shards {
@@ -437,7 +438,7 @@ func (r *Redis) sweepBudget(idle time.Duration) {
 		b.giving.Add(1)
 		go func() {
 			defer func() { <-b.slots; b.giving.Done() }()
-			r.returnLease(g)
+			r.returnLease(ctx, g)
 		}()
 	}
 }
@@ -445,13 +446,13 @@ func (r *Redis) sweepBudget(idle time.Duration) {
 // returnLease gives a lease's unused units back to Redis: the script
 // takes them off the state the lease was charged to, when it still is
 // that state (chargeGiveBack).
-func (r *Redis) returnLease(g leaseReturn) {
+func (r *Redis) returnLease(ctx context.Context, g leaseReturn) {
 	ps := []*Policy{g.p}
 	cmd := r.appendArgs(r.script.command(r.keys(ps, g.subject, ""), argsHead+argsPerPolicy), ps, g.units, Admission, false)
 	args := argv(cmd)
 	args[argsHead+argCharge] = chargeGiveBack
 	args[argsHead+argLease] = g.start
-	ctx, cancel := context.WithTimeout(context.Background(), leaseCallTimeout)
+	ctx, cancel := context.WithTimeout(ctx, leaseCallTimeout)
 	defer cancel()
 	if _, err := r.evalsha(ctx, cmd); err == nil {
 		r.m.budgetReturned.Add(float64(g.units))
@@ -459,7 +460,8 @@ func (r *Redis) returnLease(g leaseReturn) {
 }
 
 // sweepBudgetLeases gives idle leases back until Close, which gives back
-// the rest.
+// the rest, all within one leaseCallTimeout: a Redis that does not answer
+// holds a shutdown no longer.
 func (r *Redis) sweepBudgetLeases() {
 	defer close(r.budget.done)
 	t := time.NewTicker(budgetSweep)
@@ -467,10 +469,12 @@ func (r *Redis) sweepBudgetLeases() {
 	for {
 		select {
 		case <-t.C:
-			r.sweepBudget(budgetIdle)
+			r.sweepBudget(context.Background(), budgetIdle)
 		case <-r.budget.stop:
-			r.sweepBudget(0)
+			ctx, cancel := context.WithTimeout(context.Background(), leaseCallTimeout)
+			r.sweepBudget(ctx, 0)
 			r.budget.giving.Wait()
+			cancel()
 			return
 		}
 	}

@@ -152,3 +152,38 @@ func TestRedisResetDropsTheSubjectsLeases(t *testing.T) {
 		t.Fatalf("remaining %d after the reset, want 9: the lease of the budget before was spent from", n)
 	}
 }
+
+// A gateway that stops gives its leases' units back: another instance
+// can spend them.
+func TestRedisCloseGivesTheLeasesBack(t *testing.T) {
+	s := redistest.Start(t)
+	opts := limiter.RedisOptions{Addrs: []string{s.Addr}}
+	stopping, err := limiter.NewRedis(context.Background(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := redistest.NewLimiter(t, opts)
+	p := limitertest.Leased(limitertest.FixedWindow(10, time.Hour), 5)
+	p.Clock = limiter.ClockBackend
+	req := limiter.Request{Policies: []*limiter.Policy{p}, Subject: limitertest.Subject(), Cost: 1}
+	admitted := func(b interface {
+		Evaluate(context.Context, limiter.Request) limiter.Outcome
+	}) int {
+		n := 0
+		for {
+			req.EvaluationID = limitertest.Subject()
+			if e, ok := b.Evaluate(context.Background(), req).(limiter.Evaluated); !ok || !e.Allowed {
+				return n
+			}
+			n++
+		}
+	}
+	req.EvaluationID = limitertest.Subject()
+	if e, ok := stopping.Evaluate(context.Background(), req).(limiter.Evaluated); !ok || !e.Allowed {
+		t.Fatal("the first request was refused")
+	}
+	stopping.Close()
+	if n := admitted(other); n != 9 {
+		t.Fatalf("the other instance admitted %d after the first stopped, want the 9 left", n)
+	}
+}
