@@ -392,24 +392,20 @@ func (c *checker) subject(b *subjectBlock) subject.Options {
 			o.TrustedProxies = append(o.TrustedProxies, p)
 		}
 	}
-	for _, h := range []struct {
-		name  string
-		value *string
-		rng   hcl.Range
-		dst   *string
-	}{
-		{"forwarded_header", b.ForwardedHeader, valueRange(b.Body, "forwarded_header"), &o.ForwardedHeader},
-		{"principal_header", b.PrincipalHeader, valueRange(b.Body, "principal_header"), &o.PrincipalHeader},
-		{"api_key_header", b.APIKeyHeader, valueRange(b.Body, "api_key_header"), &o.APIKeyHeader},
-		{"plan_header", b.PlanHeader, valueRange(b.Body, "plan_header"), &o.PlanHeader},
-	} {
-		if h.value == nil {
-			continue
-		}
-		if !isName(*h.value) {
-			c.errorf(h.rng, "Invalid header name", "%s must be a header name such as \"X-API-Key\".", h.name)
-		}
-		*h.dst = *h.value
+	// What the header names may be is subject.Options.Validate's. A name
+	// written empty is blank for it, and empty again after: the rules
+	// that ask whether a header is set (plan_header's here, a route's
+	// principal source) read the file as it is.
+	headers := []struct{ dst, value *string }{
+		{&o.ForwardedHeader, b.ForwardedHeader}, {&o.PrincipalHeader, b.PrincipalHeader},
+		{&o.APIKeyHeader, b.APIKeyHeader}, {&o.PlanHeader, b.PlanHeader},
+	}
+	for _, h := range headers {
+		*h.dst = optionString(h.value)
+	}
+	c.fields(o.Validate(), "Invalid subject block", hcl.Range{}, finderOf(map[string]hcl.Body{"": b.Body}, nil, nil))
+	for _, h := range headers {
+		*h.dst = or(h.value, "")
 	}
 	// Past 128 is edge.Options.Validate's to report: the prefix is the
 	// per-client connection cap's too.

@@ -14,6 +14,8 @@ import (
 	"github.com/zclconf/go-cty/cty"
 	"github.com/zclconf/go-cty/cty/convert"
 	"github.com/zclconf/go-cty/cty/function"
+
+	"github.com/edgegate/gateway/subject"
 )
 
 // LookupEnv reads an environment variable, as os.LookupEnv does; env()
@@ -245,6 +247,19 @@ func optionInt(p *int64) int {
 	return int(*p)
 }
 
+// optionString is the attribute's string for an option whose empty value
+// is its default or none: "" when absent, and an empty value the file
+// writes passed on as blank for the option's Validate to refuse.
+func optionString(p *string) string {
+	switch {
+	case p == nil:
+		return ""
+	case *p == "":
+		return " "
+	}
+	return *p
+}
+
 // parseDuration parses the Go duration string of the attribute name of
 // body; false when absent or reported.
 func (c *checker) parseDuration(p *string, body hcl.Body, name string) (time.Duration, bool) {
@@ -425,18 +440,9 @@ func reportedWithin(diags hcl.Diagnostics, d *hcl.Diagnostic) bool {
 	return false
 }
 
-func isName(s string) bool {
-	if s == "" || len(s) > 128 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '-' || c == '_') {
-			return false
-		}
-	}
-	return true
-}
+// isName reports whether s is a name of the file: a policy's, a route's
+// label, a plan's, a header's the gateway reads.
+func isName(s string) bool { return subject.ValidName(s) }
 
 func isToken(s string) bool {
 	if s == "" {

@@ -2,7 +2,6 @@ package config
 
 import (
 	"fmt"
-	"strings"
 
 	"github.com/hashicorp/hcl/v2"
 
@@ -18,13 +17,7 @@ const maxJWKSFileBytes = 1 << 20
 // jwks_url is left for the caller, which fetches it and keeps it across
 // reloads.
 func (c *checker) jwt(b *jwtBlock) *subject.JWTOptions {
-	o := &subject.JWTOptions{Header: or(b.Header, ""), Issuer: b.Issuer, Claim: or(b.Claim, ""), PlanClaim: or(b.PlanClaim, "")}
-	if b.PlanClaim != nil && strings.TrimSpace(o.PlanClaim) == "" {
-		c.errorf(valueRange(b.Body, "plan_claim"), "Empty plan_claim", "plan_claim names the claim that holds a token's plan, such as \"plan\".")
-	}
-	if b.Header != nil && !isName(o.Header) {
-		c.errorf(valueRange(b.Body, "header"), "Invalid header name", "header must be a header name such as \"Authorization\".")
-	}
+	o := &subject.JWTOptions{Header: optionString(b.Header), Issuer: b.Issuer, Claim: optionString(b.Claim), PlanClaim: optionString(b.PlanClaim)}
 	switch {
 	case b.JWKSFile != nil && b.JWKSURL != nil:
 		c.errorf(valueRange(b.Body, "jwks_url"), "Two key sets", "Set jwks_file or jwks_url, not both.")
@@ -45,14 +38,12 @@ func (c *checker) jwt(b *jwtBlock) *subject.JWTOptions {
 	case b.JWKSURL != nil:
 		o.JWKSURL = *b.JWKSURL
 	}
-	if b.Claim != nil && o.Claim == "" {
-		c.errorf(valueRange(b.Body, "claim"), "Empty claim", "claim names the claim that holds the principal, such as \"sub\".")
-	}
 	o.MaxTokenBytes = int(c.integer(b.MaxTokenBytes, b.Body, "max_token_bytes", 0, 1))
 	o.Leeway = c.durationOr(b.Leeway, b.Body, "leeway", 0)
-	// What the key set, issuer, audience, algorithms and leeway may be is
-	// subject.JWTOptions.Validate's; each list element is read with its
-	// range. A required attribute left out is the decoder's to report.
+	// What the key set, issuer, audience, algorithms, leeway, header and
+	// claims may be is subject.JWTOptions.Validate's; each list element is
+	// read with its range. A required attribute left out is the decoder's
+	// to report.
 	elements := map[string]hcl.Range{}
 	for i, it := range c.list(b.Audience, "audience") {
 		elements[fmt.Sprintf("audience[%d]", i)] = it.rng

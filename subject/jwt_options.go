@@ -10,9 +10,10 @@ import (
 	"time"
 )
 
-// FieldError is one problem with one field of JWTOptions, named as the
-// jwt block names it ("issuer", "algorithms[1]"), so that a caller
-// holding the file can point at it.
+// FieldError is one problem with one field of Options, JWTOptions or the
+// pseudonym keys, named as the subject, jwt or pseudonym block names it
+// ("plan_header", "issuer", "algorithms[1]"), so that a caller holding the
+// file can point at it.
 type FieldError struct {
 	Field   string
 	Summary string // a title, such as "Empty issuer"
@@ -27,8 +28,9 @@ const MaxLeeway = 5 * time.Minute
 // Validate reports every problem of o, each a *FieldError, joined: a key
 // set (Keys, or a JWKSURL to fetch them from over TLS or from this
 // machine), an issuer, at least one audience, each a value, at least one
-// algorithm of Algorithms, each once, and a leeway between 0 and
-// MaxLeeway. It reads and fetches nothing.
+// algorithm of Algorithms, each once, a leeway between 0 and MaxLeeway,
+// and a Header, Claim and PlanClaim that, when set, are a header name and
+// not blank. It reads and fetches nothing.
 func (o *JWTOptions) Validate() error {
 	var errs []error
 	problem := func(field, summary, detail string, args ...any) {
@@ -66,6 +68,15 @@ func (o *JWTOptions) Validate() error {
 	}
 	if len(o.Algorithms) == 0 {
 		problem("algorithms", "No algorithm", "algorithms needs at least one of %s.", strings.Join(Algorithms, ", "))
+	}
+	if o.Header != "" && !ValidName(o.Header) {
+		problem("header", "Invalid header name", "header must be a header name such as \"Authorization\".")
+	}
+	if o.Claim != "" && strings.TrimSpace(o.Claim) == "" {
+		problem("claim", "Empty claim", "claim names the claim that holds the principal, such as \"sub\".")
+	}
+	if o.PlanClaim != "" && strings.TrimSpace(o.PlanClaim) == "" {
+		problem("plan_claim", "Empty plan_claim", "plan_claim names the claim that holds a token's plan, such as \"plan\".")
 	}
 	switch {
 	case o.Leeway < 0:

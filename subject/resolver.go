@@ -155,6 +155,9 @@ func ValidIPv6Prefix(bits int) bool { return bits >= 1 && bits <= 128 }
 
 // NewResolver returns a ready Resolver.
 func NewResolver(opts Options) (*Resolver, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, fmt.Errorf("subject: %w", err)
+	}
 	pseudonymizer, err := NewPseudonymizer(opts.PseudonymKeys, opts.PseudonymVersion)
 	if err != nil {
 		return nil, fmt.Errorf("subject: %w", err)

@@ -14,14 +14,7 @@ import (
 func TestJWTOptionsValidateNamesTheFieldOfEachProblem(t *testing.T) {
 	o := subject.JWTOptions{JWKSURL: "http://keys.example.com/jwks.json", Issuer: " ", Audience: []string{"orders", ""},
 		Algorithms: []string{"RS256", "HS256", "none", "ES999", "RS256"}, Leeway: subject.MaxLeeway + time.Second}
-	var fields []string
-	for _, e := range o.Validate().(interface{ Unwrap() []error }).Unwrap() {
-		var fe *subject.FieldError
-		if !errors.As(e, &fe) {
-			t.Fatalf("%v is no FieldError", e)
-		}
-		fields = append(fields, fe.Field)
-	}
+	fields := problemFields(t, o.Validate())
 	want := []string{"jwks_url", "issuer", "audience[1]", "algorithms[1]", "algorithms[2]", "algorithms[3]", "algorithms[4]", "leeway"}
 	if !slices.Equal(fields, want) {
 		t.Errorf("fields %q, want %q", fields, want)
@@ -57,4 +50,43 @@ func TestValidatePseudonymKeysNamesTheFieldOfEachProblem(t *testing.T) {
 	if err := subject.ValidatePseudonymKeys(map[int][]byte{1: secret}, 1); err != nil {
 		t.Errorf("one key, active: %v", err)
 	}
+}
+
+// The subject block's header names are subject's rule too, and a jwt
+// block's header and claims: each set one that is no header name, or a
+// blank claim, is named by its field, and NewResolver refuses them.
+func TestOptionsValidateNamesEachHeaderAndClaim(t *testing.T) {
+	o := subject.Options{ForwardedHeader: "X Forwarded For", PrincipalHeader: " ", APIKeyHeader: "X-API-Key:", PlanHeader: "X-Plan"}
+	fields := problemFields(t, o.Validate())
+	if want := []string{"forwarded_header", "principal_header", "api_key_header"}; !slices.Equal(fields, want) {
+		t.Errorf("fields %q, want %q", fields, want)
+	}
+	var fe *subject.FieldError
+	keys := map[int][]byte{1: []byte("test-only-fake-hmac-secret-0123456789abcdef")}
+	if _, err := subject.NewResolver(subject.Options{PlanHeader: "X Plan", PseudonymKeys: keys, PseudonymVersion: 1}); !errors.As(err, &fe) || fe.Field != "plan_header" {
+		t.Errorf("NewResolver took a plan header that is no header name: %v", err)
+	}
+	if err := (&subject.Options{}).Validate(); err != nil {
+		t.Errorf("the defaults: %v", err)
+	}
+	j := subject.JWTOptions{JWKSURL: "https://idp.example/jwks.json", Issuer: "https://idp.example/", Audience: []string{"orders"},
+		Algorithms: []string{"ES256"}, Header: "X Token", Claim: " ", PlanClaim: "\t"}
+	fields = problemFields(t, j.Validate())
+	if want := []string{"header", "claim", "plan_claim"}; !slices.Equal(fields, want) {
+		t.Errorf("jwt fields %q, want %q", fields, want)
+	}
+}
+
+// problemFields are the fields err's problems name.
+func problemFields(t *testing.T, err error) []string {
+	t.Helper()
+	var fields []string
+	for _, e := range err.(interface{ Unwrap() []error }).Unwrap() {
+		var fe *subject.FieldError
+		if !errors.As(e, &fe) {
+			t.Fatalf("%v is no FieldError", e)
+		}
+		fields = append(fields, fe.Field)
+	}
+	return fields
 }
