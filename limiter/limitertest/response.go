@@ -62,54 +62,40 @@ func runResponseCharged(t *testing.T, newBackend Factory) {
 			t.Fatalf("paid back: allowed %v, remaining %d; want allowed with 10 left", e.Allowed, e.Remaining)
 		}
 	})
+	// A policy in debt: settlements charge past its quota, and admissions
+	// are refused until the debt is paid back.
+	const settle = limiter.Settlement
 	t.Run("a window in debt admits again when the next window starts", func(t *testing.T) {
-		clock := NewClock()
-		b := newBackend(t, clock)
 		p := FixedWindow(5, time.Minute)
 		p.CountStatuses = limiter.StatusSet(401)
-		ps := []*limiter.Policy{p}
-		s := Subject()
-		for range 5 {
-			ask(t, b, ps, s, 1, limiter.Settlement, "")
-		}
-		if e := ask(t, b, ps, s, 1, limiter.Admission, ""); e.Allowed || e.Remaining != 0 {
-			t.Fatalf("spent: allowed %v, remaining %d; want denied with 0 left", e.Allowed, e.Remaining)
-		}
-		if e := ask(t, b, ps, s, 1, limiter.Settlement, ""); !e.Allowed || e.Remaining != -1 {
-			t.Fatalf("a sixth charge: allowed %v, remaining %d; want charged to -1", e.Allowed, e.Remaining)
-		}
-		clock.Advance(time.Minute)
-		if e := ask(t, b, ps, s, 1, limiter.Admission, ""); !e.Allowed || e.Remaining != 5 {
-			t.Fatalf("next window: allowed %v, remaining %d; want allowed with 5 left", e.Allowed, e.Remaining)
-		}
+		sequence(t, newBackend, p, []want{
+			{phase: settle, cost: 1, allowed: true, remaining: 4, reset: time.Minute},
+			{phase: settle, cost: 1, allowed: true, remaining: 3, reset: time.Minute},
+			{phase: settle, cost: 1, allowed: true, remaining: 2, reset: time.Minute},
+			{phase: settle, cost: 1, allowed: true, remaining: 1, reset: time.Minute},
+			{phase: settle, cost: 1, allowed: true, remaining: 0, reset: time.Minute},
+			{cost: 1, remaining: 0, retry: time.Minute, reset: time.Minute},
+			{phase: settle, cost: 1, allowed: true, remaining: -1, reset: time.Minute},
+			{advance: time.Minute, cost: 1, allowed: true, remaining: 5, reset: time.Minute},
+		})
 	})
 	t.Run("a sliding counter in debt admits again once the debt has decayed", func(t *testing.T) {
-		clock := NewClock()
-		b := newBackend(t, clock)
 		p := SlidingCounter(5, time.Minute)
 		p.CountStatuses = limiter.StatusSet(401)
-		ps := []*limiter.Policy{p}
-		s := Subject()
-		for range 6 {
-			ask(t, b, ps, s, 1, limiter.Settlement, "")
-		}
-		if e := ask(t, b, ps, s, 1, limiter.Settlement, ""); !e.Allowed || e.Remaining != -2 {
-			t.Fatalf("a seventh charge: allowed %v, remaining %d; want charged to -2", e.Allowed, e.Remaining)
-		}
-		// 7 spent: the next window's weight of them must fall to 4, which
-		// it does 17,143 ms into it.
-		e := ask(t, b, ps, s, 1, limiter.Admission, "")
-		if e.Allowed || e.Remaining != 0 || e.RetryAfter != 77143*time.Millisecond {
-			t.Fatalf("in debt: allowed %v, remaining %d, retry %s; want denied, 0, 1m17.143s", e.Allowed, e.Remaining, e.RetryAfter)
-		}
-		clock.Advance(77142 * time.Millisecond)
-		if e := ask(t, b, ps, s, 1, limiter.Admission, ""); e.Allowed {
-			t.Fatal("admitted a millisecond before the debt decayed")
-		}
-		clock.Advance(time.Millisecond)
-		if e := ask(t, b, ps, s, 1, limiter.Admission, ""); !e.Allowed || e.Remaining != 1 {
-			t.Fatalf("decayed: allowed %v, remaining %d; want allowed with 1 left (uncharged)", e.Allowed, e.Remaining)
-		}
+		sequence(t, newBackend, p, []want{
+			{phase: settle, cost: 1, allowed: true, remaining: 4, reset: 2 * time.Minute},
+			{phase: settle, cost: 1, allowed: true, remaining: 3, reset: 2 * time.Minute},
+			{phase: settle, cost: 1, allowed: true, remaining: 2, reset: 2 * time.Minute},
+			{phase: settle, cost: 1, allowed: true, remaining: 1, reset: 2 * time.Minute},
+			{phase: settle, cost: 1, allowed: true, remaining: 0, reset: 2 * time.Minute},
+			{phase: settle, cost: 1, allowed: true, remaining: -1, reset: 2 * time.Minute},
+			{phase: settle, cost: 1, allowed: true, remaining: -2, reset: 2 * time.Minute},
+			// 7 spent: the next window's weight of them must fall to 4,
+			// which it does 17,143 ms into it.
+			{cost: 1, remaining: 0, retry: 77143 * time.Millisecond, reset: 2 * time.Minute},
+			{advance: 77142 * time.Millisecond, cost: 1, remaining: 0, retry: time.Millisecond, reset: 42858 * time.Millisecond},
+			{advance: time.Millisecond, cost: 1, allowed: true, remaining: 1, reset: 102857 * time.Millisecond}, // uncharged
+		})
 	})
 	t.Run("a retried settlement is charged once", func(t *testing.T) {
 		b := newBackend(t, NewClock())

@@ -94,6 +94,7 @@ func base(p *limiter.Policy) *limiter.Policy {
 // want is one expected step of a scenario.
 type want struct {
 	advance   time.Duration // moved before the request
+	phase     limiter.Phase
 	cost      int64
 	allowed   bool
 	remaining int64
@@ -388,8 +389,8 @@ func sequence(t *testing.T, newBackend Factory, p *limiter.Policy, steps []want)
 	s := Subject()
 	for i, w := range steps {
 		clock.Advance(w.advance)
-		d := evaluated(t, b.Evaluate(ctx(t), limiter.Request{Policies: []*limiter.Policy{p}, Subject: s, Cost: w.cost, EvaluationID: Subject()}))
-		got := want{advance: w.advance, cost: w.cost, allowed: d.Allowed, remaining: d.Remaining, retry: d.RetryAfter, reset: d.ResetAfter}
+		d := evaluated(t, b.Evaluate(ctx(t), limiter.Request{Policies: []*limiter.Policy{p}, Subject: s, Cost: w.cost, EvaluationID: Subject(), Phase: w.phase}))
+		got := want{advance: w.advance, phase: w.phase, cost: w.cost, allowed: d.Allowed, remaining: d.Remaining, retry: d.RetryAfter, reset: d.ResetAfter}
 		if got != w {
 			t.Fatalf("step %d: got %+v\n        want %+v", i, got, w)
 		}
