@@ -48,6 +48,20 @@ func free(t *testing.T, b Backend, p *limiter.Policy, subject string) int64 {
 	return h.e.Remaining + 1
 }
 
+// heldFor checks that the one slot of p is held a millisecond short of d
+// from now, and free at d (once what).
+func heldFor(t *testing.T, clock *Clock, b Backend, p *limiter.Policy, subject string, d time.Duration, what string) {
+	t.Helper()
+	clock.Advance(d - time.Millisecond)
+	if n := free(t, b, p, subject); n != 0 {
+		t.Fatalf("%d free before %s, want 0", n, what)
+	}
+	clock.Advance(time.Millisecond)
+	if n := free(t, b, p, subject); n != 1 {
+		t.Fatalf("%d free once %s, want 1", n, what)
+	}
+}
+
 // runConcurrency holds a backend to the concurrency algorithm's rules.
 func runConcurrency(t *testing.T, newBackend Factory) {
 	one := func(p *limiter.Policy) []*limiter.Policy { return []*limiter.Policy{p} }
@@ -98,14 +112,7 @@ func runConcurrency(t *testing.T, newBackend Factory) {
 		b := newBackend(t, clock)
 		s := Subject()
 		acquire(t, b, one(p), s, 1)
-		clock.Advance(2*time.Second - time.Millisecond)
-		if n := free(t, b, p, s); n != 0 {
-			t.Fatalf("%d free before lease_ttl passed, want 0", n)
-		}
-		clock.Advance(time.Millisecond)
-		if n := free(t, b, p, s); n != 1 {
-			t.Fatalf("%d free once lease_ttl passed, want 1", n)
-		}
+		heldFor(t, clock, b, p, s, 2*time.Second, "lease_ttl passed")
 	})
 	t.Run("a renewed lease lives lease_ttl from its renewal, and a released one is not revived", func(t *testing.T) {
 		p := Concurrency(1, 3*time.Second)
@@ -115,14 +122,7 @@ func runConcurrency(t *testing.T, newBackend Factory) {
 		h := acquire(t, b, one(p), s, 1)
 		clock.Advance(time.Second)
 		b.Renew(ctx(t), h.req, h.e)
-		clock.Advance(3*time.Second - time.Millisecond) // 4s after the decision, 3s after the renewal less 1ms
-		if n := free(t, b, p, s); n != 0 {
-			t.Fatalf("%d free before the renewed lease ran out, want 0", n)
-		}
-		clock.Advance(time.Millisecond)
-		if n := free(t, b, p, s); n != 1 {
-			t.Fatalf("%d free once the renewed lease ran out, want 1", n)
-		}
+		heldFor(t, clock, b, p, s, 3*time.Second, "the renewed lease ran out") // 4s after the decision, 3s after the renewal
 		h = acquire(t, b, one(p), s, 1)
 		release(t, b, h)
 		b.Renew(ctx(t), h.req, h.e)

@@ -94,44 +94,35 @@ func RunLeases(t *testing.T, newInstances Instances) {
 			t.Fatalf("%d admitted, want at most 17 and at least 15 (the last cost of 3 may not fit)", admitted)
 		}
 	})
-	t.Run("leases: a lease ends with its window", func(t *testing.T) {
-		p := Leased(FixedWindow(10, time.Second), 5)
-		clock := NewClock()
-		bs := newInstances(t, clock, 2)
-		s := Subject()
-		if !ask(t, bs[0], []*limiter.Policy{p}, s, 1) {
-			t.Fatal("the first request was refused")
-		}
-		clock.Advance(time.Second)
-		for i := range 10 {
-			if !ask(t, bs[1], []*limiter.Policy{p}, s, 1) {
-				t.Fatalf("request %d of the new window refused", i+1)
-			}
-		}
-		if ask(t, bs[0], []*limiter.Policy{p}, s, 1) {
-			t.Fatal("admitted past the limit from a lease of the window before")
-		}
-	})
-	t.Run("leases: a token bucket's lease ends with its next refill", func(t *testing.T) {
+	for _, c := range []struct {
+		name, full, past string
+		p                *limiter.Policy
+	}{
+		{"leases: a lease ends with its window", "of the new window", "admitted past the limit from a lease of the window before",
+			Leased(FixedWindow(10, time.Second), 5)},
 		// A bucket that fills again within one period: tokens held past it
 		// would come on top of a full bucket.
-		p := Leased(TokenBucket(10, 10, time.Second), 4)
-		clock := NewClock()
-		bs := newInstances(t, clock, 2)
-		s := Subject()
-		if !ask(t, bs[0], []*limiter.Policy{p}, s, 1) {
-			t.Fatal("the first request was refused")
-		}
-		clock.Advance(time.Second)
-		for i := range 10 {
-			if !ask(t, bs[1], []*limiter.Policy{p}, s, 1) {
-				t.Fatalf("request %d of a full bucket refused", i+1)
+		{"leases: a token bucket's lease ends with its next refill", "of a full bucket", "admitted past an empty bucket from a lease taken before its refill",
+			Leased(TokenBucket(10, 10, time.Second), 4)},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			clock := NewClock()
+			bs := newInstances(t, clock, 2)
+			s := Subject()
+			if !ask(t, bs[0], []*limiter.Policy{c.p}, s, 1) {
+				t.Fatal("the first request was refused")
 			}
-		}
-		if ask(t, bs[0], []*limiter.Policy{p}, s, 1) {
-			t.Fatal("admitted past an empty bucket from a lease taken before its refill")
-		}
-	})
+			clock.Advance(time.Second)
+			for i := range 10 {
+				if !ask(t, bs[1], []*limiter.Policy{c.p}, s, 1) {
+					t.Fatalf("request %d %s refused", i+1, c.full)
+				}
+			}
+			if ask(t, bs[0], []*limiter.Policy{c.p}, s, 1) {
+				t.Fatal(c.past)
+			}
+		})
+	}
 	t.Run("leases: an idle lease gives its units back for another instance to use", func(t *testing.T) {
 		p := Leased(FixedWindow(10, time.Minute), 5)
 		clock := NewClock()
