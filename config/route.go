@@ -32,17 +32,7 @@ func (c *checker) routes(blocks []*routeBlock, policies map[string]*limiter.Poli
 			continue
 		}
 		r := proxy.Route{OperationID: id, Host: strings.ToLower(strings.TrimSuffix(or(b.Host, ""), "."))}
-		if valueRange(b.Body, "path") != (hcl.Range{}) {
-			p, err := proxy.NormalizePath(b.Path)
-			if err != nil || strings.ContainsRune(p, ';') {
-				c.errorf(valueRange(b.Body, "path"), "Invalid path", "path must start with / and hold no encoded slash, dot segment parameters, control characters, segment ending in a dot or a space, or dot encoded twice or in an overlong form.")
-			} else {
-				r.Path = strings.TrimSuffix(p, "/")
-				if r.Path == "" {
-					r.Path = "/"
-				}
-			}
-		}
+		r.Path = b.Path
 		if has(b.Body, "methods") {
 			for _, m := range c.list(b.Methods, "methods") {
 				if !isToken(m.value) {
@@ -83,10 +73,11 @@ func (c *checker) routes(blocks []*routeBlock, policies map[string]*limiter.Poli
 				c.errorf(b.Subject.Range(), "No subject source", "subject needs at least one source.")
 			}
 		}
-		// What the route's rules say of the policies and plans, the
-		// rewrite, the host header, the header rules, the upgrades and the
-		// ignored extensions is proxy.Route.Validate's; each element is
-		// read with its range, by the field Validate names it.
+		// What the route's rules say of the path, the cost, the policies
+		// and plans, the rewrite, the host header, the header rules, the
+		// upgrades and the ignored extensions is proxy.Route.Validate's;
+		// each element is read with its range, by the field Validate
+		// names it.
 		elements := map[string]hcl.Range{}
 		if b.RewritePrefix != nil && !c.decodeFailed(valueRange(b.Body, "rewrite_prefix")) {
 			r.Rewrite, r.RewritePrefix = true, *b.RewritePrefix
@@ -126,8 +117,6 @@ func (c *checker) routes(blocks []*routeBlock, policies map[string]*limiter.Poli
 			switch {
 			case !ok:
 				c.errorf(rng, "Unknown policy", "No policy block is named %q.", name)
-			case p != nil && r.Cost > p.MaxCost:
-				c.errorf(valueRange(b.Body, "cost"), "Cost above max_cost", "cost is %d but policy %q allows at most %d.", r.Cost, name, p.MaxCost)
 			}
 			return p
 		}
@@ -157,8 +146,15 @@ func (c *checker) routes(blocks []*routeBlock, policies map[string]*limiter.Poli
 				}
 			}
 		}
-		c.fields(r.Validate(so.ManagedHeaders()), "Invalid route", b.DefRange, finderOf(map[string]hcl.Body{"": b.Body}, nil, elements))
-		// The file's forms, as the proxy compiles them.
+		// A path left out is the decoder's to report.
+		var absent []string
+		if !has(b.Body, "path") {
+			absent = append(absent, "path")
+		}
+		c.fields(r.Validate(so.ManagedHeaders()), "Invalid route", b.DefRange, finderOf(map[string]hcl.Body{"": b.Body}, nil, elements), absent...)
+		// The file's forms, as the proxy compiles them; a path it cannot
+		// take is none, compared with no other route.
+		r.Path, _ = proxy.RoutePath(r.Path)
 		if r.Rewrite {
 			r.RewritePrefix, _ = proxy.NormalizeRewritePrefix(r.RewritePrefix)
 		}

@@ -40,12 +40,14 @@ type Limiter interface {
 }
 
 // Route is one route block, compiled. Route.Validate holds the rules of
-// its rewrite, host header, header rules and upgrades.
+// its path, cost, rewrite, host header, header rules and upgrades.
 type Route struct {
 	OperationID string
-	Host        string   // exact, lower case, no port; empty matches any host
-	Path        string   // normalized prefix, matched on whole segments
-	Methods     []string // empty allows every method
+	Host        string // exact, lower case, no port; empty matches any host
+	// Path is the prefix matched, on whole segments, in any form RoutePath
+	// takes; it is matched in RoutePath's.
+	Path    string
+	Methods []string // empty allows every method
 	// Upstream is a URL to forward to (a pool of that one target, with
 	// the pool defaults), or nil when Pool names one of Config.Pools.
 	Upstream *url.URL
@@ -339,6 +341,7 @@ func (h *Handler) compile(cfg Config, prev *compiled) (*compiled, []*poolTranspo
 		if err := r.Validate(cfg.Resolver.ManagedHeaders()); err != nil {
 			return nil, nil, fmt.Errorf("proxy: route %q: %w", r.OperationID, err)
 		}
+		r.Path, _ = RoutePath(r.Path)
 		if r.Rewrite {
 			r.RewritePrefix, _ = NormalizeRewritePrefix(r.RewritePrefix)
 		}

@@ -11,6 +11,21 @@ import (
 // route chosen for it could differ from what the upstream serves.
 var errBadPath = errors.New("path cannot be normalized")
 
+// RoutePath returns the prefix a route's path as written matches: its
+// NormalizePath form without a trailing slash ("/orders/" is "/orders"),
+// or "/". It refuses what NormalizePath refuses, and any ';', which some
+// upstreams read as parameters of a segment.
+func RoutePath(written string) (string, error) {
+	p, err := NormalizePath(written)
+	if err != nil || strings.ContainsRune(p, ';') {
+		return "", errBadPath
+	}
+	if p = strings.TrimSuffix(p, "/"); p == "" {
+		p = "/"
+	}
+	return p, nil
+}
+
 // NormalizePath returns the canonical form of an escaped request path:
 // escapes of unreserved characters decoded, other escapes upper-cased,
 // empty, "." and ".." segments resolved, a trailing slash kept. It refuses

@@ -29,16 +29,32 @@ type FieldError struct {
 
 func (e *FieldError) Error() string { return e.Detail }
 
-// Validate reports every problem of r's policies and plans, rewrite, host
-// header, header rules, upgrades and ignored extensions, each a
-// *FieldError, joined. managed are the request headers the resolver reads
-// (subject.Options.ManagedHeaders), which no header rule may touch.
+// Validate reports every problem of r's path, cost, policies and plans,
+// rewrite, host header, header rules, upgrades and ignored extensions,
+// each a *FieldError, joined. managed are the request headers the
+// resolver reads (subject.Options.ManagedHeaders), which no header rule
+// may touch.
 func (r *Route) Validate(managed []string) error {
 	var errs []error
 	problem := func(field, summary, detail string, args ...any) {
 		errs = append(errs, &FieldError{Field: field, Summary: summary, Detail: fmt.Sprintf(detail, args...)})
 	}
+	if _, err := RoutePath(r.Path); err != nil {
+		problem("path", "Invalid path", "path must start with / and hold no encoded slash, dot segment parameters, control characters, segment ending in a dot or a space, or dot encoded twice or in an overlong form.")
+	}
 	errs = append(errs, validatePolicies("policies", "route", r.Policies)...)
+	// The first policy, of the route's then its plans', that allows less
+	// than the route's cost.
+	lists := [][]*limiter.Policy{r.Policies}
+	for _, plan := range slices.Sorted(maps.Keys(r.Plans)) {
+		lists = append(lists, r.Plans[plan])
+	}
+	for _, ps := range lists {
+		if i := slices.IndexFunc(ps, func(p *limiter.Policy) bool { return p != nil && r.Cost > p.MaxCost }); i >= 0 {
+			problem("cost", "Cost above max_cost", "cost is %d but policy %q allows at most %d.", r.Cost, ps[i].Name, ps[i].MaxCost)
+			break
+		}
+	}
 	for _, plan := range slices.Sorted(maps.Keys(r.Plans)) {
 		field := "plans." + plan
 		if len(r.Plans[plan]) == 0 {

@@ -16,7 +16,7 @@ import (
 // the same route for the same reasons.
 func TestRouteValidateNamesTheFieldOfEachProblem(t *testing.T) {
 	r := proxy.Route{
-		OperationID: "r", Rewrite: true, RewritePrefix: "no-slash", HostHeader: "a/b",
+		OperationID: "r", Path: "/", Rewrite: true, RewritePrefix: "no-slash", HostHeader: "a/b",
 		RequestHeaders: proxy.HeaderRules{
 			Set:    []proxy.Header{{Name: "X-A", Value: "1"}, {Name: "x-a", Value: "bad\n"}},
 			Remove: []string{"X-Forwarded-For"},
@@ -33,9 +33,9 @@ func TestRouteValidateNamesTheFieldOfEachProblem(t *testing.T) {
 	if earlier != "request_headers.set[0]" {
 		t.Errorf("the duplicate names %q as the earlier one", earlier)
 	}
-	ok := proxy.Route{OperationID: "ok", RewritePrefix: "/a//b/", Rewrite: true, Upgrades: []string{"WebSocket"}}
+	ok := proxy.Route{OperationID: "ok", Path: "/a//b/", RewritePrefix: "/a//b/", Rewrite: true, Upgrades: []string{"WebSocket"}}
 	if err := ok.Validate(nil); err != nil {
-		t.Errorf("a rewrite prefix and an upgrade in any accepted form: %v", err)
+		t.Errorf("a path, a rewrite prefix and an upgrade in any accepted form: %v", err)
 	}
 }
 
@@ -45,7 +45,7 @@ func TestRouteValidateNamesRepeatedPoliciesAndEmptyPlans(t *testing.T) {
 	a := &limiter.Policy{Name: "a", Algorithm: limiter.FixedWindow, Revision: 1, Limit: 5, Window: time.Second, MaxCost: 1}
 	b := &limiter.Policy{Name: "b", Algorithm: limiter.FixedWindow, Revision: 1, Limit: 5, Window: time.Minute, MaxCost: 1}
 	up, _ := proxy.ParseTarget("http://127.0.0.1:9")
-	r := proxy.Route{OperationID: "r", Upstream: up, Policies: []*limiter.Policy{a, b, a},
+	r := proxy.Route{OperationID: "r", Path: "/", Upstream: up, Policies: []*limiter.Policy{a, b, a},
 		Plans: map[string][]*limiter.Policy{"gold": {b, b}, "free": {}, "silver": {a, b}}}
 	fields, _ := problemFields(t, r.Validate(nil))
 	want := []string{"policies[2]", "plans.free", "plans.gold[1]"}
@@ -54,6 +54,35 @@ func TestRouteValidateNamesRepeatedPoliciesAndEmptyPlans(t *testing.T) {
 	}
 	if _, err := proxy.NewHandler(proxy.Options{}, proxy.Config{Routes: []proxy.Route{r}, Limiter: limiter.NewMemory(limiter.MemoryOptions{}), Resolver: newResolver(t, nil)}); err == nil {
 		t.Error("NewHandler took a route that Validate refuses")
+	}
+}
+
+// A route's path is one RoutePath takes, and its cost within the max_cost
+// of each of its policies and its plans': the first that allows less is
+// named, once.
+func TestRouteValidateNamesThePathAndACostAboveMaxCost(t *testing.T) {
+	small := &limiter.Policy{Name: "small", Algorithm: limiter.FixedWindow, Revision: 1, Limit: 10, Window: time.Minute, MaxCost: 2}
+	smaller := &limiter.Policy{Name: "smaller", Algorithm: limiter.FixedWindow, Revision: 1, Limit: 10, Window: time.Minute, MaxCost: 1}
+	large := &limiter.Policy{Name: "large", Algorithm: limiter.FixedWindow, Revision: 1, Limit: 100, Window: time.Minute, MaxCost: 50}
+	for _, path := range []string{"", "orders", "/a%2Fb", "/a;b", "/orders."} {
+		r := proxy.Route{OperationID: "r", Path: path}
+		if fields, _ := problemFields(t, r.Validate(nil)); !slices.Equal(fields, []string{"path"}) {
+			t.Errorf("path %q: fields %q", path, fields)
+		}
+	}
+	r := proxy.Route{OperationID: "r", Path: "/", Cost: 3, Policies: []*limiter.Policy{large},
+		Plans: map[string][]*limiter.Policy{"gold": {small, smaller}, "silver": {smaller}}}
+	var fe *proxy.FieldError
+	if err := r.Validate(nil); !errors.As(err, &fe) || fe.Field != "cost" || fe.Detail != `cost is 3 but policy "small" allows at most 2.` {
+		t.Errorf("cost above a plan's max_cost: %v", err)
+	}
+	if p, err := proxy.RoutePath("/a//b/../c/"); p != "/a/c" || err != nil {
+		t.Errorf("RoutePath: %q, %v", p, err)
+	}
+	r.Cost = 2
+	r.Plans = map[string][]*limiter.Policy{"gold": {small}}
+	if err := r.Validate(nil); err != nil {
+		t.Errorf("cost at max_cost: %v", err)
 	}
 }
 
