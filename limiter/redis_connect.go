@@ -110,8 +110,15 @@ func (r *Redis) checkTopology(ctx context.Context) error {
 	return nil
 }
 
-var canaryPolicies = []*Policy{{Name: "canary", Algorithm: FixedWindow, Revision: 1, Limit: 1 << 40, Window: time.Second,
-	MaxCost: 1, CleanupGrace: time.Second, Clock: ClockBackend}}
+var canaryPolicies = []*Policy{canaryPolicy()}
+
+// canaryPolicy is a fixed window no canary fills, with NewPolicy's
+// defaults; its keys are kept a second past the window.
+func canaryPolicy() *Policy {
+	p := NewPolicy("canary", FixedWindow)
+	p.Limit, p.Window, p.CleanupGrace = 1<<40, time.Second, time.Second
+	return p
+}
 
 func (r *Redis) canary(ctx context.Context, tag string) error {
 	key := r.prefix + "{canary:" + tag + "}"

@@ -10,8 +10,9 @@ import (
 // Calendar returns a valid fixed-window policy over the calendar's periods
 // in zone, with a random name.
 func Calendar(limit int64, c limiter.Calendar, zone string) *limiter.Policy {
-	return base(&limiter.Policy{Algorithm: limiter.FixedWindow, Limit: limit, Calendar: c,
-		Timezone: limiter.LoadTimezone(zone), MaxCost: limit})
+	p := base(limiter.FixedWindow)
+	p.Limit, p.Calendar, p.Timezone, p.MaxCost = limit, c, limiter.LoadTimezone(zone), limit
+	return p
 }
 
 // clockAt returns a hand-moved clock set to the local time given in zone.

@@ -64,30 +64,36 @@ func Subject() string {
 // FixedWindow, SlidingCounter and TokenBucket return valid policies with a
 // random name, so that runs against a shared store never collide.
 func FixedWindow(limit int64, window time.Duration) *limiter.Policy {
-	return base(&limiter.Policy{Algorithm: limiter.FixedWindow, Limit: limit, Window: window, MaxCost: limit})
+	p := base(limiter.FixedWindow)
+	p.Limit, p.Window, p.MaxCost = limit, window, limit
+	return p
 }
 
 func SlidingCounter(limit int64, window time.Duration) *limiter.Policy {
-	return base(&limiter.Policy{Algorithm: limiter.SlidingCounter, Limit: limit, Window: window, MaxCost: limit})
+	p := base(limiter.SlidingCounter)
+	p.Limit, p.Window, p.MaxCost = limit, window, limit
+	return p
 }
 
 func TokenBucket(capacity, refill int64, period time.Duration) *limiter.Policy {
-	return base(&limiter.Policy{Algorithm: limiter.TokenBucket, Capacity: capacity, RefillTokens: refill, RefillPeriod: period, MaxCost: capacity})
+	p := base(limiter.TokenBucket)
+	p.Capacity, p.RefillTokens, p.RefillPeriod, p.MaxCost = capacity, refill, period, capacity
+	return p
 }
 
 // Concurrency returns a valid concurrency policy of the given limit and
 // lease TTL.
 func Concurrency(limit int64, leaseTTL time.Duration) *limiter.Policy {
-	return base(&limiter.Policy{Algorithm: limiter.Concurrency, Limit: limit, LeaseTTL: leaseTTL, MaxCost: limit})
+	p := base(limiter.Concurrency)
+	p.Limit, p.LeaseTTL, p.MaxCost = limit, leaseTTL, limit
+	return p
 }
 
-func base(p *limiter.Policy) *limiter.Policy {
-	p.Name = "conf-" + Subject()[3:15]
-	p.Revision = 1
-	p.CleanupGrace = limiter.DefaultCleanupGrace
-	p.MaxClockRegression = limiter.DefaultMaxClockRegression
+// base is a policy of alg with a random name and limiter.NewPolicy's
+// defaults, on the gateway's clock, which the scenarios move by hand.
+func base(alg limiter.Algorithm) *limiter.Policy {
+	p := limiter.NewPolicy("conf-"+Subject()[3:15], alg)
 	p.Clock = limiter.ClockGateway
-	p.Dedup = limiter.DefaultDedup
 	return p
 }
 
