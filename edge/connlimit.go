@@ -5,7 +5,6 @@ import (
 	"net"
 	"net/netip"
 	"sync"
-	"time"
 )
 
 // connectionCaps are a public listener's limits on open connections.
@@ -53,14 +52,11 @@ type limitListener struct {
 
 	mu      sync.Mutex
 	clients map[netip.Prefix]int // nil: no per-client cap
-	refused int                  // since the last log line
-	logged  time.Time
+	// refusals spaces the log lines about refused connections, all of
+	// one key, so that a flood of them cannot flood the log. The lines
+	// never name the client.
+	refusals LogThrottle[struct{}]
 }
-
-// refusalLogInterval spaces the log lines about refused connections, so
-// that a flood of them cannot flood the log. The lines never name the
-// client.
-const refusalLogInterval = 10 * time.Second
 
 func (l *limitListener) Accept() (net.Conn, error) {
 	for {
@@ -93,17 +89,17 @@ func (l *limitListener) Accept() (net.Conn, error) {
 // admit counts a connection of client, or refuses it at the cap.
 func (l *limitListener) admit(client netip.Prefix) bool {
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.clients[client] < l.caps.perClient {
+	admitted := l.clients[client] < l.caps.perClient
+	if admitted {
 		l.clients[client]++
-		return true
 	}
-	l.refused++
-	if now := time.Now(); now.Sub(l.logged) >= refusalLogInterval {
-		l.caps.logger.Warn("connections refused: a client holds max_connections_per_client", "refused", l.refused, "max_connections_per_client", l.caps.perClient)
-		l.refused, l.logged = 0, now
+	l.mu.Unlock()
+	if !admitted {
+		if log, skipped := l.refusals.Admit(struct{}{}); log {
+			l.caps.logger.Warn("connections refused: a client holds max_connections_per_client", "refused", skipped+1, "max_connections_per_client", l.caps.perClient)
+		}
 	}
-	return false
+	return admitted
 }
 
 func (l *limitListener) releaseSlot() {
