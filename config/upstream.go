@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
-	"time"
 
 	"github.com/hashicorp/hcl/v2"
 
@@ -54,9 +53,9 @@ func (c *checker) upstreams(blocks []*upstreamBlock) []proxy.Pool {
 		// What each duration may be is proxy.Pool.Validate's. Its zero is
 		// "the default"; a 0 the file writes is below the minimum, and is
 		// passed on as negative for proxy to refuse.
-		p.ConnectTimeout = c.poolDuration(b.ConnectTimeout, b.Body, "connect_timeout")
-		p.ResponseTimeout = c.poolDuration(b.ResponseTimeout, b.Body, "response_timeout")
-		p.FailTimeout = c.poolDuration(b.FailTimeout, b.Body, "fail_timeout")
+		p.ConnectTimeout = c.optionDuration(b.ConnectTimeout, b.Body, "connect_timeout")
+		p.ResponseTimeout = c.optionDuration(b.ResponseTimeout, b.Body, "response_timeout")
+		p.FailTimeout = c.optionDuration(b.FailTimeout, b.Body, "fail_timeout")
 		// The file's 0 means never, which proxy spells negative (its zero
 		// is "the default").
 		p.MaxFails = int(c.integer(b.MaxFails, b.Body, "max_fails", 0, 0))
@@ -75,8 +74,8 @@ func (c *checker) upstreams(blocks []*upstreamBlock) []proxy.Pool {
 			bodies["health"], defs["health"] = hb.Body, hb.DefRange
 			p.Health = &proxy.HealthCheck{
 				Path:     hb.Path,
-				Interval: c.poolDuration(hb.Interval, hb.Body, "interval"),
-				Timeout:  c.poolDuration(hb.Timeout, hb.Body, "timeout"),
+				Interval: c.optionDuration(hb.Interval, hb.Body, "interval"),
+				Timeout:  c.optionDuration(hb.Timeout, hb.Body, "timeout"),
 			}
 		}
 		// The rest of an upstream's rules are proxy.Pool.Validate's. When
@@ -92,16 +91,6 @@ func (c *checker) upstreams(blocks []*upstreamBlock) []proxy.Pool {
 	// That no name is given twice is proxy.ValidatePools's to say.
 	c.fields(proxy.ValidatePools(pools), "Invalid upstream", hcl.Range{}, finderOf(nil, nil, listElements))
 	return pools
-}
-
-// poolDuration is the duration of the attribute name of body, 0 when
-// absent, and negative for a 0 the file writes.
-func (c *checker) poolDuration(p *string, body hcl.Body, name string) time.Duration {
-	d := c.durationOr(p, body, name, 0)
-	if p != nil && d == 0 {
-		return -1
-	}
-	return d
 }
 
 // routeUpstream reads a route's upstream: a URL, or the name of an
