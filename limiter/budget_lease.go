@@ -376,7 +376,10 @@ func (s *budgetSet) settle(r *Redis, cost int64, call *budgetCall, o Outcome) Ou
 			}
 			life := p.Algorithm.spec().leaseLife(p, each[i])
 			until := call.sent[i].Add(life - time.Millisecond)
-			if l.units > 0 {
+			switch {
+			case !r.now(p).Before(l.until):
+				l.units = 0 // the lease before ended meanwhile
+			case l.units > 0:
 				// What was left of the lease before ends as early as it did.
 				until = minTime(until, l.until)
 			}
