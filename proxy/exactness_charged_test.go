@@ -12,8 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/edgegate/gateway/limiter"
 	"github.com/edgegate/gateway/limiter/limitertest"
 	"github.com/edgegate/gateway/limiter/redistest"
@@ -331,16 +329,7 @@ func TestChargedExactnessCheckerCatchesBadHistories(t *testing.T) {
 			e := chargedExactness{window: time.Second, inFlight: 2,
 				budgets: map[string]budget{"calls": {limit: 4}, "failures": {limit: 3, maxCharge: 5}}}
 			tallies, violations := e.check(c.history)
-			found := false
-			for _, v := range violations {
-				found = found || (c.violation != "" && strings.Contains(v, c.violation))
-			}
-			switch {
-			case c.violation == "" && len(violations) > 0:
-				t.Fatalf("violations %q in a good history; tallies %v", violations, tallies)
-			case c.violation != "" && !found:
-				t.Fatalf("violations %q, want one with %q; tallies %v", violations, c.violation, tallies)
-			}
+			wantViolation(t, violations, c.violation, tallies)
 		})
 	}
 }
@@ -365,23 +354,7 @@ func TestChargedExactnessAcrossThreeGatewaysSharingRedis(t *testing.T) {
 	)
 	principals := []string{"alice@example.com", "bob@example.com", "carol@example.com"}
 	budgets := map[string]budget{"calls": {limit: 30}, "failures": {limit: 5, maxCharge: 1}, "usage": {limit: 60, maxCharge: 20}}
-	cluster := redistest.StartCluster(t)
-	for _, c := range []struct {
-		name    string
-		backend func(t *testing.T) (limiter.RedisOptions, []*redis.Client)
-	}{
-		{"standalone Redis", func(t *testing.T) (limiter.RedisOptions, []*redis.Client) {
-			s := redistest.Start(t)
-			return limiter.RedisOptions{Addrs: []string{s.Addr}}, []*redis.Client{s.Client(t)}
-		}},
-		{"Redis Cluster", func(t *testing.T) (limiter.RedisOptions, []*redis.Client) {
-			var servers []*redis.Client
-			for _, n := range cluster.Nodes {
-				servers = append(servers, n.Client(t))
-			}
-			return limiter.RedisOptions{Mode: limiter.RedisCluster, Addrs: cluster.Addrs()}, servers
-		}},
-	} {
+	for _, c := range standaloneAndCluster(redistest.StartCluster(t)) {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			opts, servers := c.backend(t)

@@ -8,13 +8,56 @@ import (
 	"net/http"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/edgegate/gateway/limiter"
+	"github.com/edgegate/gateway/limiter/redistest"
 )
+
+// redisBackend starts the Redis that a test's gateways share: the options
+// of their limiters, and a client of each Redis server (for measureOffset
+// and scriptCalls).
+type redisBackend func(t *testing.T) (limiter.RedisOptions, []*redis.Client)
+
+// standaloneRedis is a redisBackend on a standalone server of its own.
+func standaloneRedis(t *testing.T) (limiter.RedisOptions, []*redis.Client) {
+	s := redistest.Start(t)
+	return limiter.RedisOptions{Addrs: []string{s.Addr}}, []*redis.Client{s.Client(t)}
+}
+
+// onCluster is a redisBackend on cluster, or on a Cluster of its own when
+// cluster is nil.
+func onCluster(cluster *redistest.Cluster) redisBackend {
+	return func(t *testing.T) (limiter.RedisOptions, []*redis.Client) {
+		c := cluster
+		if c == nil {
+			c = redistest.StartCluster(t)
+		}
+		var servers []*redis.Client
+		for _, n := range c.Nodes {
+			servers = append(servers, n.Client(t))
+		}
+		return limiter.RedisOptions{Mode: limiter.RedisCluster, Addrs: c.Addrs()}, servers
+	}
+}
+
+// redisTopology is a Redis deployment the exactness checkers run on.
+type redisTopology struct {
+	name    string
+	backend redisBackend
+}
+
+// standaloneAndCluster are a standalone Redis and a Cluster: cluster, or a
+// Cluster of its own when cluster is nil.
+func standaloneAndCluster(cluster *redistest.Cluster) []redisTopology {
+	return []redisTopology{{"standalone Redis", standaloneRedis}, {"Redis Cluster", onCluster(cluster)}}
+}
 
 // decision is one request as a client saw it: when it was sent and when
 // its answer came back, by the local clock, and what the answer was.
@@ -436,4 +479,21 @@ func statusCounts(history []decision) map[int]int {
 		n[d.status]++
 	}
 	return n
+}
+
+// wantViolation holds a checker's verdict on a made-up history: no
+// violation where want is empty, else one that contains want. tallies are
+// shown on a failure.
+func wantViolation(t *testing.T, violations []string, want string, tallies any) {
+	t.Helper()
+	found := false
+	for _, v := range violations {
+		found = found || (want != "" && strings.Contains(v, want))
+	}
+	switch {
+	case want == "" && len(violations) > 0:
+		t.Fatalf("violations %q in a good history; tallies %v", violations, tallies)
+	case want != "" && !found:
+		t.Fatalf("violations %q, want one with %q; tallies %v", violations, want, tallies)
+	}
 }

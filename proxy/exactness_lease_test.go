@@ -10,7 +10,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/edgegate/gateway/limiter"
 	"github.com/edgegate/gateway/limiter/limitertest"
 	"github.com/edgegate/gateway/limiter/redistest"
 	"github.com/edgegate/gateway/proxy"
@@ -33,24 +32,7 @@ func TestLeasedExactnessAcrossFourGatewaysSharingRedis(t *testing.T) {
 		window    = time.Second
 		run       = 3 * time.Second
 	)
-	cases := []struct {
-		name    string
-		backend func(t *testing.T) (limiter.RedisOptions, []*redis.Client)
-	}{
-		{"standalone Redis", func(t *testing.T) (limiter.RedisOptions, []*redis.Client) {
-			s := redistest.Start(t)
-			return limiter.RedisOptions{Addrs: []string{s.Addr}}, []*redis.Client{s.Client(t)}
-		}},
-		{"Redis Cluster", func(t *testing.T) (limiter.RedisOptions, []*redis.Client) {
-			c := redistest.StartCluster(t)
-			var servers []*redis.Client
-			for _, n := range c.Nodes {
-				servers = append(servers, n.Client(t))
-			}
-			return limiter.RedisOptions{Mode: limiter.RedisCluster, Addrs: c.Addrs()}, servers
-		}},
-	}
-	for _, c := range cases {
+	for _, c := range standaloneAndCluster(nil) {
 		t.Run(c.name, func(t *testing.T) {
 			opts, servers := c.backend(t)
 			up := newUpstream(t)

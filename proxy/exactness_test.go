@@ -184,16 +184,7 @@ func TestExactnessCheckerCatchesBadHistories(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			e := exactness{limit: c.limit, window: time.Second, offset: c.offset, failovers: c.failovers, denialSlack: c.slack, earlyDenial: c.early}
 			tallies, violations := e.check(c.history)
-			found := false
-			for _, v := range violations {
-				found = found || (c.violation != "" && strings.Contains(v, c.violation))
-			}
-			switch {
-			case c.violation == "" && len(violations) > 0:
-				t.Fatalf("violations %q in a good history; tallies %v", violations, tallies)
-			case c.violation != "" && !found:
-				t.Fatalf("violations %q, want one with %q; tallies %v", violations, c.violation, tallies)
-			}
+			wantViolation(t, violations, c.violation, tallies)
 		})
 	}
 }
@@ -222,37 +213,23 @@ func TestExactnessAcrossFourGatewaysSharingOneRedis(t *testing.T) {
 		run    = 3 * time.Second
 	)
 	cluster := redistest.StartCluster(t)
-	clusterServers := func(t *testing.T) []*redis.Client {
-		var c []*redis.Client
-		for _, n := range cluster.Nodes {
-			c = append(c, n.Client(t))
-		}
-		return c
-	}
 	principals := []string{"alice@example.com", "bob@example.com", "carol@example.com", "dave@example.com", "erin@example.com"}
 	cases := []struct {
 		name       string
-		backend    func(t *testing.T) (limiter.RedisOptions, []*redis.Client)
+		backend    redisBackend
 		principals []string
 	}{
 		{
-			name: "standalone Redis, one client address",
-			backend: func(t *testing.T) (limiter.RedisOptions, []*redis.Client) {
-				s := redistest.Start(t)
-				return limiter.RedisOptions{Addrs: []string{s.Addr}}, []*redis.Client{s.Client(t)}
-			},
+			name:    "standalone Redis, one client address",
+			backend: standaloneRedis,
 		},
 		{
-			name: "Redis Cluster, one client address",
-			backend: func(t *testing.T) (limiter.RedisOptions, []*redis.Client) {
-				return limiter.RedisOptions{Mode: limiter.RedisCluster, Addrs: cluster.Addrs()}, clusterServers(t)
-			},
+			name:    "Redis Cluster, one client address",
+			backend: onCluster(cluster),
 		},
 		{
-			name: "Redis Cluster, five principals from a trusted proxy",
-			backend: func(t *testing.T) (limiter.RedisOptions, []*redis.Client) {
-				return limiter.RedisOptions{Mode: limiter.RedisCluster, Addrs: cluster.Addrs()}, clusterServers(t)
-			},
+			name:       "Redis Cluster, five principals from a trusted proxy",
+			backend:    onCluster(cluster),
 			principals: principals,
 		},
 	}
