@@ -149,18 +149,17 @@ func (c *leanConn) Read(p []byte) (int, error) {
 func (t *leanTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	ctx := req.Context()
 	now := time.Now()
-	c, err := t.get(ctx, req.URL, now)
+	deadline := now.Add(t.responseTimeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	c, err := t.get(ctx, req.URL, now, deadline)
 	if err != nil {
 		return nil, err
 	}
 	// The context's end closes the connection, which ends whatever read or
 	// write waits on it; stop says whether that happened.
 	stop := context.AfterFunc(ctx, c.abort)
-	deadline := now.Add(t.responseTimeout)
-	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
-		deadline = d
-	}
-	c.conn.SetDeadline(deadline)
 	res, err := c.exchange(req)
 	if err != nil {
 		stop()
@@ -171,8 +170,12 @@ func (t *leanTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, err
 	}
 	// The response header timeout is over; the body may take its time, as
-	// it may with the standard Transport.
-	c.conn.SetDeadline(time.Time{})
+	// it may with the standard Transport. A body read already needs no
+	// more of the connection, which keeps its deadline until the next
+	// request sets one (one deadline call a request instead of two).
+	if res.Body != http.NoBody && (res.ContentLength < 0 || int64(c.br.Buffered()) < res.ContentLength) {
+		c.conn.SetDeadline(time.Time{})
+	}
 	reuse := !res.Close && !req.Close && res.StatusCode != http.StatusSwitchingProtocols
 	if res.Body == http.NoBody {
 		c.release(stop, reuse)
@@ -263,8 +266,9 @@ func (b *leanBody) Close() error {
 }
 
 // get returns an idle connection to u's host that passes the idle check,
-// the one idle the shortest first, or dials one.
-func (t *leanTransport) get(ctx context.Context, u *url.URL, now time.Time) (*leanConn, error) {
+// the one idle the shortest first, or dials one, with its deadline set to
+// deadline.
+func (t *leanTransport) get(ctx context.Context, u *url.URL, now, deadline time.Time) (*leanConn, error) {
 	t.mu.Lock()
 	t.closeIdle = false
 	if l := t.idle[u.Host]; l != nil {
@@ -273,6 +277,9 @@ func (t *leanTransport) get(ctx context.Context, u *url.URL, now time.Time) (*le
 			l.conns[len(l.conns)-1] = nil
 			l.conns = l.conns[:len(l.conns)-1]
 			t.mu.Unlock()
+			// Before the check, which fails on an expired deadline: the
+			// last request's may be left on the connection.
+			c.conn.SetDeadline(deadline)
 			if now.Sub(c.idleAt) < t.checkIdleAfter || c.usable() {
 				return c, nil
 			}
@@ -294,6 +301,7 @@ func (t *leanTransport) get(ctx context.Context, u *url.URL, now time.Time) (*le
 	c.bw = bufio.NewWriter(nc)
 	c.abort = func() { nc.Close() }
 	c.initIdleCheck(nc)
+	nc.SetDeadline(deadline)
 	return c, nil
 }
 
