@@ -1,8 +1,10 @@
 package subject
 
 import (
+	"net"
 	"net/http"
 	"net/http/httputil"
+	"strings"
 )
 
 // clientAddressHeaders are headers some upstreams read as the client's
@@ -62,16 +64,40 @@ func (in Inbound) Believe() {
 
 // SetForwarded writes on pr.Out what the upstream may believe, from a
 // pr.In that Believe has been through: the X-Forwarded-For chain it kept
-// with the peer appended, and a plain http or https X-Forwarded-Proto it
-// kept. It is meant for a ReverseProxy's Rewrite, which runs after
-// hop-by-hop headers and the inbound forwarding headers are gone from
-// pr.Out.
+// with the peer appended, X-Forwarded-Host, and a plain http or https
+// X-Forwarded-Proto it kept (else the scheme the client used). It is meant
+// for a ReverseProxy's Rewrite, which runs after hop-by-hop headers and
+// the inbound forwarding headers are gone from pr.Out.
+//
+// It writes what ProxyRequest.SetXForwarded would, with one allocation
+// for the two values of the request's own (a slice each, capped so that
+// an append copies) and the proto's value shared.
 func SetForwarded(pr *httputil.ProxyRequest) {
-	if v := pr.In.Header["X-Forwarded-For"]; len(v) > 0 {
-		pr.Out.Header["X-Forwarded-For"] = v
+	h := pr.Out.Header
+	vals := make([]string, 2)
+	vals[1] = pr.In.Host
+	h["X-Forwarded-Host"] = vals[1:2:2]
+	if ip, _, err := net.SplitHostPort(pr.In.RemoteAddr); err == nil {
+		if prior := pr.In.Header["X-Forwarded-For"]; len(prior) > 0 {
+			ip = strings.Join(prior, ", ") + ", " + ip
+		}
+		vals[0] = ip
+		h["X-Forwarded-For"] = vals[0:1:1]
+	} else {
+		delete(h, "X-Forwarded-For")
 	}
-	pr.SetXForwarded()
-	if p := pr.In.Header.Get("X-Forwarded-Proto"); p == "http" || p == "https" {
-		pr.Out.Header.Set("X-Forwarded-Proto", p)
+	proto := forwardedHTTP
+	switch p := pr.In.Header.Get("X-Forwarded-Proto"); {
+	case p == "http":
+	case p == "https", pr.In.TLS != nil:
+		proto = forwardedHTTPS
 	}
+	h["X-Forwarded-Proto"] = proto
 }
+
+// The values of X-Forwarded-Proto, shared by every request (a header
+// map's values are replaced or appended to, never written in place).
+var (
+	forwardedHTTP  = []string{"http"}
+	forwardedHTTPS = []string{"https"}
+)

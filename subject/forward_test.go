@@ -1,7 +1,9 @@
 package subject_test
 
 import (
+	"crypto/tls"
 	"net/http/httputil"
+	"reflect"
 	"testing"
 
 	"github.com/edgegate/gateway/subject"
@@ -53,6 +55,56 @@ func TestForwardingHeadersFollowTheRequestsOneTrustDecision(t *testing.T) {
 		}
 		if got := h.Get("X-Real-Ip"); (got != "") != c.trusted {
 			t.Errorf("%s: X-Real-Ip %q", c.peer, got)
+		}
+	}
+}
+
+// SetForwarded writes what ProxyRequest.SetXForwarded writes, the kept
+// proto aside, and its values are each their own slice.
+func TestSetForwardedWritesWhatSetXForwardedWrites(t *testing.T) {
+	for _, c := range []struct {
+		remote, xff, proto string
+		tls                bool
+	}{
+		{"203.0.113.7:5000", "", "", false},
+		{"203.0.113.7:5000", "198.51.100.4", "", true},
+		{"[2001:db8::1]:443", "198.51.100.4, 10.0.0.1", "", false},
+		{"not an address", "198.51.100.4", "", true},
+		{"203.0.113.7:5000", "", "https", false},
+		{"203.0.113.7:5000", "", "http", true},
+		{"203.0.113.7:5000", "", "gopher", true},
+	} {
+		req := request(c.remote)
+		req.Host = "api.example:8080"
+		if c.tls {
+			req.TLS = &tls.ConnectionState{}
+		}
+		if c.xff != "" {
+			req.Header.Set("X-Forwarded-For", c.xff)
+		}
+		if c.proto != "" {
+			req.Header.Set("X-Forwarded-Proto", c.proto)
+		}
+		got := &httputil.ProxyRequest{In: req, Out: req.Clone(req.Context())}
+		want := &httputil.ProxyRequest{In: req, Out: req.Clone(req.Context())}
+		for _, pr := range []*httputil.ProxyRequest{got, want} {
+			pr.Out.Header.Del("X-Forwarded-For")
+			pr.Out.Header.Del("X-Forwarded-Proto")
+		}
+		subject.SetForwarded(got)
+		if v := req.Header["X-Forwarded-For"]; len(v) > 0 {
+			want.Out.Header["X-Forwarded-For"] = v
+		}
+		want.SetXForwarded()
+		if c.proto == "http" || c.proto == "https" {
+			want.Out.Header.Set("X-Forwarded-Proto", c.proto)
+		}
+		if !reflect.DeepEqual(got.Out.Header, want.Out.Header) {
+			t.Errorf("%+v: got %v, want %v", c, got.Out.Header, want.Out.Header)
+		}
+		got.Out.Header["X-Forwarded-For"] = append(got.Out.Header["X-Forwarded-For"], "x")
+		if h := got.Out.Header["X-Forwarded-Host"]; len(h) != 1 || h[0] != req.Host {
+			t.Errorf("%+v: an append to X-Forwarded-For wrote X-Forwarded-Host %q", c, h)
 		}
 	}
 }
