@@ -426,10 +426,13 @@ func stripParams(path string) string {
 }
 
 // canonicalHost lower-cases a Host header and drops its port and any
-// trailing dot.
+// trailing dot. A host without a port is not split (SplitHostPort's error
+// would cost an allocation a request).
 func canonicalHost(h string) string {
-	if host, _, err := net.SplitHostPort(h); err == nil {
-		h = host
+	if strings.LastIndexByte(h, ':') > strings.LastIndexByte(h, ']') {
+		if host, _, err := net.SplitHostPort(h); err == nil {
+			h = host
+		}
 	}
 	h = strings.TrimSuffix(h, ".")
 	return strings.ToLower(h)
