@@ -139,6 +139,8 @@ func (m *member) RoundTrip(req *http.Request) (*http.Response, error) {
 	case t.leanCarries(req):
 		// It sends nothing twice: no guard needed.
 		res, err = t.lean.RoundTrip(req)
+	case !mayBeResent(req):
+		res, err = t.std.RoundTrip(req)
 	default:
 		res, err = t.std.RoundTrip(m.guard(req))
 	}

@@ -62,6 +62,17 @@ type sendGuard struct {
 	conn      atomic.Pointer[upstreamConn] // of the current try; nil for HTTP/2
 }
 
+// mayBeResent reports whether the standard Transport might send req more
+// than once, and so needs a guard. Over plain http, which the pool's
+// transport speaks as HTTP/1 alone, a request with a body it cannot rewind
+// (no GetBody, as for every request a server read) is sent once: not again
+// when nothing of it was written (its length is not zero), nor after (it
+// is not replayable, Idempotency-Key or not). Its guard would cost seven
+// allocations for nothing.
+func mayBeResent(req *http.Request) bool {
+	return req.URL.Scheme != "http" || req.Body == nil || req.Body == http.NoBody || req.GetBody != nil
+}
+
 // guard returns req with a context that carries a new guard's trace and
 // can be cancelled by it.
 func (m *member) guard(req *http.Request) *http.Request {

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -86,13 +87,18 @@ func TestARequestTheUpstreamReadIsNotSentAgain(t *testing.T) {
 	for _, c := range []struct {
 		name, head string
 		tls        bool // the upstream speaks HTTP/1.1 over TLS
+		// warmBody: the warm-up request has a body, so that it leaves
+		// its connection with the standard Transport, as the lean one
+		// carries none
+		warmBody bool
 	}{
-		{"a GET", "GET /once HTTP/1.1\r\nHost: gw.test\r\n\r\n", false},
-		{"a POST with Idempotency-Key", "POST /once HTTP/1.1\r\nHost: gw.test\r\nContent-Length: 0\r\nIdempotency-Key: k1\r\n\r\n", false},
-		{"a POST with X-Idempotency-Key", "POST /once HTTP/1.1\r\nHost: gw.test\r\nContent-Length: 0\r\nX-Idempotency-Key: k1\r\n\r\n", false},
-		{"a DELETE with Idempotency-Key", "DELETE /once HTTP/1.1\r\nHost: gw.test\r\nIdempotency-Key: k1\r\n\r\n", false},
-		{"a GET over TLS", "GET /once HTTP/1.1\r\nHost: gw.test\r\n\r\n", true},
-		{"a POST with Idempotency-Key over TLS", "POST /once HTTP/1.1\r\nHost: gw.test\r\nContent-Length: 0\r\nIdempotency-Key: k1\r\n\r\n", true},
+		{"a POST with a body and Idempotency-Key", "POST /once HTTP/1.1\r\nHost: gw.test\r\nContent-Length: 5\r\nIdempotency-Key: k1\r\n\r\nhello", false, true},
+		{"a GET", "GET /once HTTP/1.1\r\nHost: gw.test\r\n\r\n", false, false},
+		{"a POST with Idempotency-Key", "POST /once HTTP/1.1\r\nHost: gw.test\r\nContent-Length: 0\r\nIdempotency-Key: k1\r\n\r\n", false, false},
+		{"a POST with X-Idempotency-Key", "POST /once HTTP/1.1\r\nHost: gw.test\r\nContent-Length: 0\r\nX-Idempotency-Key: k1\r\n\r\n", false, false},
+		{"a DELETE with Idempotency-Key", "DELETE /once HTTP/1.1\r\nHost: gw.test\r\nIdempotency-Key: k1\r\n\r\n", false, false},
+		{"a GET over TLS", "GET /once HTTP/1.1\r\nHost: gw.test\r\n\r\n", true, false},
+		{"a POST with Idempotency-Key over TLS", "POST /once HTTP/1.1\r\nHost: gw.test\r\nContent-Length: 0\r\nIdempotency-Key: k1\r\n\r\n", true, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			var up *closingUpstream
@@ -111,6 +117,9 @@ func TestARequestTheUpstreamReadIsNotSentAgain(t *testing.T) {
 			// A first request leaves an idle keep-alive connection to the
 			// upstream, which the next request reuses.
 			req, _ := http.NewRequest(http.MethodGet, g.URL+"/warm", nil)
+			if c.warmBody {
+				req, _ = http.NewRequest(http.MethodPost, g.URL+"/warm", strings.NewReader("hello"))
+			}
 			res := do(t, req)
 			if res.StatusCode != http.StatusOK {
 				t.Fatalf("warm-up: status %d", res.StatusCode)
