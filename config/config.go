@@ -313,17 +313,21 @@ func (c *checker) limiter(b *limiterBlock) (limiter.Options, proxy.Config) {
 		c.errorf(b.DefRange, "Missing redis block", "backend = \"redis\" needs a redis block.")
 	}
 	if bb := b.Breaker; bb != nil {
+		// What failures, cooldown and instances may be is
+		// limiter.BreakerOptions.Validate's and FallbackOptions.Validate's.
 		l.Redis.Breaker = limiter.BreakerOptions{
 			Disabled: !or(bb.Enabled, true),
-			Failures: int(c.integer(bb.Failures, bb.Body, "failures", 0, 1)),
-			Cooldown: c.duration(bb.Cooldown, bb.Body, "cooldown", 0, time.Millisecond),
+			Failures: optionInt(bb.Failures),
+			Cooldown: c.optionDuration(bb.Cooldown, bb.Body, "cooldown"),
 		}
+		c.fields(l.Redis.Breaker.Validate(), "Invalid breaker block", bb.DefRange, finderOf(map[string]hcl.Body{"": bb.Body}, nil, nil))
 		if l.Kind != limiter.KindRedis {
 			c.errorf(bb.DefRange, "Breaker without Redis", "breaker applies to the redis backend; the memory backend cannot fail.")
 		}
 	}
 	if fb := b.Fallback; fb != nil {
-		l.Fallback.Instances = int(c.integer(&fb.Instances, fb.Body, "instances", 0, 1))
+		l.Fallback.Instances = optionInt(&fb.Instances)
+		c.fields(l.Fallback.Validate(), "Invalid fallback block", fb.DefRange, finderOf(map[string]hcl.Body{"": fb.Body}, nil, nil))
 		if l.Kind != limiter.KindRedis {
 			c.errorf(fb.DefRange, "Fallback without Redis", "fallback applies to the redis backend; the memory backend is already local.")
 		}

@@ -1,6 +1,8 @@
 package limiter
 
 import (
+	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -14,7 +16,8 @@ import (
 // Indeterminate, calls to it fail at once as Unavailable(circuit_open) for
 // Cooldown, so that no request waits out its deadline on a node known to be
 // failing; then one call at a time probes it, and a success closes the
-// breaker. Zero values take the defaults: 5 failures, 2s.
+// breaker. Zero values take the defaults: 5 failures, 2s; others are at
+// least 1 and MinBreakerCooldown.
 type BreakerOptions struct {
 	Disabled bool
 	Failures int
@@ -26,6 +29,24 @@ const (
 	DefaultBreakerFailures = 5
 	DefaultBreakerCooldown = 2 * time.Second
 )
+
+// MinBreakerCooldown is the least BreakerOptions.Cooldown may be when set.
+const MinBreakerCooldown = time.Millisecond
+
+// Validate reports a Failures below 1 or a Cooldown below
+// MinBreakerCooldown, each a *FieldError naming the field as a breaker
+// block does ("failures", "cooldown"), joined. A zero takes the default.
+// NewRedis refuses what it reports.
+func (o BreakerOptions) Validate() error {
+	var errs []error
+	if o.Failures < 0 {
+		errs = append(errs, &FieldError{Field: "failures", Summary: "Value too small", Detail: "failures must be at least 1."})
+	}
+	if o.Cooldown != 0 && o.Cooldown < MinBreakerCooldown {
+		errs = append(errs, &FieldError{Field: "cooldown", Summary: "Duration too short", Detail: fmt.Sprintf("cooldown must be at least %s.", MinBreakerCooldown)})
+	}
+	return errors.Join(errs...)
+}
 
 type breakerState uint8
 

@@ -18,6 +18,15 @@ type FallbackOptions struct {
 	Instances int
 }
 
+// Validate reports a negative Instances as a *FieldError naming the field
+// as a fallback block does ("instances"). Open refuses what it reports.
+func (o FallbackOptions) Validate() error {
+	if o.Instances < 0 {
+		return &FieldError{Field: "instances", Summary: "Value too small", Detail: "instances must be at least 1."}
+	}
+	return nil
+}
+
 // fallback is a Backend that asks the shared one first and, when it cannot
 // decide (Unavailable, Indeterminate, a breaker open), asks an in-process
 // Memory backend with the divided policies. Its decisions say Fallback.

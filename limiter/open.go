@@ -106,6 +106,9 @@ func Open(ctx context.Context, opts Options) (Backend, error) {
 			// go-redis logs through one process-wide logger.
 			redis.SetLogger(redisLogger{opts.Logger})
 		}
+		if err := opts.Fallback.Validate(); err != nil {
+			return nil, fmt.Errorf("limiter backend redis: %w", err)
+		}
 		ro := opts.Redis
 		if ro.Registerer == nil {
 			ro.Registerer = opts.Registerer

@@ -194,7 +194,7 @@ const (
 // NewRedis connects, checks the topology and loads the scripts. It fails
 // rather than start a backend that would deny or fail every request.
 func NewRedis(ctx context.Context, opts RedisOptions) (*Redis, error) {
-	if err := opts.Validate(); err != nil {
+	if err := errors.Join(opts.Validate(), opts.Breaker.Validate()); err != nil {
 		return nil, fmt.Errorf("redis: %w", err)
 	}
 	if opts.Clock == nil {

@@ -67,3 +67,37 @@ func TestMemoryOptionsValidateHoldsMaxEntriesToItsMinimum(t *testing.T) {
 		t.Errorf("Open took max_entries 10: %v", err)
 	}
 }
+
+// The breaker's and the fallback's minimums are the limiter's: zero takes
+// the default (no fallback), anything else below the minimum is refused,
+// by NewRedis and Open too, before anything is dialled.
+func TestBreakerAndFallbackOptionsHoldTheirMinimums(t *testing.T) {
+	var fe *limiter.FieldError
+	b := limiter.BreakerOptions{Failures: -1, Cooldown: limiter.MinBreakerCooldown / 2}
+	var fields []string
+	for _, e := range b.Validate().(interface{ Unwrap() []error }).Unwrap() {
+		if errors.As(e, &fe) {
+			fields = append(fields, fe.Field)
+		}
+	}
+	if want := []string{"failures", "cooldown"}; !slices.Equal(fields, want) {
+		t.Errorf("breaker fields %q, want %q", fields, want)
+	}
+	if err := (limiter.BreakerOptions{Failures: 1, Cooldown: limiter.MinBreakerCooldown}).Validate(); err != nil {
+		t.Errorf("the breaker's minimums: %v", err)
+	}
+	if err := (limiter.FallbackOptions{Instances: -1}).Validate(); !errors.As(err, &fe) || fe.Field != "instances" {
+		t.Errorf("instances -1: %v", err)
+	}
+	if err := (limiter.FallbackOptions{}).Validate(); err != nil {
+		t.Errorf("no fallback: %v", err)
+	}
+	redis := limiter.RedisOptions{Addrs: []string{"127.0.0.1:1"}, Breaker: b}
+	if _, err := limiter.NewRedis(context.Background(), redis); !errors.As(err, &fe) {
+		t.Errorf("NewRedis took a breaker Validate refuses: %v", err)
+	}
+	redis.Breaker = limiter.BreakerOptions{}
+	if _, err := limiter.Open(context.Background(), limiter.Options{Kind: limiter.KindRedis, Redis: redis, Fallback: limiter.FallbackOptions{Instances: -1}}); !errors.As(err, &fe) {
+		t.Errorf("Open took a fallback Validate refuses: %v", err)
+	}
+}

@@ -1,0 +1,18 @@
+limiter {
+  backend = "redis"
+  redis {
+    addrs = ["127.0.0.1:6379"]
+  }
+  breaker {
+    failures = 0
+    cooldown = "500us"
+  }
+  fallback {
+    instances = 0
+  }
+}
+
+pseudonym {
+  version = 1
+  key "1" { secret = file("../secrets/fake-hmac-v1.txt") }
+}
