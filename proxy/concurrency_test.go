@@ -1,11 +1,9 @@
 package proxy_test
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -259,40 +257,11 @@ func TestConcurrencyLeaseEndsWithTheResponse(t *testing.T) {
 	})
 	t.Run("an upgraded tunnel holds its lease until it closes", func(t *testing.T) {
 		g, m := newConcurrencyGateway(t, func(w http.ResponseWriter, r *http.Request) {
-			if r.Header.Get("Upgrade") != "echo" {
-				return
-			}
-			c, brw, err := http.NewResponseController(w).Hijack()
-			if err != nil {
-				return
-			}
-			defer c.Close()
-			brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n")
-			brw.Flush()
-			for {
-				line, err := brw.ReadString('\n')
-				if err != nil {
-					return
-				}
-				brw.WriteString("echo: " + line)
-				brw.Flush()
+			if r.Header.Get("Upgrade") == "echo" {
+				echoUpgrade(w)
 			}
 		})
-		c, err := net.Dial("tcp", g.Listener.Addr().String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		c.SetDeadline(time.Now().Add(10 * time.Second))
-		io.WriteString(c, "GET /ws HTTP/1.1\r\nHost: gw\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n")
-		br := bufio.NewReader(c)
-		res, err := http.ReadResponse(br, nil)
-		if err != nil || res.StatusCode != 101 {
-			t.Fatalf("%v %v", res, err)
-		}
-		io.WriteString(c, "ping\n")
-		if line, err := br.ReadString('\n'); err != nil || line != "echo: ping\n" {
-			t.Fatalf("%q %v", line, err)
-		}
+		c := openEcho(t, g, 10*time.Second)
 		if res := g.get(t, "/meanwhile"); res.StatusCode != http.StatusTooManyRequests {
 			t.Fatalf("a request while the tunnel is open got %d, want 429", res.StatusCode)
 		}

@@ -554,20 +554,56 @@ func TestUpstreamFailures(t *testing.T) {
 	}
 }
 
+// echoUpgrade answers an upgrade to the echo protocol: 101, then each
+// line the client sends back, after "echo: ", until it hangs up.
+func echoUpgrade(w http.ResponseWriter) {
+	c, brw, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		return
+	}
+	defer c.Close()
+	brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n")
+	brw.Flush()
+	for {
+		line, err := brw.ReadString('\n')
+		if err != nil {
+			return
+		}
+		brw.WriteString("echo: " + line)
+		brw.Flush()
+	}
+}
+
+// openEcho opens a connection through g upgraded to the echo protocol
+// (GET /ws), with a deadline within from now, and checks that a line sent
+// comes back echoed. The caller closes it.
+func openEcho(t *testing.T, g *gateway, within time.Duration) net.Conn {
+	t.Helper()
+	c, err := net.Dial("tcp", g.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.SetDeadline(time.Now().Add(within))
+	io.WriteString(c, "GET /ws HTTP/1.1\r\nHost: gw\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n")
+	br := bufio.NewReader(c)
+	res, err := http.ReadResponse(br, nil)
+	if err != nil || res.StatusCode != 101 {
+		c.Close()
+		t.Fatalf("%v %v", res, err)
+	}
+	io.WriteString(c, "ping\n")
+	if line, err := br.ReadString('\n'); err != nil || line != "echo: ping\n" {
+		c.Close()
+		t.Fatalf("%q %v", line, err)
+	}
+	return c
+}
+
 func TestStreamingAndUpgrades(t *testing.T) {
 	release := make(chan struct{})
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("Upgrade") == "echo" {
-			c, brw, err := http.NewResponseController(w).Hijack()
-			if err != nil {
-				return
-			}
-			defer c.Close()
-			brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n")
-			brw.Flush()
-			line, _ := brw.ReadString('\n')
-			brw.WriteString("echo: " + line)
-			brw.Flush()
+			echoUpgrade(w)
 			return
 		}
 		w.Write([]byte("first\n"))
@@ -592,23 +628,7 @@ func TestStreamingAndUpgrades(t *testing.T) {
 		}
 	})
 	t.Run("an upgraded connection passes through", func(t *testing.T) {
-		c, err := net.Dial("tcp", g.Listener.Addr().String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		c.SetDeadline(time.Now().Add(5 * time.Second))
-		io.WriteString(c, "GET /ws HTTP/1.1\r\nHost: gw\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n")
-		br := bufio.NewReader(c)
-		res, err := http.ReadResponse(br, nil)
-		if err != nil || res.StatusCode != 101 {
-			t.Fatalf("%v %v", res, err)
-		}
-		io.WriteString(c, "ping\n")
-		line, err := br.ReadString('\n')
-		if err != nil || line != "echo: ping\n" {
-			t.Fatalf("%q %v", line, err)
-		}
+		openEcho(t, g, 5*time.Second).Close()
 	})
 }
 
