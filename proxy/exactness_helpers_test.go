@@ -497,3 +497,39 @@ func wantViolation(t *testing.T, violations []string, want string, tallies any) 
 		t.Fatalf("violations %q, want one with %q; tallies %v", violations, want, tallies)
 	}
 }
+
+// statusCounter counts answers by status, from many clients at once.
+type statusCounter struct {
+	mu sync.Mutex
+	n  map[int]int
+}
+
+// send sends req with client, reads the answer's body and counts its
+// status, which it returns; a failure to send is the test's error, and 0.
+func (c *statusCounter) send(t *testing.T, client *http.Client, req *http.Request) int {
+	res, err := client.Do(req)
+	if err != nil {
+		t.Error(err)
+		return 0
+	}
+	io.Copy(io.Discard, res.Body)
+	res.Body.Close()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.n == nil {
+		c.n = map[int]int{}
+	}
+	c.n[res.StatusCode]++
+	return res.StatusCode
+}
+
+// counts is how many answers of each status came so far.
+func (c *statusCounter) counts() map[int]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := make(map[int]int, len(c.n))
+	for status, k := range c.n {
+		n[status] = k
+	}
+	return n
+}

@@ -1,7 +1,6 @@
 package proxy_test
 
 import (
-	"io"
 	"net/http"
 	"slices"
 	"sync"
@@ -148,7 +147,7 @@ func TestInFlightExactnessAcrossFourGatewaysSharingOneRedis(t *testing.T) {
 					metrics: m,
 				}))
 			}
-			statuses := map[int]int{}
+			var answers statusCounter
 			var wg sync.WaitGroup
 			deadline := time.Now().Add(run)
 			for i := range clients {
@@ -162,17 +161,10 @@ func TestInFlightExactnessAcrossFourGatewaysSharingOneRedis(t *testing.T) {
 						if len(c.principals) > 0 {
 							req.Header.Set(principalHeader, c.principals[i%len(c.principals)])
 						}
-						res, err := client.Do(req)
-						if err != nil {
-							t.Error(err)
+						switch answers.send(t, client, req) {
+						case 0:
 							return
-						}
-						io.Copy(io.Discard, res.Body)
-						res.Body.Close()
-						mu.Lock()
-						statuses[res.StatusCode]++
-						mu.Unlock()
-						if res.StatusCode == http.StatusTooManyRequests {
+						case http.StatusTooManyRequests:
 							time.Sleep(pause)
 						}
 					}
@@ -181,6 +173,7 @@ func TestInFlightExactnessAcrossFourGatewaysSharingOneRedis(t *testing.T) {
 			wg.Wait()
 			mu.Lock()
 			defer mu.Unlock()
+			statuses := answers.counts()
 			if len(statuses) != 2 || statuses[200] == 0 || statuses[429] == 0 {
 				t.Fatalf("statuses %v, want only 200 and 429", statuses)
 			}
