@@ -13,7 +13,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/gohcl"
@@ -238,7 +237,7 @@ func (c *checker) listen(b *listenBlock) edge.Options {
 func (c *checker) tls(b *tlsBlock) *edge.TLSOptions {
 	t := &edge.TLSOptions{
 		RedirectHTTP:          or(b.RedirectHTTP, false),
-		HSTSMaxAge:            c.duration(b.HSTSMaxAge, b.Body, "hsts_max_age", 0, time.Second),
+		HSTSMaxAge:            c.optionDuration(b.HSTSMaxAge, b.Body, "hsts_max_age"), // edge.Options.Validate's
 		HSTSIncludeSubdomains: or(b.HSTSIncludeSubdomains, false),
 	}
 	if ab := b.ACME; ab != nil {

@@ -75,7 +75,7 @@ type TLSOptions struct {
 	// a 308 to the same URL on the HTTPS listener's port. ACME HTTP-01
 	// challenges are still answered.
 	RedirectHTTP          bool
-	HSTSMaxAge            time.Duration // 0: no Strict-Transport-Security
+	HSTSMaxAge            time.Duration // 0: no Strict-Transport-Security; else at least MinHSTSMaxAge
 	HSTSIncludeSubdomains bool
 	ACME                  *ACMEOptions // nil: static certificates only
 	// Certificates are loaded by Listen; any unreadable pair fails it.
@@ -100,6 +100,10 @@ const (
 	MinTimeout        = time.Millisecond
 	MinMaxHeaderBytes = 1024
 )
+
+// MinHSTSMaxAge is the least TLSOptions.HSTSMaxAge may be when set: the
+// header counts whole seconds.
+const MinHSTSMaxAge = time.Second
 
 // DefaultHTTP is the public listener of Options that name none.
 const DefaultHTTP = ":8080"
@@ -188,8 +192,8 @@ func (o Options) Validate() error {
 	if t == nil {
 		return errors.Join(errs...)
 	}
-	if t.HSTSMaxAge < 0 {
-		problem("tls.hsts_max_age", "Duration too short", "hsts_max_age must not be negative.")
+	if t.HSTSMaxAge != 0 && t.HSTSMaxAge < MinHSTSMaxAge {
+		problem("tls.hsts_max_age", "Duration too short", "hsts_max_age must be at least %s.", MinHSTSMaxAge)
 	}
 	if t.ACME == nil && len(t.Certificates) == 0 {
 		problem("tls", "No certificate source", "tls needs an acme block, one or more certificate blocks, or both.")

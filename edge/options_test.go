@@ -40,6 +40,23 @@ func TestValidateHoldsTheListenersToTheirMinimums(t *testing.T) {
 	}
 }
 
+// An HSTS max-age is whole seconds: zero sends none, anything else below
+// a second is refused.
+func TestValidateHoldsHSTSMaxAgeToASecond(t *testing.T) {
+	certs := []edge.CertificateFiles{{CertFile: "c.pem", KeyFile: "k.pem"}}
+	for _, d := range []time.Duration{-1, edge.MinHSTSMaxAge / 2} {
+		o := edge.Options{HTTPS: ":8443", TLS: &edge.TLSOptions{HSTSMaxAge: d, Certificates: certs}}
+		if fields := problemFields(t, errors.Join(o.Validate())); !slices.Equal(fields, []string{"tls.hsts_max_age"}) {
+			t.Errorf("hsts_max_age %s: fields %q", d, fields)
+		}
+	}
+	for _, d := range []time.Duration{0, edge.MinHSTSMaxAge} {
+		if err := (edge.Options{HTTPS: ":8443", TLS: &edge.TLSOptions{HSTSMaxAge: d, Certificates: certs}}).Validate(); err != nil {
+			t.Errorf("hsts_max_age %s: %v", d, err)
+		}
+	}
+}
+
 // problemFields are the fields err's problems name.
 func problemFields(t *testing.T, err error) []string {
 	t.Helper()
