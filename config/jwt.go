@@ -38,10 +38,10 @@ func (c *checker) jwt(b *jwtBlock) *subject.JWTOptions {
 	case b.JWKSURL != nil:
 		o.JWKSURL = *b.JWKSURL
 	}
-	o.MaxTokenBytes = int(c.integer(b.MaxTokenBytes, b.Body, "max_token_bytes", 0, 1))
+	o.MaxTokenBytes = optionInt(b.MaxTokenBytes)
 	o.Leeway = c.durationOr(b.Leeway, b.Body, "leeway", 0)
-	// What the key set, issuer, audience, algorithms, leeway, header and
-	// claims may be is subject.JWTOptions.Validate's; each list element is
+	// What the key set, issuer, audience, algorithms, leeway, header,
+	// claims and max_token_bytes may be is subject.JWTOptions.Validate's; each list element is
 	// read with its range. A required attribute left out is the decoder's
 	// to report.
 	elements := map[string]hcl.Range{}

@@ -29,8 +29,9 @@ const MaxLeeway = 5 * time.Minute
 // set (Keys, or a JWKSURL to fetch them from over TLS or from this
 // machine), an issuer, at least one audience, each a value, at least one
 // algorithm of Algorithms, each once, a leeway between 0 and MaxLeeway,
-// and a Header, Claim and PlanClaim that, when set, are a header name and
-// not blank. It reads and fetches nothing.
+// a Header, Claim and PlanClaim that, when set, are a header name and not
+// blank, and a MaxTokenBytes not negative (zero is the default). It reads
+// and fetches nothing.
 func (o *JWTOptions) Validate() error {
 	var errs []error
 	problem := func(field, summary, detail string, args ...any) {
@@ -77,6 +78,9 @@ func (o *JWTOptions) Validate() error {
 	}
 	if o.PlanClaim != "" && strings.TrimSpace(o.PlanClaim) == "" {
 		problem("plan_claim", "Empty plan_claim", "plan_claim names the claim that holds a token's plan, such as \"plan\".")
+	}
+	if o.MaxTokenBytes < 0 {
+		problem("max_token_bytes", "Value too small", "max_token_bytes must be at least 1.")
 	}
 	switch {
 	case o.Leeway < 0:

@@ -70,9 +70,9 @@ func TestOptionsValidateNamesEachHeaderAndClaim(t *testing.T) {
 		t.Errorf("the defaults: %v", err)
 	}
 	j := subject.JWTOptions{JWKSURL: "https://idp.example/jwks.json", Issuer: "https://idp.example/", Audience: []string{"orders"},
-		Algorithms: []string{"ES256"}, Header: "X Token", Claim: " ", PlanClaim: "\t"}
+		Algorithms: []string{"ES256"}, Header: "X Token", Claim: " ", PlanClaim: "\t", MaxTokenBytes: -1}
 	fields = problemFields(t, j.Validate())
-	if want := []string{"header", "claim", "plan_claim"}; !slices.Equal(fields, want) {
+	if want := []string{"header", "claim", "plan_claim", "max_token_bytes"}; !slices.Equal(fields, want) {
 		t.Errorf("jwt fields %q, want %q", fields, want)
 	}
 }
