@@ -122,13 +122,13 @@ func (s *Server) waitReady() {
 	s.t.Helper()
 	c := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond, TLSConfig: s.TLS})
 	defer c.Close()
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+	answered := poll(10*time.Second, 20*time.Millisecond, func() bool {
 		err := c.Ping(context.Background()).Err()
-		if err == nil || strings.HasPrefix(err.Error(), "NOAUTH") || strings.HasPrefix(err.Error(), "WRONGPASS") {
-			return
-		}
+		return err == nil || strings.HasPrefix(err.Error(), "NOAUTH") || strings.HasPrefix(err.Error(), "WRONGPASS")
+	})
+	if !answered {
+		s.t.Fatalf("redis-server on %s did not answer", s.Addr)
 	}
-	s.t.Fatalf("redis-server on %s did not answer", s.Addr)
 }
 
 // Kill stops the process (SIGKILL: no chance to say goodbye).
@@ -215,9 +215,12 @@ type Cluster struct {
 }
 
 // Addrs are the masters' addresses.
-func (c *Cluster) Addrs() []string {
+func (c *Cluster) Addrs() []string { return addrs(c.Nodes) }
+
+// addrs are the servers' addresses.
+func addrs(servers []*Server) []string {
 	var a []string
-	for _, n := range c.Nodes {
+	for _, n := range servers {
 		a = append(a, n.Addr)
 	}
 	return a
@@ -238,20 +241,27 @@ func StartCluster(t testing.TB) *Cluster {
 	}
 	for _, n := range c.Nodes {
 		cl := redis.NewClient(&redis.Options{Addr: n.Addr})
-		ok := false
-		for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		ok := poll(15*time.Second, 50*time.Millisecond, func() bool {
 			info, err := cl.ClusterInfo(context.Background()).Result()
-			if err == nil && strings.Contains(info, "cluster_state:ok") {
-				ok = true
-				break
-			}
-		}
+			return err == nil && strings.Contains(info, "cluster_state:ok")
+		})
 		cl.Close()
 		if !ok {
 			t.Fatalf("cluster node %s never reached cluster_state:ok", n.Addr)
 		}
 	}
 	return c
+}
+
+// poll asks cond every interval until it holds, for within at most, and
+// says whether it held.
+func poll(within, interval time.Duration, cond func() bool) bool {
+	for deadline := time.Now().Add(within); time.Now().Before(deadline); time.Sleep(interval) {
+		if cond() {
+			return true
+		}
+	}
+	return false
 }
 
 // Sentinel is a master, a replica and three sentinels watching them.
@@ -262,13 +272,7 @@ type Sentinel struct {
 }
 
 // SentinelAddrs are the sentinels' addresses.
-func (s *Sentinel) SentinelAddrs() []string {
-	var a []string
-	for _, n := range s.Sentinels {
-		a = append(a, n.Addr)
-	}
-	return a
-}
+func (s *Sentinel) SentinelAddrs() []string { return addrs(s.Sentinels) }
 
 // StartSentinel starts the group and waits until every sentinel knows the
 // master and its replica.
@@ -295,14 +299,10 @@ func StartSentinel(t testing.TB) *Sentinel {
 	}
 	for _, s := range g.Sentinels {
 		c := redis.NewSentinelClient(&redis.Options{Addr: s.Addr})
-		ok := false
-		for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		ok := poll(20*time.Second, 100*time.Millisecond, func() bool {
 			replicas, err := c.Replicas(context.Background(), g.MasterName).Result()
-			if err == nil && len(replicas) > 0 {
-				ok = true
-				break
-			}
-		}
+			return err == nil && len(replicas) > 0
+		})
 		c.Close()
 		if !ok {
 			t.Fatalf("sentinel %s never saw the replica", s.Addr)
