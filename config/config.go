@@ -344,8 +344,8 @@ func (c *checker) redis(b *redisBlock) limiter.RedisOptions {
 			r.Mode = mode
 		}
 	}
-	// What the addresses may be, that master_name goes with sentinel mode
-	// alone, and that tls_ca_file needs tls, is
+	// What the addresses and db may be, that master_name goes with
+	// sentinel mode alone, and that tls_ca_file needs tls, is
 	// limiter.RedisOptions.Validate's.
 	elements := map[string]hcl.Range{"tls_ca_file": nameRange(b.Body, "tls_ca_file")}
 	for _, it := range c.list(b.Addrs, "addrs") {
@@ -367,7 +367,7 @@ func (c *checker) redis(b *redisBlock) limiter.RedisOptions {
 			c.errorf(valueRange(b.Body, "tls_ca_file"), "Cannot read tls_ca_file", "%s.", err)
 		}
 	}
-	r.DB = int(c.integer(b.DB, b.Body, "db", 0, 0))
+	r.DB = int(or(b.DB, 0))
 	c.fields(r.Validate(), "Invalid redis block", b.DefRange, finderOf(map[string]hcl.Body{"": b.Body}, nil, elements))
 	return r
 }

@@ -69,7 +69,7 @@ const (
 )
 
 // Validate reports every problem of o, each a *FieldError naming the
-// field as a redis block does ("addrs", "addrs[1]", "master_name",
+// field as a redis block does ("addrs", "addrs[1]", "master_name", "db",
 // "tls_ca_file"),
 // joined. It reads no file: tls_ca_file is read by NewRedis.
 func (o RedisOptions) Validate() error {
@@ -90,6 +90,9 @@ func (o RedisOptions) Validate() error {
 		problem("master_name", "Missing required argument", "Sentinel mode needs master_name.")
 	case o.Mode != RedisSentinel && o.MasterName != "":
 		problem("master_name", "Argument not valid here", "master_name applies to sentinel mode only.")
+	}
+	if o.DB < 0 {
+		problem("db", "Value too small", "db must be at least 0.")
 	}
 	if o.TLSCAFile != "" && !o.TLS {
 		problem("tls_ca_file", "Argument not valid here", "tls_ca_file needs tls = true.")

@@ -40,6 +40,9 @@ func TestRedisOptionsValidateNamesTheFieldOfEachProblem(t *testing.T) {
 			t.Errorf("mode %q, master_name %q: %v", o.Mode, o.MasterName, err)
 		}
 	}
+	if err := (limiter.RedisOptions{Addrs: []string{"10.0.0.1:6379"}, DB: -1}).Validate(); !errors.As(err, &fe) || fe.Field != "db" {
+		t.Errorf("db -1: %v", err)
+	}
 	if err := (limiter.RedisOptions{Addrs: []string{"10.0.0.1:26379"}, Mode: limiter.RedisSentinel, MasterName: "mymaster"}).Validate(); err != nil {
 		t.Errorf("sentinel with a master: %v", err)
 	}
