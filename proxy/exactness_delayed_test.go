@@ -62,15 +62,7 @@ func TestDelayedExactnessAcrossFourGatewaysSharingRedis(t *testing.T) {
 				t.Error(v)
 			}
 			n := statusCounts(history)
-			var first, last time.Time
-			for _, d := range history {
-				if first.IsZero() || d.start.Before(first) {
-					first = d.start
-				}
-				if d.end.After(last) {
-					last = d.end
-				}
-			}
+			first, last := span(history)
 			spanned := e.windowOf(last.Add(offset.max)) - e.windowOf(first.Add(offset.min)) + 1
 			if int64(n[http.StatusOK]) > limit*spanned {
 				t.Errorf("%d admitted over %d windows of %d", n[http.StatusOK], spanned, limit)
@@ -128,15 +120,7 @@ func TestDelayedBucketAdmitsNoMoreThanItRefills(t *testing.T) {
 	time.Sleep(run)
 	history := l.finish(t)
 	n := statusCounts(history)
-	var first, last time.Time
-	for _, d := range history {
-		if first.IsZero() || d.start.Before(first) {
-			first = d.start
-		}
-		if d.end.After(last) {
-			last = d.end
-		}
-	}
+	first, last := span(history)
 	// Redis counts whole milliseconds: a token may be due up to one
 	// before the local clock says.
 	refills := int((last.Sub(first) + time.Millisecond) / period)

@@ -533,3 +533,17 @@ func (c *statusCounter) counts() map[int]int {
 	}
 	return n
 }
+
+// span is when the first request of history was sent and when the last
+// answer came.
+func span(history []decision) (first, last time.Time) {
+	for _, d := range history {
+		if first.IsZero() || d.start.Before(first) {
+			first = d.start
+		}
+		if d.end.After(last) {
+			last = d.end
+		}
+	}
+	return first, last
+}
