@@ -485,9 +485,16 @@ func (c *checker) apiKeys(rng hcl.Range, path string) (map[subject.KeyHash]struc
 
 func (c *checker) pseudonym(b *pseudonymBlock) (map[int][]byte, int) {
 	keys := map[int][]byte{}
-	version := int(c.integer(b.Version, b.Body, "version", 0, 1))
+	version := 0 // absent: the decoder reports it
+	if b.Version != nil {
+		version = int(*b.Version)
+	}
 	elements := map[string]hcl.Range{}
 	labelled := map[int]bool{}
+	var skip []string
+	if !has(b.Body, "version") {
+		skip = append(skip, "version")
+	}
 	for _, kb := range b.Keys {
 		v, err := strconv.Atoi(kb.Version)
 		if err != nil {
@@ -501,17 +508,16 @@ func (c *checker) pseudonym(b *pseudonymBlock) (map[int][]byte, int) {
 		labelled[v] = true
 		field := fmt.Sprintf("key.%d", v)
 		elements[field], elements[field+".secret"] = kb.VersionRange, kb.Secret.Range()
-		if secret, ok := c.secret(kb.Secret, "secret"); ok {
-			keys[v] = []byte(secret)
+		secret, ok := c.secret(kb.Secret, "secret")
+		if !ok {
+			// There, but reported already: whatever else of it is wrong
+			// is not said again.
+			skip = append(skip, field, field+".secret")
 		}
+		keys[v] = []byte(secret)
 	}
-	// What versions and secrets may be, and that the version has a key,
-	// is subject.ValidatePseudonymKeys's. A key block that is there but
-	// whose secret is broken is reported already.
-	var skip []string
-	if !has(b.Body, "version") || (labelled[version] && keys[version] == nil) {
-		skip = append(skip, "version")
-	}
+	// What versions and secrets may be, and that the version is at least 1
+	// and has a key, is subject.ValidatePseudonymKeys's.
 	c.fields(subject.ValidatePseudonymKeys(keys, version), "Invalid pseudonym block", hcl.Range{}, finderOf(map[string]hcl.Body{"": b.Body}, nil, elements), skip...)
 	return keys, version
 }

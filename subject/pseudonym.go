@@ -40,7 +40,8 @@ type signer struct {
 // ValidatePseudonymKeys reports every problem of keys and active, each a
 // *FieldError naming the field as a pseudonym block does ("key.2" for a
 // key's version, "key.2.secret", "version"), joined: versions from 1,
-// secrets of at least MinSecretBytes, and a key of the active version.
+// secrets of at least MinSecretBytes, and an active version from 1 that
+// has a key.
 func ValidatePseudonymKeys(keys map[int][]byte, active int) error {
 	var errs []error
 	for _, v := range slices.Sorted(maps.Keys(keys)) {
@@ -53,7 +54,9 @@ func ValidatePseudonymKeys(keys map[int][]byte, active int) error {
 				Detail: fmt.Sprintf("The secret of key %d is %d bytes; at least %d are needed.", v, len(keys[v]), MinSecretBytes)})
 		}
 	}
-	if _, ok := keys[active]; !ok || active < 1 {
+	if _, ok := keys[active]; active < 1 {
+		errs = append(errs, &FieldError{Field: "version", Summary: "Value too small", Detail: "version must be at least 1."})
+	} else if !ok {
 		errs = append(errs, &FieldError{Field: "version", Summary: "Pseudonym version without a key",
 			Detail: fmt.Sprintf("version = %d, but there is no key \"%d\" block.", active, active)})
 	}

@@ -50,6 +50,14 @@ func TestValidatePseudonymKeysNamesTheFieldOfEachProblem(t *testing.T) {
 	if err := subject.ValidatePseudonymKeys(map[int][]byte{1: secret}, 1); err != nil {
 		t.Errorf("one key, active: %v", err)
 	}
+	// An active version below 1 is refused as such, with or without a
+	// key of that version.
+	for _, active := range []int{0, -1} {
+		errs := subject.ValidatePseudonymKeys(map[int][]byte{-1: secret, 1: secret}, active).(interface{ Unwrap() []error }).Unwrap()
+		if last := errs[len(errs)-1].(*subject.FieldError); last.Field != "version" || last.Summary != "Value too small" {
+			t.Errorf("version %d: %+v", active, last)
+		}
+	}
 }
 
 // The subject block's header names are subject's rule too, and a jwt

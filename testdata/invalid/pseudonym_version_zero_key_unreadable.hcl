@@ -1,0 +1,4 @@
+pseudonym {
+  version = 0
+  key "0" { secret = file("../secrets/no-such-secret.txt") }
+}
