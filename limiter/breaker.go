@@ -70,6 +70,9 @@ type breaker struct {
 	consecutive int
 	openedAt    time.Time
 	probing     bool
+	// opens counts the times the breaker opened: a connection dialed
+	// before the last is not used again (see markedConn).
+	opens atomic.Uint64
 	// quiet is state == breakerClosed && consecutive == 0, kept under mu
 	// and read without it (see calm).
 	quiet atomic.Bool
@@ -158,6 +161,7 @@ func (b *breaker) abandon() {
 
 func (b *breaker) open(now time.Time, why string) {
 	b.state, b.openedAt = breakerOpen, now
+	b.opens.Add(1)
 	b.gauge.Set(1)
 	b.logger.Warn("redis circuit breaker open", "node", b.node, "reason", why, "cooldown", b.cooldown.String())
 }

@@ -3,6 +3,8 @@ package limiter
 import (
 	"errors"
 	"fmt"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // Test-only access to internals, for the external test package.
@@ -180,3 +182,6 @@ func (m *Memory) SameShard(p, q *Policy, subject string) bool {
 	b := m.sum(appendMemoryKey(nil, q, subject))
 	return a[0]%memoryShards == b[0]%memoryShards
 }
+
+// Client is the backend's go-redis client, for a test to hook its dials.
+func (r *Redis) Client() redis.UniversalClient { return r.client }

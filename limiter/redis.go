@@ -243,12 +243,19 @@ func NewRedis(ctx context.Context, opts RedisOptions) (*Redis, error) {
 	}
 	switch opts.Mode {
 	case RedisStandalone:
-		r.client = redis.NewClient(uo.Simple())
+		c := redis.NewClient(uo.Simple())
+		r.markConns(c)
+		r.client = c
 	case RedisSentinel:
-		r.client = redis.NewFailoverClient(uo.Failover())
+		c := redis.NewFailoverClient(uo.Failover())
+		r.markConns(c)
+		r.client = c
 	case RedisCluster:
 		r.cluster = redis.NewClusterClient(uo.Cluster())
-		r.cluster.OnNewNode(func(c *redis.Client) { r.clusterNodes.Store(c.Options().Addr, c) })
+		r.cluster.OnNewNode(func(c *redis.Client) {
+			r.markConns(c)
+			r.clusterNodes.Store(c.Options().Addr, c)
+		})
 		r.client = r.cluster
 	default:
 		return nil, fmt.Errorf("redis: unknown mode %q", opts.Mode)
