@@ -406,13 +406,14 @@ func (c *checker) subject(b *subjectBlock) subject.Options {
 	for _, h := range headers {
 		*h.dst = optionString(h.value)
 	}
+	// What the prefix may be is subject.Options.Validate's (and edge's,
+	// for the per-client connection cap, which reports it once). Its zero
+	// is the default; a 0 the file writes is passed on as negative.
+	o.IPv6Prefix = optionInt(b.IPv6Prefix)
 	c.fields(o.Validate(), "Invalid subject block", hcl.Range{}, finderOf(map[string]hcl.Body{"": b.Body}, nil, nil))
 	for _, h := range headers {
 		*h.dst = or(h.value, "")
 	}
-	// Past 128 is edge.Options.Validate's to report: the prefix is the
-	// per-client connection cap's too.
-	o.IPv6Prefix = int(c.integer(b.IPv6Prefix, b.Body, "ipv6_prefix", 0, 1))
 	if b.APIKeysFile != nil {
 		o.KnownKeys, o.KeyPlans = c.apiKeys(valueRange(b.Body, "api_keys_file"), c.path(*b.APIKeysFile))
 	}

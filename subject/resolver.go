@@ -163,9 +163,6 @@ func NewResolver(opts Options) (*Resolver, error) {
 		return nil, fmt.Errorf("subject: %w", err)
 	}
 	opts = opts.withDefaults()
-	if !ValidIPv6Prefix(opts.IPv6Prefix) {
-		return nil, errors.New("subject: ipv6_prefix must be between 1 and 128")
-	}
 	var jwt *verifier
 	if opts.JWT != nil {
 		if jwt, err = newVerifier(*opts.JWT); err != nil {

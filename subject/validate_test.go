@@ -98,3 +98,24 @@ func problemFields(t *testing.T, err error) []string {
 	}
 	return fields
 }
+
+// An IPv6 prefix that is set is 1 to 128, named by its field; zero is the
+// default. NewResolver refuses what Validate does.
+func TestOptionsValidateHoldsTheIPv6PrefixToItsRange(t *testing.T) {
+	for _, bits := range []int{-1, 129} {
+		o := subject.Options{IPv6Prefix: bits}
+		if fields := problemFields(t, o.Validate()); !slices.Equal(fields, []string{"ipv6_prefix"}) {
+			t.Errorf("ipv6_prefix %d: fields %q", bits, fields)
+		}
+		o.PseudonymKeys, o.PseudonymVersion = map[int][]byte{1: []byte(fakeSecret)}, 1
+		if _, err := subject.NewResolver(o); err == nil {
+			t.Errorf("NewResolver took ipv6_prefix %d", bits)
+		}
+	}
+	for _, bits := range []int{0, 1, 128} {
+		o := subject.Options{IPv6Prefix: bits, PseudonymKeys: map[int][]byte{1: []byte(fakeSecret)}, PseudonymVersion: 1}
+		if _, err := subject.NewResolver(o); err != nil {
+			t.Errorf("ipv6_prefix %d: %v", bits, err)
+		}
+	}
+}

@@ -1,0 +1,3 @@
+subject {
+  ipv6_prefix = -3
+}
