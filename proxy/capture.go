@@ -141,7 +141,6 @@ func (h *h1Writer) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 
 func (h *h1Writer) Flush() { h.w.Flush() }
 
-//lint:ignore SA1019 the server's writer has it, and so does httpsnoop's wrapper.
 func (h *h1Writer) CloseNotify() <-chan bool    { return h.w.CloseNotify() }
 func (h *h1Writer) Unwrap() http.ResponseWriter { return h.w }
 
