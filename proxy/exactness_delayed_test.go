@@ -57,10 +57,7 @@ func TestDelayedExactnessAcrossFourGatewaysSharingRedis(t *testing.T) {
 			offset = offset.hull(measureOffset(t, servers...))
 
 			e := exactness{limit: limit, window: window, offset: offset, denialSlack: rememberedDenialSlack}
-			tallies, violations := e.check(history)
-			for _, v := range violations {
-				t.Error(v)
-			}
+			tallies := e.verify(t, history)
 			n := statusCounts(history)
 			first, last := span(history)
 			spanned := e.windowOf(last.Add(offset.max)) - e.windowOf(first.Add(offset.min)) + 1

@@ -160,6 +160,17 @@ func (e exactness) capacity(w int64) int {
 	return e.limit * (1 + e.failoversIn(w))
 }
 
+// verify is check for a run of the real thing: each violation fails t,
+// and the tallies are returned for the run's own figures.
+func (e exactness) verify(t *testing.T, history []decision) []windowTally {
+	t.Helper()
+	tallies, violations := e.check(history)
+	for _, v := range violations {
+		t.Error(v)
+	}
+	return tallies
+}
+
 // check returns the tally of every subject's windows, ordered, and every
 // way in which history breaks the promise; none means it keeps it.
 func (e exactness) check(history []decision) (tallies []windowTally, violations []string) {

@@ -57,10 +57,7 @@ func TestLeasedExactnessAcrossFourGatewaysSharingRedis(t *testing.T) {
 
 			e := exactness{limit: limit, window: window, offset: offset, denialSlack: rememberedDenialSlack,
 				earlyDenial: (instances - 1) * (lease - 1)}
-			tallies, violations := e.check(history)
-			for _, v := range violations {
-				t.Error(v)
-			}
+			tallies := e.verify(t, history)
 			n := statusCounts(history)
 			if up.count() != n[http.StatusOK] {
 				t.Errorf("the upstream saw %d requests, the clients %d 200s", up.count(), n[http.StatusOK])

@@ -281,10 +281,7 @@ func TestExactnessAcrossFourGatewaysSharingOneRedis(t *testing.T) {
 			offset = offset.hull(measureOffset(t, servers...))
 
 			e := exactness{limit: limit, window: window, offset: offset, denialSlack: rememberedDenialSlack}
-			tallies, violations := e.check(history)
-			for _, v := range violations {
-				t.Error(v)
-			}
+			tallies := e.verify(t, history)
 			// The windows the clients covered from end to end. How many
 			// requests reach a window is the machine's business: on a busy
 			// one (-race, two shared cores) a subject got fewer than 25 a
@@ -423,10 +420,7 @@ func TestExactnessThroughASentinelFailover(t *testing.T) {
 	offset = offset.hull(measureOffset(t, replica))
 
 	e := exactness{limit: limit, window: window, offset: offset, failovers: []failover{{killing, recovered}}}
-	tallies, violations := e.check(history)
-	for _, v := range violations {
-		t.Error(v)
-	}
+	tallies := e.verify(t, history)
 	n := statusCounts(history)
 	if n[503] == 0 {
 		t.Error("no 503 while the master was down: the failover went unseen")
