@@ -1,0 +1,4 @@
+route "orders.read" {
+  path     = "/orders"
+  upstream = "http://[::1"
+}

@@ -1,0 +1,8 @@
+upstream "legacy-orders" {
+  targets = ["http://10.0.0.11:9000?x=1", "http://10.0.0.12:9000", "http://[::1"]
+}
+
+route "orders.read" {
+  path     = "/orders"
+  upstream = "legacy-orders"
+}
