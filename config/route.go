@@ -73,11 +73,11 @@ func (c *checker) routes(blocks []*routeBlock, policies map[string]*limiter.Poli
 				c.errorf(b.Subject.Range(), "No subject source", "subject needs at least one source.")
 			}
 		}
-		// What the route's rules say of the path, the cost, the policies
-		// and plans, the rewrite, the host header, the header rules, the
-		// upgrades and the ignored extensions is proxy.Route.Validate's;
-		// each element is read with its range, by the field Validate
-		// names it.
+		// What the route's rules say of the path, the upstream URL, the
+		// cost, the policies and plans, the rewrite, the host header, the
+		// header rules, the upgrades and the ignored extensions is
+		// proxy.Route.Validate's; each element is read with its range, by
+		// the field Validate names it.
 		elements := map[string]hcl.Range{}
 		if b.RewritePrefix != nil && !c.decodeFailed(valueRange(b.Body, "rewrite_prefix")) {
 			r.Rewrite, r.RewritePrefix = true, *b.RewritePrefix
@@ -146,10 +146,12 @@ func (c *checker) routes(blocks []*routeBlock, policies map[string]*limiter.Poli
 				}
 			}
 		}
-		// A path left out is the decoder's to report.
+		// A path or upstream left out is the decoder's to report.
 		var absent []string
-		if !has(b.Body, "path") {
-			absent = append(absent, "path")
+		for _, name := range []string{"path", "upstream"} {
+			if !has(b.Body, name) {
+				absent = append(absent, name)
+			}
 		}
 		c.fields(r.Validate(so.ManagedHeaders()), "Invalid route", b.DefRange, finderOf(map[string]hcl.Body{"": b.Body}, nil, elements), absent...)
 		// The file's forms, as the proxy compiles them; a path it cannot

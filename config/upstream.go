@@ -2,7 +2,6 @@ package config
 
 import (
 	"fmt"
-	"net/url"
 	"strings"
 
 	"github.com/hashicorp/hcl/v2"
@@ -33,15 +32,9 @@ func (c *checker) upstreams(blocks []*upstreamBlock) []proxy.Pool {
 			continue
 		}
 		elements := map[string]hcl.Range{}
-		items := c.list(b.Targets, "targets")
-		for _, it := range items {
-			u, err := proxy.ParseTarget(it.value)
-			if err != nil {
-				c.errorf(it.rng, "Invalid target", "Each target must be an http:// or https:// URL with a host and no credentials, query or fragment, not %q.", it.value)
-				continue
-			}
+		for _, it := range c.list(b.Targets, "targets") {
 			elements[fmt.Sprintf("targets[%d]", len(p.Targets))] = it.rng
-			p.Targets = append(p.Targets, u)
+			p.Targets = append(p.Targets, it.value)
 		}
 		if b.Balance != nil {
 			balance, ok := proxy.ParseBalance(*b.Balance)
@@ -78,14 +71,9 @@ func (c *checker) upstreams(blocks []*upstreamBlock) []proxy.Pool {
 				Timeout:  c.optionDuration(hb.Timeout, hb.Body, "timeout"),
 			}
 		}
-		// The rest of an upstream's rules are proxy.Pool.Validate's. When
-		// the file lists targets, none of which is a URL, each is
-		// reported above: that none is left is not said again.
-		var skip []string
-		if len(items) > 0 {
-			skip = append(skip, "targets")
-		}
-		c.fields(p.Validate(), "Invalid upstream", b.DefRange, finderOf(bodies, defs, elements), skip...)
+		// The rest of an upstream's rules, what a target may be among
+		// them, are proxy.Pool.Validate's.
+		c.fields(p.Validate(), "Invalid upstream", b.DefRange, finderOf(bodies, defs, elements))
 		pools = append(pools, p)
 	}
 	// That no name is given twice is proxy.ValidatePools's to say.
@@ -93,20 +81,15 @@ func (c *checker) upstreams(blocks []*upstreamBlock) []proxy.Pool {
 	return pools
 }
 
-// routeUpstream reads a route's upstream: a URL, or the name of an
-// upstream block.
-func (c *checker) routeUpstream(value string, rng hcl.Range) (*url.URL, string) {
+// routeUpstream reads a route's upstream: the name of an upstream block,
+// or else a URL, which is proxy.Route.Validate's to check.
+func (c *checker) routeUpstream(value string, rng hcl.Range) (upstream, pool string) {
 	if !strings.Contains(value, "://") && isName(value) {
 		if !c.pools[value] {
 			c.errorf(rng, "Unknown upstream", "No upstream block is named %q, and it is no http:// or https:// URL.", value)
-			return nil, ""
+			return "", ""
 		}
-		return nil, value
+		return "", value
 	}
-	u, err := proxy.ParseTarget(value)
-	if err != nil {
-		c.errorf(rng, "Invalid upstream", "upstream must name an upstream block or be an http:// or https:// URL with a host and no credentials, query or fragment, not %q.", value)
-		return nil, ""
-	}
-	return u, ""
+	return value, ""
 }

@@ -39,7 +39,7 @@ route "files" {
 		t.Fatalf("%d pools", len(f.Proxy.Pools))
 	}
 	p := f.Proxy.Pools[0]
-	if p.Name != "legacy-orders" || len(p.Targets) != 2 || p.Targets[1].String() != "https://10.0.0.12:9443/app" ||
+	if p.Name != "legacy-orders" || len(p.Targets) != 2 || p.Targets[1] != "https://10.0.0.12:9443/app" ||
 		p.Balance != proxy.LeastRequests || p.ConnectTimeout != 2*time.Second || p.ResponseTimeout != 30*time.Second ||
 		p.MaxFails >= 0 || p.FailTimeout != 15*time.Second {
 		t.Errorf("pool %+v (max_fails = 0 must mean never, a negative MaxFails)", p)
@@ -48,11 +48,11 @@ route "files" {
 		t.Errorf("health %+v", h)
 	}
 	r := f.Proxy.Routes
-	if r[0].Pool != "legacy-orders" || r[0].Upstream != nil {
-		t.Errorf("route naming the pool: pool %q upstream %v", r[0].Pool, r[0].Upstream)
+	if r[0].Pool != "legacy-orders" || r[0].Upstream != "" {
+		t.Errorf("route naming the pool: pool %q upstream %q", r[0].Pool, r[0].Upstream)
 	}
-	if r[1].Pool != "" || r[1].Upstream.String() != "http://10.0.0.20:8080" {
-		t.Errorf("route with a URL: pool %q upstream %v", r[1].Pool, r[1].Upstream)
+	if r[1].Pool != "" || r[1].Upstream != "http://10.0.0.20:8080" {
+		t.Errorf("route with a URL: pool %q upstream %q", r[1].Pool, r[1].Upstream)
 	}
 }
 

@@ -138,11 +138,8 @@ type policyView struct {
 func adminRoutes(routes []*route) routesView {
 	v := routesView{Routes: make([]routeView, 0, len(routes))}
 	for _, r := range routes {
-		rv := routeView{Name: r.OperationID, Host: r.Host, Path: r.Path, Methods: r.Methods, Pool: r.Pool, Cost: r.Cost,
+		rv := routeView{Name: r.OperationID, Host: r.Host, Path: r.Path, Methods: r.Methods, Upstream: r.Upstream, Pool: r.Pool, Cost: r.Cost,
 			Subject: make([]string, len(r.Subject)), Policies: policyViews(r.Policies)}
-		if r.Upstream != nil {
-			rv.Upstream = r.Upstream.String()
-		}
 		for i, k := range r.Subject {
 			rv.Subject[i] = k.String()
 		}

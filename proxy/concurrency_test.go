@@ -6,7 +6,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -57,14 +56,6 @@ func newSlowUpstream(t *testing.T) *slowUpstream {
 // letGo answers every request held, and every one to come.
 func (u *slowUpstream) letGo() { u.once.Do(func() { close(u.release) }) }
 
-func (u *slowUpstream) url(t *testing.T) *url.URL {
-	p, err := url.Parse(u.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
-
 // cutConnection closes the connection of the response w writes, as an
 // upstream that fails does.
 func cutConnection(w http.ResponseWriter) {
@@ -85,7 +76,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-func concurrencyRoute(t *testing.T, u *url.URL, ps ...*limiter.Policy) proxy.Route {
+func concurrencyRoute(t *testing.T, u string, ps ...*limiter.Policy) proxy.Route {
 	return proxy.Route{OperationID: "reports", Path: "/", Upstream: u, Policies: ps,
 		Subject: []subject.Kind{subject.Principal, subject.ClientIP}, Cost: 1, Upgrades: []string{"echo"}}
 }
@@ -114,7 +105,7 @@ func tenAtOnceLimitThree(t *testing.T, lim proxy.Limiter) {
 	m := proxy.NewMetrics(prometheus.NewRegistry())
 	p := policy(limitertest.Concurrency(3, 30*time.Second), "in-flight")
 	p.Clock = limiter.ClockBackend
-	g := newGateway(t, setup{routes: []proxy.Route{concurrencyRoute(t, up.url(t), p)}, metrics: m, limiter: lim})
+	g := newGateway(t, setup{routes: []proxy.Route{concurrencyRoute(t, up.URL, p)}, metrics: m, limiter: lim})
 	held := m.LeasesHeld.WithLabelValues("reports", "in-flight")
 
 	var wg sync.WaitGroup
@@ -187,9 +178,8 @@ func TestConcurrencyLeaseEndsWithTheResponse(t *testing.T) {
 	newConcurrencyGateway := func(t *testing.T, h http.HandlerFunc) (*gateway, *proxy.Metrics) {
 		up := httptest.NewServer(h)
 		t.Cleanup(up.Close)
-		u, _ := url.Parse(up.URL)
 		m := proxy.NewMetrics(prometheus.NewRegistry())
-		g := newGateway(t, setup{routes: []proxy.Route{concurrencyRoute(t, u, policy(limitertest.Concurrency(1, 30*time.Second), "one"))}, metrics: m})
+		g := newGateway(t, setup{routes: []proxy.Route{concurrencyRoute(t, up.URL, policy(limitertest.Concurrency(1, 30*time.Second), "one"))}, metrics: m})
 		return g, m
 	}
 	free := func(t *testing.T, g *gateway, m *proxy.Metrics) {
@@ -279,7 +269,7 @@ func TestConcurrencyLeaseIsRenewedWhileTheRequestLasts(t *testing.T) {
 	t.Cleanup(func() { m.Close() })
 	p := policy(limitertest.Concurrency(1, time.Second), "one")
 	p.Clock = limiter.ClockBackend
-	g := newGateway(t, setup{routes: []proxy.Route{concurrencyRoute(t, up.url(t), p)}, limiter: m})
+	g := newGateway(t, setup{routes: []proxy.Route{concurrencyRoute(t, up.URL, p)}, limiter: m})
 	done := make(chan int)
 	go func() {
 		res, err := http.Get(g.URL + "/long")

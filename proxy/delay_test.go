@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"net/url"
 	"slices"
 	"sync"
 	"testing"
@@ -46,14 +45,6 @@ func (a *arrivals) times() []time.Time {
 	return slices.Clone(a.at)
 }
 
-func (a *arrivals) url(t *testing.T) *url.URL {
-	u, err := url.Parse(a.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return u
-}
-
 // smoothing is a token bucket of capacity, refilled with capacity tokens
 // a second, that delays up to maxDelay, on Redis's clock.
 func smoothing(capacity int64, maxDelay time.Duration) *limiter.Policy {
@@ -74,7 +65,7 @@ func TestABurstIsDelayedNotRefusedAcrossTwoGatewaysSharingRedis(t *testing.T) {
 	for range 2 {
 		m := proxy.NewMetrics(prometheus.NewRegistry())
 		lim := redistest.NewLimiter(t, limiter.RedisOptions{Addrs: []string{s.Addr}})
-		gs = append(gs, newGateway(t, setup{routes: []proxy.Route{concurrencyRoute(t, up.url(t), p)}, metrics: m, limiter: lim}))
+		gs = append(gs, newGateway(t, setup{routes: []proxy.Route{concurrencyRoute(t, up.URL, p)}, metrics: m, limiter: lim}))
 		ms = append(ms, m)
 	}
 	start := time.Now()
@@ -194,7 +185,7 @@ func TestAClientThatLeavesWhileHeldGivesItsPlaceBack(t *testing.T) {
 	onEachBackend(t, func(t *testing.T, lim proxy.Limiter) {
 		up := newArrivals(t)
 		p := smoothing(1, time.Second)
-		g := newGateway(t, setup{routes: []proxy.Route{concurrencyRoute(t, up.url(t), p)}, limiter: lim})
+		g := newGateway(t, setup{routes: []proxy.Route{concurrencyRoute(t, up.URL, p)}, limiter: lim})
 		logClock := stopClock(g)
 		if code, err := g.getFor(t, "/", 5*time.Second); code != 200 {
 			t.Fatalf("first request: %d %v", code, err)
@@ -226,7 +217,7 @@ func TestMaxDelayedBoundsTheRequestsHeld(t *testing.T) {
 	lim := limiter.NewMemory(limiter.MemoryOptions{})
 	t.Cleanup(func() { lim.Close() })
 	m := proxy.NewMetrics(prometheus.NewRegistry())
-	g := newGateway(t, setup{routes: []proxy.Route{concurrencyRoute(t, up.url(t), p)}, limiter: lim, metrics: m, maxDelayed: 1})
+	g := newGateway(t, setup{routes: []proxy.Route{concurrencyRoute(t, up.URL, p)}, limiter: lim, metrics: m, maxDelayed: 1})
 	if code, _ := g.getFor(t, "/", 5*time.Second); code != 200 {
 		t.Fatalf("first request: %d", code)
 	}
@@ -263,7 +254,7 @@ func TestAShadowPolicysDelayHoldsNothing(t *testing.T) {
 	p.Shadow = true
 	lim := limiter.NewMemory(limiter.MemoryOptions{})
 	t.Cleanup(func() { lim.Close() })
-	g := newGateway(t, setup{routes: []proxy.Route{concurrencyRoute(t, up.url(t), p)}, limiter: lim})
+	g := newGateway(t, setup{routes: []proxy.Route{concurrencyRoute(t, up.URL, p)}, limiter: lim})
 	for range 2 {
 		start := time.Now()
 		if code, _ := g.getFor(t, "/", 5*time.Second); code != 200 || time.Since(start) > 500*time.Millisecond {
@@ -280,7 +271,7 @@ func TestAShadowPolicysDelayHoldsNothing(t *testing.T) {
 // second request for the refill, where the route's own policy refuses it.
 func TestAPlansPolicyDelays(t *testing.T) {
 	up := newArrivals(t)
-	r := concurrencyRoute(t, up.url(t), policy(limitertest.TokenBucket(1, 1, time.Second), "free"))
+	r := concurrencyRoute(t, up.URL, policy(limitertest.TokenBucket(1, 1, time.Second), "free"))
 	r.Subject = []subject.Kind{subject.APIKey}
 	r.Plans = map[string][]*limiter.Policy{"gold": {smoothing(1, time.Second)}}
 	lim := limiter.NewMemory(limiter.MemoryOptions{})

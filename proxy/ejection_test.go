@@ -3,7 +3,6 @@ package proxy_test
 import (
 	"net/http"
 	"net/http/httptest"
-	"net/url"
 	"sync"
 	"testing"
 	"time"
@@ -13,7 +12,7 @@ import (
 
 // slowOnPath is a target that answers /slow after 3 s (or when the
 // gateway gives up) and anything else at once.
-func slowOnPath(t *testing.T) *url.URL {
+func slowOnPath(t *testing.T) string {
 	t.Helper()
 	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/slow" {
@@ -25,8 +24,7 @@ func slowOnPath(t *testing.T) *url.URL {
 		w.Write([]byte("ok"))
 	}))
 	t.Cleanup(s.Close)
-	u, _ := url.Parse(s.URL)
-	return u
+	return s.URL
 }
 
 // sendConcurrently sends n GETs of path at once and returns their statuses.
@@ -66,7 +64,7 @@ func TestResponseTimeoutsEjectOnlyWhenThePoolSaysSo(t *testing.T) {
 		{"with eject_on_timeout at most half of two", true, 1},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			g := newPoolGateway(t, proxy.Pool{Name: "legacy", Targets: []*url.URL{slowOnPath(t), slowOnPath(t)},
+			g := newPoolGateway(t, proxy.Pool{Name: "legacy", Targets: []string{slowOnPath(t), slowOnPath(t)},
 				ResponseTimeout: 300 * time.Millisecond, MaxFails: 3, FailTimeout: time.Minute, EjectOnTimeout: c.ejectOnTimeout})
 			if codes := sendConcurrently(t, g, "/slow", 6); codes[http.StatusGatewayTimeout] != 6 {
 				t.Fatalf("statuses %v, want six 504s", codes)
@@ -103,7 +101,7 @@ func TestFailuresEjectAtMostMaxEjectedPercentOfThePool(t *testing.T) {
 		{"all but the last", 100, 3, "kept_last_target"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			dead := []*url.URL{deadURL(t), deadURL(t), deadURL(t), deadURL(t)}
+			dead := []string{deadURL(t), deadURL(t), deadURL(t), deadURL(t)}
 			g := newPoolGateway(t, proxy.Pool{Name: "legacy", Targets: dead, MaxFails: 1, FailTimeout: time.Minute, MaxEjectedPercent: c.percent})
 			for i := range 12 {
 				if code, _ := g.send(http.MethodPost, "x"); code != http.StatusBadGateway {

@@ -141,7 +141,7 @@ func TestInFlightExactnessAcrossFourGatewaysSharingOneRedis(t *testing.T) {
 				m := proxy.NewMetrics(prometheus.NewRegistry())
 				metrics = append(metrics, m)
 				gateways = append(gateways, newGateway(t, setup{
-					routes:  []proxy.Route{concurrencyRoute(t, up.url(t), p)},
+					routes:  []proxy.Route{concurrencyRoute(t, up.URL, p)},
 					limiter: redistest.NewLimiter(t, opts),
 					trusted: trusted,
 					metrics: m,

@@ -5,7 +5,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -68,11 +67,10 @@ func TestFaultMatrixLeasesReturnAfterTheLoad(t *testing.T) {
 					io.WriteString(w, "report")
 				}))
 				t.Cleanup(up.Close)
-				upURL, _ := url.Parse(up.URL)
 				p := redisPolicy(kind.policy(), "matrix-"+strings.ReplaceAll(kind.name, " ", "-"))
 				m := proxy.NewMetrics(prometheus.NewRegistry())
 				h, err := proxy.NewHandler(proxy.Options{Metrics: m}, proxy.Config{
-					Routes:   []proxy.Route{concurrencyRoute(t, upURL, p)},
+					Routes:   []proxy.Route{concurrencyRoute(t, up.URL, p)},
 					Resolver: newResolver(t, []string{"127.0.0.1/32"}),
 					Limiter:  redistest.NewLimiter(t, limiter.RedisOptions{Addrs: []string{link.Addr}}),
 					Deadline: faultDeadline,

@@ -112,7 +112,7 @@ func TestRoutesThatCollideOnceFoldedAreRefused(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			var rs []proxy.Route
 			for _, r := range routes {
-				r.Upstream = up.url(t)
+				r.Upstream = up.URL
 				rs = append(rs, r)
 			}
 			m := limiter.NewMemory(limiter.MemoryOptions{})

@@ -40,7 +40,8 @@ type Limiter interface {
 }
 
 // Route is one route block, compiled. Route.Validate holds the rules of
-// its path, cost, rewrite, host header, header rules and upgrades.
+// its path, upstream URL, cost, rewrite, host header, header rules and
+// upgrades.
 type Route struct {
 	OperationID string
 	Host        string // exact, lower case, no port; empty matches any host
@@ -49,8 +50,8 @@ type Route struct {
 	Path    string
 	Methods []string // empty allows every method
 	// Upstream is a URL to forward to (a pool of that one target, with
-	// the pool defaults), or nil when Pool names one of Config.Pools.
-	Upstream *url.URL
+	// the pool defaults), or empty when Pool names one of Config.Pools.
+	Upstream string
 	Pool     string
 	// Policies are the route's limit, decided together, atomically: every
 	// enforced policy must allow, and when one denies none is charged. One
@@ -328,7 +329,7 @@ func (h *Handler) compile(cfg Config, prev *compiled) (*compiled, []*poolTranspo
 	for i := range cfg.Routes {
 		r := &route{Route: cfg.Routes[i]}
 		switch {
-		case (r.Upstream == nil) == (r.Pool == ""):
+		case (r.Upstream == "") == (r.Pool == ""):
 			return nil, nil, fmt.Errorf("proxy: route %q needs an upstream URL or a pool, not both", r.OperationID)
 		case r.Pool != "":
 			r.pool = pools[r.Pool]
@@ -336,7 +337,7 @@ func (h *Handler) compile(cfg Config, prev *compiled) (*compiled, []*poolTranspo
 				return nil, nil, fmt.Errorf("proxy: route %q names no pool of the configuration: %q", r.OperationID, r.Pool)
 			}
 		default:
-			r.pool = pools[r.Upstream.String()]
+			r.pool = pools[r.Upstream]
 		}
 		if err := r.Validate(cfg.Resolver.ManagedHeaders()); err != nil {
 			return nil, nil, fmt.Errorf("proxy: route %q: %w", r.OperationID, err)

@@ -13,7 +13,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
-	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -60,14 +59,6 @@ func (u *upstream) last() *http.Request {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	return u.requests[len(u.requests)-1]
-}
-
-func (u *upstream) url(t *testing.T) *url.URL {
-	p, err := url.Parse(u.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p
 }
 
 type gateway struct {
@@ -165,7 +156,7 @@ func newGateway(t *testing.T, s setup) *gateway {
 
 func route(id, path string, up *upstream, t *testing.T, p *limiter.Policy) proxy.Route {
 	return proxy.Route{
-		OperationID: id, Path: path, Upstream: up.url(t), Policies: onePolicy(p),
+		OperationID: id, Path: path, Upstream: up.URL, Policies: onePolicy(p),
 		Subject: []subject.Kind{subject.Principal, subject.APIKey, subject.ClientIP}, Cost: 1,
 	}
 }
@@ -543,9 +534,8 @@ func TestOutcomesThatAreNotDecisionsFailClosed(t *testing.T) {
 
 func TestUpstreamFailures(t *testing.T) {
 	dead := httptest.NewServer(http.NotFoundHandler())
-	deadURL, _ := url.Parse(dead.URL)
 	dead.Close()
-	g := newGateway(t, setup{routes: []proxy.Route{{OperationID: "dead", Path: "/", Upstream: deadURL}}})
+	g := newGateway(t, setup{routes: []proxy.Route{{OperationID: "dead", Path: "/", Upstream: dead.URL}}})
 	res := g.get(t, "/")
 	var body map[string]any
 	json.NewDecoder(res.Body).Decode(&body)
@@ -613,8 +603,7 @@ func TestStreamingAndUpgrades(t *testing.T) {
 	}))
 	t.Cleanup(up.Close)
 	defer close(release)
-	u, _ := url.Parse(up.URL)
-	g := newGateway(t, setup{routes: []proxy.Route{{OperationID: "s", Path: "/", Upstream: u, Policies: onePolicy(policy(limitertest.FixedWindow(100, time.Minute), "p")), Subject: []subject.Kind{subject.ClientIP}, Cost: 1, Upgrades: []string{"echo"}}}})
+	g := newGateway(t, setup{routes: []proxy.Route{{OperationID: "s", Path: "/", Upstream: up.URL, Policies: onePolicy(policy(limitertest.FixedWindow(100, time.Minute), "p")), Subject: []subject.Kind{subject.ClientIP}, Cost: 1, Upgrades: []string{"echo"}}}})
 
 	t.Run("a streamed response arrives before the upstream finishes", func(t *testing.T) {
 		res, err := http.Get(g.URL + "/stream")
@@ -733,8 +722,7 @@ func BenchmarkRequestPath(b *testing.B) {
 			if bc.policy != nil {
 				bc.policy.Dedup = limiter.Dedup{}
 			}
-			up, _ := url.Parse("http://upstream.invalid")
-			rt := proxy.Route{OperationID: "orders.read", Path: "/orders", Upstream: up, Policies: onePolicy(bc.policy), Subject: []subject.Kind{subject.ClientIP}, Cost: 1}
+			rt := proxy.Route{OperationID: "orders.read", Path: "/orders", Upstream: "http://upstream.invalid", Policies: onePolicy(bc.policy), Subject: []subject.Kind{subject.ClientIP}, Cost: 1}
 			if bc.route != nil {
 				bc.route(&rt)
 			}

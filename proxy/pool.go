@@ -460,13 +460,12 @@ func (h *Handler) buildPools(cfg Config, prev *compiled) (map[string]*pool, []*p
 		defs = append(defs, p)
 	}
 	for _, r := range cfg.Routes {
-		if r.Upstream == nil || r.Pool != "" {
+		if r.Upstream == "" || r.Pool != "" {
 			continue
 		}
-		name := r.Upstream.String()
-		if !names[name] {
-			names[name] = true
-			defs = append(defs, Pool{Name: name, Targets: []*url.URL{r.Upstream}})
+		if !names[r.Upstream] {
+			names[r.Upstream] = true
+			defs = append(defs, Pool{Name: r.Upstream, Targets: []string{r.Upstream}})
 		}
 	}
 	pools := make(map[string]*pool, len(defs))
@@ -496,7 +495,8 @@ func (h *Handler) buildPools(cfg Config, prev *compiled) (map[string]*pool, []*p
 		if mt := h.opts.Metrics; mt != nil {
 			p.duration = mt.UpstreamDuration.WithLabelValues(p.Name)
 		}
-		for _, u := range def.Targets {
+		for _, target := range def.Targets {
+			u, _ := parseTarget(target) // withDefaults refused any other
 			m := &member{pool: p, url: u, name: u.String()}
 			if old != nil {
 				for _, om := range old.members {

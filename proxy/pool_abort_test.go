@@ -4,7 +4,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"net/url"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -38,9 +37,7 @@ func TestATargetThatCutsAResponseShortIsNotCountedBusyForever(t *testing.T) {
 		return s
 	}
 	a, b := target("a"), target("b")
-	ua, _ := url.Parse(a.URL)
-	ub, _ := url.Parse(b.URL)
-	g := newPoolGateway(t, proxy.Pool{Name: "legacy", Targets: []*url.URL{ua, ub}, Balance: proxy.LeastRequests})
+	g := newPoolGateway(t, proxy.Pool{Name: "legacy", Targets: []string{a.URL, b.URL}, Balance: proxy.LeastRequests})
 	for i := 0; !aborted.Load(); i++ {
 		if i == 200 {
 			t.Fatal("200 requests and none reached a")
@@ -54,7 +51,7 @@ func TestATargetThatCutsAResponseShortIsNotCountedBusyForever(t *testing.T) {
 	}
 	sent := 0
 	for _, line := range strings.Split(g.logs.String(), "\n") {
-		if strings.Contains(line, `"aborted":true`) && strings.Contains(line, ua.String()) {
+		if strings.Contains(line, `"aborted":true`) && strings.Contains(line, a.URL) {
 			sent++
 		}
 	}

@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -124,13 +123,13 @@ func (g *poolGateway) targets() []string {
 }
 
 // deadURL is a loopback address where nothing listens: a dial is refused.
-func deadURL(t *testing.T) *url.URL {
+func deadURL(t *testing.T) string {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	l.Close()
-	return &url.URL{Scheme: "http", Host: l.Addr().String()}
+	return "http://" + l.Addr().String()
 }
 
 // eventually polls cond every 10ms until it holds or 10s pass.
@@ -147,7 +146,7 @@ func eventually(t *testing.T, what string, cond func() bool) {
 
 func TestRoundRobinAlternatesBetweenTwoLiveTargets(t *testing.T) {
 	a, b := newUpstream(t), newUpstream(t)
-	g := newPoolGateway(t, proxy.Pool{Name: "legacy", Targets: []*url.URL{a.url(t), b.url(t)}})
+	g := newPoolGateway(t, proxy.Pool{Name: "legacy", Targets: []string{a.URL, b.URL}})
 	for range 10 {
 		if code, _ := g.send("GET", ""); code != 200 {
 			t.Fatalf("status %d", code)
@@ -169,7 +168,7 @@ func TestRoundRobinAlternatesBetweenTwoLiveTargets(t *testing.T) {
 
 func TestADeadTargetCostsAGetNothingAndIsEjected(t *testing.T) {
 	live, dead := newUpstream(t), deadURL(t)
-	g := newPoolGateway(t, proxy.Pool{Name: "legacy", Targets: []*url.URL{live.url(t), dead}, MaxFails: 3, FailTimeout: time.Minute})
+	g := newPoolGateway(t, proxy.Pool{Name: "legacy", Targets: []string{live.URL, dead}, MaxFails: 3, FailTimeout: time.Minute})
 	for i := range 20 {
 		if code, _ := g.send("GET", ""); code != 200 {
 			t.Fatalf("request %d: status %d", i, code)
@@ -178,14 +177,13 @@ func TestADeadTargetCostsAGetNothingAndIsEjected(t *testing.T) {
 	if live.count() != 20 {
 		t.Fatalf("the live target saw %d of 20", live.count())
 	}
-	d := dead.String()
-	if n := g.metric("gateway_upstream_failures_total", "target", d, "cause", "refused"); n != 3 {
+	if n := g.metric("gateway_upstream_failures_total", "target", dead, "cause", "refused"); n != 3 {
 		t.Errorf("%v refusals counted, want max_fails = 3 and none after the ejection", n)
 	}
-	if n := g.metric("gateway_upstream_retries_total", "target", d); n != 3 {
+	if n := g.metric("gateway_upstream_retries_total", "target", dead); n != 3 {
 		t.Errorf("%v retries, want 3", n)
 	}
-	if g.metric("gateway_upstream_ejected", "target", d) != 1 || g.metric("gateway_upstream_ejected", "target", live.URL) != 0 {
+	if g.metric("gateway_upstream_ejected", "target", dead) != 1 || g.metric("gateway_upstream_ejected", "target", live.URL) != 0 {
 		t.Error("the ejected gauge does not say which target is out")
 	}
 	if !strings.Contains(g.logs.String(), `"msg":"upstream target ejected"`) {
@@ -200,7 +198,7 @@ func TestADeadTargetCostsAGetNothingAndIsEjected(t *testing.T) {
 
 // blackhole is a loopback address whose listen backlog is full: a dial to
 // it is neither accepted nor refused, it times out.
-func blackhole(t *testing.T) *url.URL {
+func blackhole(t *testing.T) string {
 	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -227,21 +225,21 @@ func blackhole(t *testing.T) *url.URL {
 		c.Close()
 		t.Skip("this kernel accepts past a full backlog; no target to time out on")
 	}
-	return &url.URL{Scheme: "http", Host: addr}
+	return "http://" + addr
 }
 
 func TestAConnectTimeoutIsAFailureAndTheGetGoesElsewhere(t *testing.T) {
 	live, hole := newUpstream(t), blackhole(t)
-	g := newPoolGateway(t, proxy.Pool{Name: "legacy", Targets: []*url.URL{live.url(t), hole}, ConnectTimeout: 200 * time.Millisecond, MaxFails: 2, FailTimeout: time.Minute})
+	g := newPoolGateway(t, proxy.Pool{Name: "legacy", Targets: []string{live.URL, hole}, ConnectTimeout: 200 * time.Millisecond, MaxFails: 2, FailTimeout: time.Minute})
 	for i := range 6 {
 		if code, _ := g.send("GET", ""); code != 200 {
 			t.Fatalf("request %d: status %d", i, code)
 		}
 	}
-	if n := g.metric("gateway_upstream_failures_total", "target", hole.String(), "cause", "connect_timeout"); n != 2 {
+	if n := g.metric("gateway_upstream_failures_total", "target", hole, "cause", "connect_timeout"); n != 2 {
 		t.Errorf("%v connect timeouts counted, want max_fails = 2", n)
 	}
-	if g.metric("gateway_upstream_ejected", "target", hole.String()) != 1 {
+	if g.metric("gateway_upstream_ejected", "target", hole) != 1 {
 		t.Error("the target that never answers the dial is not ejected")
 	}
 	if live.count() != 6 {
@@ -252,7 +250,7 @@ func TestAConnectTimeoutIsAFailureAndTheGetGoesElsewhere(t *testing.T) {
 // Failures never eject the last target in rotation: with every target
 // dead, one stays, and the answer is still a 502 at once.
 func TestWithEveryTargetDeadTheAnswerIs502AtOnce(t *testing.T) {
-	g := newPoolGateway(t, proxy.Pool{Name: "legacy", Targets: []*url.URL{deadURL(t), deadURL(t)}, MaxFails: 1, FailTimeout: time.Minute})
+	g := newPoolGateway(t, proxy.Pool{Name: "legacy", Targets: []string{deadURL(t), deadURL(t)}, MaxFails: 1, FailTimeout: time.Minute})
 	for i, wantType := range []string{"upstream-failed", "upstream-failed", "upstream-failed"} {
 		req, _ := http.NewRequest("GET", g.URL+"/orders", nil)
 		start := time.Now()
@@ -280,8 +278,7 @@ func TestResponseTimeoutAnswers504(t *testing.T) {
 		}
 	}))
 	t.Cleanup(slow.Close)
-	u, _ := url.Parse(slow.URL)
-	g := newPoolGateway(t, proxy.Pool{Name: "legacy", Targets: []*url.URL{u}, ResponseTimeout: time.Second})
+	g := newPoolGateway(t, proxy.Pool{Name: "legacy", Targets: []string{slow.URL}, ResponseTimeout: time.Second})
 	req, _ := http.NewRequest("GET", g.URL+"/orders", nil)
 	start := time.Now()
 	res := do(t, req)
@@ -300,7 +297,7 @@ func TestRequestsThatMustNotBeSentTwiceAreNotRetried(t *testing.T) {
 	for _, c := range []struct{ method, body string }{{"POST", `{"order":1}`}, {"GET", "a body"}, {"PATCH", ""}} {
 		t.Run(c.method+" "+fmt.Sprint(c.body != ""), func(t *testing.T) {
 			live := newUpstream(t)
-			g := newPoolGateway(t, proxy.Pool{Name: "legacy", Targets: []*url.URL{live.url(t), deadURL(t)}, MaxFails: 100})
+			g := newPoolGateway(t, proxy.Pool{Name: "legacy", Targets: []string{live.URL, deadURL(t)}, MaxFails: 100})
 			codes := map[int]int{}
 			for range 4 {
 				code, _ := g.send(c.method, c.body)
@@ -331,9 +328,7 @@ func TestLeastRequestsAvoidsABusyTarget(t *testing.T) {
 		return s
 	}
 	a, b := hold("a"), hold("b")
-	ua, _ := url.Parse(a.URL)
-	ub, _ := url.Parse(b.URL)
-	g := newPoolGateway(t, proxy.Pool{Name: "legacy", Targets: []*url.URL{ua, ub}, Balance: proxy.LeastRequests})
+	g := newPoolGateway(t, proxy.Pool{Name: "legacy", Targets: []string{a.URL, b.URL}, Balance: proxy.LeastRequests})
 	held := make(chan string, 1)
 	go func() {
 		res, err := http.Get(g.URL + "/orders?hold=1")
@@ -390,7 +385,7 @@ func newToggled(t *testing.T) *toggled {
 
 func TestActiveChecksEjectAndRestoreATarget(t *testing.T) {
 	a, b := newToggled(t), newToggled(t)
-	g := newPoolGateway(t, proxy.Pool{Name: "legacy", Targets: []*url.URL{a.url(t), b.url(t)},
+	g := newPoolGateway(t, proxy.Pool{Name: "legacy", Targets: []string{a.URL, b.URL},
 		Health: &proxy.HealthCheck{Path: "/healthz", Interval: 20 * time.Millisecond}})
 	ejected := func() bool { return g.metric("gateway_upstream_ejected", "target", b.URL) == 1 }
 
@@ -430,12 +425,12 @@ func TestActiveChecksEjectAndRestoreATarget(t *testing.T) {
 
 func TestAReloadThatKeepsAPoolKeepsItsEjections(t *testing.T) {
 	live, dead := newUpstream(t), deadURL(t)
-	p := proxy.Pool{Name: "legacy", Targets: []*url.URL{live.url(t), dead}, MaxFails: 1, FailTimeout: time.Minute}
+	p := proxy.Pool{Name: "legacy", Targets: []string{live.URL, dead}, MaxFails: 1, FailTimeout: time.Minute}
 	g := newPoolGateway(t, p)
 	for range 2 {
 		g.send("GET", "")
 	}
-	if g.metric("gateway_upstream_ejected", "target", dead.String()) != 1 {
+	if g.metric("gateway_upstream_ejected", "target", dead) != 1 {
 		t.Fatal("the dead target was not ejected")
 	}
 	// The reloaded pool has another response timeout: a new transport,
@@ -449,10 +444,10 @@ func TestAReloadThatKeepsAPoolKeepsItsEjections(t *testing.T) {
 			t.Fatalf("status %d", code)
 		}
 	}
-	if n := g.metric("gateway_upstream_failures_total", "target", dead.String()); n != 1 {
+	if n := g.metric("gateway_upstream_failures_total", "target", dead); n != 1 {
 		t.Fatalf("%v failures: the reload forgot the ejection", n)
 	}
-	if g.metric("gateway_upstream_ejected", "target", dead.String()) != 1 {
+	if g.metric("gateway_upstream_ejected", "target", dead) != 1 {
 		t.Fatal("the ejected gauge forgot the ejection")
 	}
 	// A reload that drops the target drops its series.
@@ -461,7 +456,7 @@ func TestAReloadThatKeepsAPoolKeepsItsEjections(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, name := range []string{"gateway_upstream_requests_total", "gateway_upstream_failures_total", "gateway_upstream_retries_total", "gateway_upstream_ejected"} {
-		if g.metric(name, "target", dead.String()) != 0 {
+		if g.metric(name, "target", dead) != 0 {
 			t.Errorf("%s still reports the removed target", name)
 		}
 	}
@@ -472,7 +467,7 @@ func TestAReloadThatKeepsAPoolKeepsItsEjections(t *testing.T) {
 
 func TestAReloadThatRemovesAPoolDropsItsDurationSeries(t *testing.T) {
 	up := newUpstream(t)
-	p := proxy.Pool{Name: "legacy", Targets: []*url.URL{up.url(t)}}
+	p := proxy.Pool{Name: "legacy", Targets: []string{up.URL}}
 	g := newPoolGateway(t, p)
 	g.send("GET", "")
 	if n := g.metric("gateway_upstream_duration_seconds", "pool", "legacy"); n != 1 {
@@ -501,8 +496,7 @@ func TestAReloadDoesNotDropRequestsInFlight(t *testing.T) {
 		fmt.Fprint(w, "done")
 	}))
 	t.Cleanup(slow.Close)
-	u, _ := url.Parse(slow.URL)
-	p := proxy.Pool{Name: "legacy", Targets: []*url.URL{u}}
+	p := proxy.Pool{Name: "legacy", Targets: []string{slow.URL}}
 	g := newPoolGateway(t, p)
 	codes := make(chan int, 3)
 	for range 3 {
@@ -537,9 +531,9 @@ func BenchmarkBalancedRequestPath(b *testing.B) {
 		b.Run(balance.String(), func(b *testing.B) {
 			m := limiter.NewMemory(limiter.MemoryOptions{})
 			defer m.Close()
-			var targets []*url.URL
+			var targets []string
 			for i := range 3 {
-				targets = append(targets, &url.URL{Scheme: "http", Host: fmt.Sprintf("upstream-%d.invalid", i)})
+				targets = append(targets, fmt.Sprintf("http://upstream-%d.invalid", i))
 			}
 			h, err := proxy.NewHandler(proxy.Options{Transport: &countingTransport{}}, proxy.Config{
 				Routes:   []proxy.Route{{OperationID: "orders.read", Path: "/orders", Pool: "legacy"}},

@@ -3,7 +3,6 @@ package proxy
 import (
 	"net/http"
 	"net/http/httptest"
-	"net/url"
 	"testing"
 )
 
@@ -16,8 +15,7 @@ func TestAPoolSpeaksHTTP2ToATargetThatOffersIt(t *testing.T) {
 	s.EnableHTTP2 = true
 	s.StartTLS()
 	t.Cleanup(s.Close)
-	u, _ := url.Parse(s.URL)
-	p, err := Pool{Name: "tls", Targets: []*url.URL{u}}.withDefaults()
+	p, err := Pool{Name: "tls", Targets: []string{s.URL}}.withDefaults()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -238,9 +237,8 @@ func BenchmarkRequestPathRedis(b *testing.B) {
 	s := redistest.Start(b)
 	r := redistest.NewLimiter(b, limiter.RedisOptions{Addrs: []string{s.Addr}, KeyPrefix: "bench:"})
 	p := redisPolicy(limitertest.FixedWindow(1<<40, time.Hour), "bench")
-	up, _ := url.Parse("http://upstream.invalid")
 	h, err := proxy.NewHandler(proxy.Options{Transport: &countingTransport{}}, proxy.Config{
-		Routes:   []proxy.Route{{OperationID: "orders.read", Path: "/orders", Upstream: up, Policies: onePolicy(p), Subject: []subject.Kind{subject.ClientIP}, Cost: 1}},
+		Routes:   []proxy.Route{{OperationID: "orders.read", Path: "/orders", Upstream: "http://upstream.invalid", Policies: onePolicy(p), Subject: []subject.Kind{subject.ClientIP}, Cost: 1}},
 		Resolver: newResolver(b, nil), Limiter: r,
 	})
 	if err != nil {

@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -110,7 +109,7 @@ func TestARequestTheUpstreamReadIsNotSentAgain(t *testing.T) {
 			} else {
 				up = newClosingUpstream(t)
 			}
-			g := newPoolGateway(t, proxy.Pool{Name: "p", Targets: []*url.URL{{Scheme: scheme, Host: up.ln.Addr().String()}}})
+			g := newPoolGateway(t, proxy.Pool{Name: "p", Targets: []string{scheme + "://" + up.ln.Addr().String()}})
 			if roots != nil {
 				proxy.TrustUpstreams(g.handler, roots)
 			}

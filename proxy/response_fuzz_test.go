@@ -5,7 +5,6 @@ import (
 	"math/big"
 	"net/http"
 	"net/http/httptest"
-	"net/url"
 	"regexp"
 	"strconv"
 	"testing"
@@ -56,7 +55,7 @@ func FuzzRateLimitArithmetic(f *testing.F) {
 		f.Add(seed.algorithm, seed.quota, seed.refillTokens, seed.periodMillis, seed.remaining, seed.resetMillis, seed.retryMillis)
 	}
 
-	up := &url.URL{Scheme: "http", Host: "upstream.test"}
+	up := "http://upstream.test"
 	resolver := newResolver(f, nil)
 	h, err := proxy.NewHandler(proxy.Options{Transport: echoTransport{}}, proxy.Config{
 		Routes:   []proxy.Route{{OperationID: "r", Path: "/", Upstream: up}},

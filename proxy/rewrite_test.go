@@ -5,7 +5,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"net/url"
 	"sync"
 	"testing"
 	"time"
@@ -50,12 +49,8 @@ func (b *legacyBackend) last(t *testing.T) *http.Request {
 }
 
 func legacyRoute(t *testing.T, b *legacyBackend, rewrite *string) proxy.Route {
-	u, err := url.Parse(b.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
 	r := proxy.Route{
-		OperationID: "orders.read", Path: "/api/v1/orders", Upstream: u,
+		OperationID: "orders.read", Path: "/api/v1/orders", Upstream: b.URL,
 		Policies: onePolicy(policy(limitertest.FixedWindow(100, time.Minute), "p")),
 		Subject:  []subject.Kind{subject.ClientIP}, Cost: 1,
 	}

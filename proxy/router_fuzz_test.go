@@ -44,14 +44,12 @@ func FuzzNormalizePath(f *testing.F) {
 
 	m := limiter.NewMemory(limiter.MemoryOptions{})
 	f.Cleanup(func() { m.Close() })
-	ordersUpstream := &url.URL{Scheme: "http", Host: "orders.upstream.test"}
-	legacyUpstream := &url.URL{Scheme: "http", Host: "legacy.upstream.test"}
-	defaultUpstream := &url.URL{Scheme: "http", Host: "default.upstream.test"}
+	const ordersHost, legacyHost, defaultHost = "orders.upstream.test", "legacy.upstream.test", "default.upstream.test"
 	h, err := proxy.NewHandler(proxy.Options{Transport: echoTransport{}}, proxy.Config{
 		Routes: []proxy.Route{
-			{OperationID: "orders", Path: "/orders", Upstream: ordersUpstream},
-			{OperationID: "legacy", Path: "/Legacy", Upstream: legacyUpstream, CaseInsensitive: true, IgnoreExtensions: []string{".json"}},
-			{OperationID: "default", Path: "/", Upstream: defaultUpstream},
+			{OperationID: "orders", Path: "/orders", Upstream: "http://" + ordersHost},
+			{OperationID: "legacy", Path: "/Legacy", Upstream: "http://" + legacyHost, CaseInsensitive: true, IgnoreExtensions: []string{".json"}},
+			{OperationID: "default", Path: "/", Upstream: "http://" + defaultHost},
 		},
 		Resolver: newResolver(f, nil),
 		Limiter:  m,
@@ -86,12 +84,12 @@ func FuzzNormalizePath(f *testing.F) {
 		if w.Code != http.StatusOK {
 			t.Fatalf("path %q (canonical %q): status %d, want 200", seen, want, w.Code)
 		}
-		wantHost := defaultUpstream.Host
+		wantHost := defaultHost
 		switch {
 		case underOrders(want):
-			wantHost = ordersUpstream.Host
+			wantHost = ordersHost
 		case underLegacy(want):
-			wantHost = legacyUpstream.Host
+			wantHost = legacyHost
 		}
 		if got := w.Header().Get("X-Upstream-Host"); got != wantHost {
 			t.Fatalf("path %q (canonical %q) went to %s, want %s", seen, want, got, wantHost)

@@ -3,7 +3,6 @@ package proxy_test
 import (
 	"context"
 	"net/http"
-	"net/url"
 	"strconv"
 	"strings"
 	"testing"
@@ -184,10 +183,9 @@ func BenchmarkInvalidToken(b *testing.B) {
 	run := func(b *testing.B, invalidTokens *limiter.Policy, token string, status int) {
 		m := limiter.NewMemory(limiter.MemoryOptions{})
 		defer m.Close()
-		up, _ := url.Parse("http://upstream.invalid")
 		p := limitertest.FixedWindow(1, time.Hour)
 		p.Dedup = limiter.Dedup{}
-		rt := proxy.Route{OperationID: "orders.read", Path: "/orders", Upstream: up, Policies: onePolicy(p),
+		rt := proxy.Route{OperationID: "orders.read", Path: "/orders", Upstream: "http://upstream.invalid", Policies: onePolicy(p),
 			Subject: []subject.Kind{subject.JWT, subject.ClientIP}, Cost: 1}
 		h, err := proxy.NewHandler(proxy.Options{Transport: &countingTransport{}}, proxy.Config{
 			Routes: []proxy.Route{rt}, Resolver: resolver, Limiter: m, InvalidTokenPolicy: invalidTokens,

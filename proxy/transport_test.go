@@ -10,7 +10,6 @@ import (
 	"net/http/httptest"
 	"net/http/httptrace"
 	"net/textproto"
-	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -112,7 +111,7 @@ func newTestLean(t *testing.T, tune func(*leanTransport)) *leanTransport {
 	if !leanSupported {
 		t.Skip("no lean transport on this platform")
 	}
-	p, err := Pool{Name: "p", Targets: []*url.URL{{Scheme: "http", Host: "x"}}, ResponseTimeout: 300 * time.Millisecond}.withDefaults()
+	p, err := Pool{Name: "p", Targets: []string{"http://x"}, ResponseTimeout: 300 * time.Millisecond}.withDefaults()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -439,7 +438,7 @@ func BenchmarkLeanTransport(b *testing.B) {
 	if !leanSupported {
 		b.Skip("no lean transport on this platform")
 	}
-	p, err := Pool{Name: "p", Targets: []*url.URL{{Scheme: "http", Host: "x"}}}.withDefaults()
+	p, err := Pool{Name: "p", Targets: []string{"http://x"}}.withDefaults()
 	if err != nil {
 		b.Fatal(err)
 	}

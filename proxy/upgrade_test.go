@@ -6,7 +6,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -73,7 +72,7 @@ func serveRaw(t *testing.T, serve func(net.Conn)) net.Listener {
 	return ln
 }
 
-func (u *rawUpstream) url() *url.URL { return &url.URL{Scheme: "http", Host: u.ln.Addr().String()} }
+func (u *rawUpstream) url() string { return "http://" + u.ln.Addr().String() }
 
 func (u *rawUpstream) head(t *testing.T) http.Header {
 	t.Helper()

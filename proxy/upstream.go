@@ -11,8 +11,10 @@ import (
 // values take the defaults below. A route that names a URL instead of a
 // pool forwards to a pool of that one target with every default.
 type Pool struct {
-	Name    string
-	Targets []*url.URL
+	Name string
+	// Targets are the URLs a request may go to, each http:// or https://
+	// with a host and no credentials, query or fragment (Validate).
+	Targets []string
 	Balance Balance
 	// ConnectTimeout bounds the dial to a target; default 5s. A dial that
 	// fails or times out sent nothing, so the request may go to another
@@ -114,11 +116,15 @@ func (p Pool) withDefaults() (Pool, error) {
 	return p, nil
 }
 
-func checkTarget(u *url.URL) error {
-	if u == nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" {
-		return fmt.Errorf("target %v is not an http:// or https:// URL with a host and no credentials, query or fragment", u)
+// parseTarget parses s as a pool's target or a route's upstream URL,
+// reporting whether it is one: an http:// or https:// URL with a host and
+// no credentials, query or fragment.
+func parseTarget(s string) (*url.URL, bool) {
+	u, err := url.Parse(s)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" {
+		return nil, false
 	}
-	return nil
+	return u, true
 }
 
 func defaultIfZero(d, def time.Duration) time.Duration {

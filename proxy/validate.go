@@ -29,9 +29,9 @@ type FieldError struct {
 
 func (e *FieldError) Error() string { return e.Detail }
 
-// Validate reports every problem of r's path, cost, policies and plans,
-// rewrite, host header, header rules, upgrades and ignored extensions,
-// each a *FieldError, joined. managed are the request headers the
+// Validate reports every problem of r's path, upstream URL, cost,
+// policies and plans, rewrite, host header, header rules, upgrades and
+// ignored extensions, each a *FieldError, joined. managed are the request headers the
 // resolver reads (subject.Options.ManagedHeaders), which no header rule
 // may touch.
 func (r *Route) Validate(managed []string) error {
@@ -41,6 +41,11 @@ func (r *Route) Validate(managed []string) error {
 	}
 	if _, err := RoutePath(r.Path); err != nil {
 		problem("path", "Invalid path", "path must start with / and hold no encoded slash, dot segment parameters, control characters, segment ending in a dot or a space, or dot encoded twice or in an overlong form.")
+	}
+	if r.Pool == "" {
+		if _, ok := parseTarget(r.Upstream); !ok {
+			problem("upstream", "Invalid upstream", "upstream must name an upstream block or be an http:// or https:// URL with a host and no credentials, query or fragment, not %q.", r.Upstream)
+		}
 	}
 	errs = append(errs, validatePolicies("policies", "route", r.Policies)...)
 	// The first policy, of the route's then its plans', that allows less
@@ -271,17 +276,6 @@ func lowerCase(names []string) []string {
 // and BodyReadTimeout may be when set; zero takes the default.
 const MinTimeout = time.Millisecond
 
-// ParseTarget parses s as a pool's target or a route's upstream URL: an
-// http:// or https:// URL with a host and no credentials, query or
-// fragment.
-func ParseTarget(s string) (*url.URL, error) {
-	u, err := url.Parse(s)
-	if err != nil {
-		return nil, err
-	}
-	return u, checkTarget(u)
-}
-
 // Validate reports every problem of p, each a *FieldError naming the field
 // as an upstream block does ("targets[1]", "health.timeout"), joined.
 func (p Pool) Validate() error {
@@ -298,10 +292,11 @@ func (p Pool) Validate() error {
 		problem("targets", "No targets", "targets needs at least one URL.")
 	}
 	seen := map[string]string{} // a target as a server sees it, to its field
-	for i, t := range p.Targets {
+	for i, s := range p.Targets {
 		field := fmt.Sprintf("targets[%d]", i)
-		if err := checkTarget(t); err != nil {
-			problem(field, "Invalid target", "%s.", err)
+		t, ok := parseTarget(s)
+		if !ok {
+			problem(field, "Invalid target", "Each target must be an http:// or https:// URL with a host and no credentials, query or fragment, not %q.", s)
 			continue
 		}
 		key := targetKey(t)

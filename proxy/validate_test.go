@@ -2,8 +2,9 @@ package proxy_test
 
 import (
 	"errors"
-	"net/url"
+	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -16,7 +17,7 @@ import (
 // the same route for the same reasons.
 func TestRouteValidateNamesTheFieldOfEachProblem(t *testing.T) {
 	r := proxy.Route{
-		OperationID: "r", Path: "/", Rewrite: true, RewritePrefix: "no-slash", HostHeader: "a/b",
+		OperationID: "r", Path: "/", Upstream: "http://127.0.0.1:9", Rewrite: true, RewritePrefix: "no-slash", HostHeader: "a/b",
 		RequestHeaders: proxy.HeaderRules{
 			Set:    []proxy.Header{{Name: "X-A", Value: "1"}, {Name: "x-a", Value: "bad\n"}},
 			Remove: []string{"X-Forwarded-For"},
@@ -33,7 +34,7 @@ func TestRouteValidateNamesTheFieldOfEachProblem(t *testing.T) {
 	if earlier != "request_headers.set[0]" {
 		t.Errorf("the duplicate names %q as the earlier one", earlier)
 	}
-	ok := proxy.Route{OperationID: "ok", Path: "/a//b/", RewritePrefix: "/a//b/", Rewrite: true, Upgrades: []string{"WebSocket"}}
+	ok := proxy.Route{OperationID: "ok", Path: "/a//b/", Upstream: "http://127.0.0.1:9", RewritePrefix: "/a//b/", Rewrite: true, Upgrades: []string{"WebSocket"}}
 	if err := ok.Validate(nil); err != nil {
 		t.Errorf("a path, a rewrite prefix and an upgrade in any accepted form: %v", err)
 	}
@@ -44,8 +45,7 @@ func TestRouteValidateNamesTheFieldOfEachProblem(t *testing.T) {
 func TestRouteValidateNamesRepeatedPoliciesAndEmptyPlans(t *testing.T) {
 	a := &limiter.Policy{Name: "a", Algorithm: limiter.FixedWindow, Revision: 1, Limit: 5, Window: time.Second, MaxCost: 1}
 	b := &limiter.Policy{Name: "b", Algorithm: limiter.FixedWindow, Revision: 1, Limit: 5, Window: time.Minute, MaxCost: 1}
-	up, _ := proxy.ParseTarget("http://127.0.0.1:9")
-	r := proxy.Route{OperationID: "r", Path: "/", Upstream: up, Policies: []*limiter.Policy{a, b, a},
+	r := proxy.Route{OperationID: "r", Path: "/", Upstream: "http://127.0.0.1:9", Policies: []*limiter.Policy{a, b, a},
 		Plans: map[string][]*limiter.Policy{"gold": {b, b}, "free": {}, "silver": {a, b}}}
 	fields, _ := problemFields(t, r.Validate(nil))
 	want := []string{"policies[2]", "plans.free", "plans.gold[1]"}
@@ -65,12 +65,12 @@ func TestRouteValidateNamesThePathAndACostAboveMaxCost(t *testing.T) {
 	smaller := &limiter.Policy{Name: "smaller", Algorithm: limiter.FixedWindow, Revision: 1, Limit: 10, Window: time.Minute, MaxCost: 1}
 	large := &limiter.Policy{Name: "large", Algorithm: limiter.FixedWindow, Revision: 1, Limit: 100, Window: time.Minute, MaxCost: 50}
 	for _, path := range []string{"", "orders", "/a%2Fb", "/a;b", "/orders."} {
-		r := proxy.Route{OperationID: "r", Path: path}
+		r := proxy.Route{OperationID: "r", Path: path, Upstream: "http://127.0.0.1:9"}
 		if fields, _ := problemFields(t, r.Validate(nil)); !slices.Equal(fields, []string{"path"}) {
 			t.Errorf("path %q: fields %q", path, fields)
 		}
 	}
-	r := proxy.Route{OperationID: "r", Path: "/", Cost: 3, Policies: []*limiter.Policy{large},
+	r := proxy.Route{OperationID: "r", Path: "/", Upstream: "http://127.0.0.1:9", Cost: 3, Policies: []*limiter.Policy{large},
 		Plans: map[string][]*limiter.Policy{"gold": {small, smaller}, "silver": {smaller}}}
 	var fe *proxy.FieldError
 	if err := r.Validate(nil); !errors.As(err, &fe) || fe.Field != "cost" || fe.Detail != `cost is 3 but policy "small" allows at most 2.` {
@@ -111,8 +111,8 @@ func TestValidateRoutesNamesDuplicatesAndOverlaps(t *testing.T) {
 
 // A pool's name is given once; the second is named with the first.
 func TestValidatePoolsNamesADuplicate(t *testing.T) {
-	a, _ := proxy.ParseTarget("http://10.0.0.11:9000")
-	pools := []proxy.Pool{{Name: "a", Targets: []*url.URL{a}}, {Name: "b", Targets: []*url.URL{a}}, {Name: "a", Targets: []*url.URL{a}}}
+	a := "http://10.0.0.11:9000"
+	pools := []proxy.Pool{{Name: "a", Targets: []string{a}}, {Name: "b", Targets: []string{a}}, {Name: "a", Targets: []string{a}}}
 	fields, earlier := problemFields(t, proxy.ValidatePools(pools))
 	if !slices.Equal(fields, []string{"upstreams[2].name"}) || earlier != "upstreams[0]" {
 		t.Errorf("fields %q (earlier %q), want the third's name, after the first", fields, earlier)
@@ -126,23 +126,50 @@ func TestValidatePoolsNamesADuplicate(t *testing.T) {
 // health check slower than its interval (the default one too) and a path
 // that is not normalized are each named by field.
 func TestPoolValidateNamesTheFieldOfEachProblem(t *testing.T) {
-	a, _ := proxy.ParseTarget("http://10.0.0.11:9000")
-	b, _ := proxy.ParseTarget("http://10.0.0.11:9000/")
-	p := proxy.Pool{Name: "u", Targets: []*url.URL{a, b}, MaxEjectedPercent: 101,
+	a, b := "http://10.0.0.11:9000", "http://10.0.0.11:9000/"
+	p := proxy.Pool{Name: "u", Targets: []string{a, b}, MaxEjectedPercent: 101,
 		Health: &proxy.HealthCheck{Path: "/a/../healthz", Timeout: proxy.DefaultHealthInterval + time.Second}}
 	fields, earlier := problemFields(t, p.Validate())
 	want := []string{"targets[1]", "max_ejected_percent", "health.path", "health.timeout"}
 	if !slices.Equal(fields, want) || earlier != "targets[0]" {
 		t.Errorf("fields %q (earlier %q), want %q", fields, earlier, want)
 	}
-	p = proxy.Pool{Name: "u", Targets: []*url.URL{a}, ConnectTimeout: -time.Second, FailTimeout: proxy.MinTimeout / 2,
+	p = proxy.Pool{Name: "u", Targets: []string{a}, ConnectTimeout: -time.Second, FailTimeout: proxy.MinTimeout / 2,
 		ResponseTimeout: proxy.MinTimeout, Health: &proxy.HealthCheck{Path: "/healthz", Interval: -1, Timeout: time.Hour}}
 	fields, _ = problemFields(t, p.Validate())
 	if want := []string{"connect_timeout", "fail_timeout", "health.interval"}; !slices.Equal(fields, want) {
 		t.Errorf("durations below the minimum: fields %q, want %q", fields, want)
 	}
-	if _, err := proxy.ParseTarget("ftp://10.0.0.11"); err == nil {
-		t.Error("an ftp:// target was parsed")
+}
+
+// A target, of a pool or a route, is an http:// or https:// URL with a
+// host and no credentials, query or fragment: each that is not is named by
+// its field, beside a good one, with what was written.
+func TestValidateNamesEachTargetThatIsNoServerURL(t *testing.T) {
+	bad := []string{"ftp://10.0.0.11", "http://user:pw@10.0.0.11", "http://10.0.0.11/?q=1", "http://10.0.0.11/#f",
+		"http:///api", "http://[::1", "10.0.0.11:9000", ""}
+	p := proxy.Pool{Name: "u", Targets: append([]string{"https://10.0.0.11:9443/app"}, bad...)}
+	var want []string
+	for i := range bad {
+		want = append(want, fmt.Sprintf("targets[%d]", i+1))
+	}
+	if fields, _ := problemFields(t, p.Validate()); !slices.Equal(fields, want) {
+		t.Errorf("pool: fields %q, want %q", fields, want)
+	}
+	for _, u := range bad {
+		r := proxy.Route{OperationID: "r", Path: "/", Upstream: u}
+		err := r.Validate(nil)
+		if fields, _ := problemFields(t, err); !slices.Equal(fields, []string{"upstream"}) || !strings.Contains(err.Error(), fmt.Sprintf("not %q.", u)) {
+			t.Errorf("route upstream %q: fields %q: %v", u, fields, err)
+		}
+	}
+	for _, r := range []proxy.Route{
+		{OperationID: "url", Path: "/", Upstream: "https://10.0.0.11:9443/app"},
+		{OperationID: "pool", Path: "/", Pool: "legacy"},
+	} {
+		if err := r.Validate(nil); err != nil {
+			t.Errorf("route %s: %v", r.OperationID, err)
+		}
 	}
 }
 
