@@ -78,7 +78,7 @@ func newLoader(choice string) (loader, string, error) {
 		name: "the harness's Go load generator (fixed connections, keep-alive)",
 		argv: func(url string, conns int, d time.Duration, subjects int, dir string) ([]string, error) {
 			return []string{self, "internal-load", "-url", url, "-c", strconv.Itoa(conns), "-d", d.String(),
-				"-subjects", strconv.Itoa(subjects)}, nil
+				"-subjects", strconv.Itoa(max(subjects, 1))}, nil // the hot key: 0 here, 1 (no header) there
 		},
 		parse: parseGoLoad,
 	}
