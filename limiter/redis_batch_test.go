@@ -66,7 +66,7 @@ func TestConcurrentDecisionsShareWritesAndStayExact(t *testing.T) {
 
 // batches reads how many writes the batchers made and how many calls they
 // carried.
-func batches(t *testing.T, reg *prometheus.Registry) (writes, calls float64) {
+func batches(t testing.TB, reg *prometheus.Registry) (writes, calls float64) {
 	t.Helper()
 	h := metric(t, reg, "gateway_redis_batch_size").GetHistogram()
 	return float64(h.GetSampleCount()), h.GetSampleSum()

@@ -161,7 +161,9 @@ func metric(t testing.TB, reg *prometheus.Registry, name string) *dto.Metric {
 
 // BenchmarkRedisParallel is many requests at once against one hot key, as
 // a busy gateway sends them: what one decision costs the gateway's CPU
-// (ns/op on all cores together) and Redis (µs per EVALSHA).
+// (ns/op on all cores together) and Redis (µs per EVALSHA), and, batched,
+// how many calls shared a write (gateway_redis_batch_size): with -cpu 1,
+// as the harness pins the gateway, the batches of a gateway on one core.
 func BenchmarkRedisParallel(b *testing.B) {
 	s := redistest.Start(b)
 	for _, batching := range []bool{false, true} {
@@ -170,12 +172,17 @@ func BenchmarkRedisParallel(b *testing.B) {
 			name = "batched"
 		}
 		b.Run(name, func(b *testing.B) {
-			r := redistest.NewLimiter(b, limiter.RedisOptions{Addrs: []string{s.Addr}, DisableBatching: !batching})
+			reg := prometheus.NewRegistry()
+			r := redistest.NewLimiter(b, limiter.RedisOptions{Addrs: []string{s.Addr}, DisableBatching: !batching, Registerer: reg})
 			p := limitertest.FixedWindow(1<<40, time.Hour)
 			p.Clock = limiter.ClockBackend
 			subject := limitertest.Subject()
 			var ids atomic.Int64
 			calls, usec := evalshaStats(b, s)
+			var writes, sent float64
+			if batching {
+				writes, sent = batches(b, reg)
+			}
 			cpu := cpuTime(b)
 			b.ReportAllocs()
 			b.SetParallelism(32)
@@ -194,6 +201,10 @@ func BenchmarkRedisParallel(b *testing.B) {
 			callsAfter, usecAfter := evalshaStats(b, s)
 			b.ReportMetric((usecAfter-usec)/(callsAfter-calls), "redis-µs/call")
 			b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "cpu-µs/op")
+			if batching {
+				writesAfter, sentAfter := batches(b, reg)
+				b.ReportMetric((sentAfter-sent)/(writesAfter-writes), "calls/write")
+			}
 		})
 	}
 }
