@@ -62,7 +62,7 @@ for i = 1, n do
   if not window then
     return {1}
   end
-  local alg = tonumber(ARGV[at + 1])
+  local alg = ARGV[at + 1] + 0
   local leases = holds_leases[alg] and KEYS[i] .. ':l'
   if leases then
     -- The leases held are the live members of the lease set.
@@ -85,11 +85,11 @@ for i = 1, n do
     end
   else
     local decide = decide_by[alg]
-    local limit, refill, grace, debt, max_delay = tonumber(ARGV[at + 3]), tonumber(ARGV[at + 5]),
-      tonumber(ARGV[at + 6]), charge == '2', tonumber(ARGV[at + 10])
+    local limit, refill, grace, debt, max_delay = ARGV[at + 3] + 0, ARGV[at + 5] + 0,
+      ARGV[at + 6] + 0, charge == '2', ARGV[at + 10] + 0
     allowed, remaining, reset, retry, n_start, n_count, n_prev, ttl = decide(
       now, asked, limit, window, refill, grace, valid, st_start, st_count, st_prev, debt, max_delay)
-    local lease = tonumber(ARGV[at + 11])
+    local lease = ARGV[at + 11] + 0
     if charge == '0' and lease > 0 then
       -- A lease of budget: its units are charged with the cost, and like
       -- any charge written only when the request is admitted.
@@ -112,7 +112,7 @@ for i = 1, n do
   -- policy that holds leases its lease set, lease TTL and whether shadow,
   -- then whether an admission charges it (not when only checked)
   state[i] = {now, raw[4] ~= false or raw[5] ~= false, raw[5], n_start, n_count, n_prev, ttl,
-    leases, tonumber(ARGV[at + 4]), ARGV[at + 8] == '1', charge ~= '1' and charge ~= '4'}
+    leases, type(window) == 'number' and window or nil, ARGV[at + 8] == '1', charge ~= '1' and charge ~= '4'}
   local at_reply = 2 + (i - 1) * 4
   reply[at_reply] = allowed
   reply[at_reply + 1] = remaining
@@ -161,16 +161,16 @@ for i = 1, n do
     end
   end
   if i == 1 and record then
-    local dedup_ttl = tonumber(ARGV[3])
-    local max_entries = tonumber(ARGV[4])
-    local max_bytes = tonumber(ARGV[5])
+    local dedup_ttl = ARGV[3] + 0
+    local max_entries = ARGV[4] + 0
+    local max_bytes = ARGV[5] + 0
     local id = string.sub(record, #key + 4)
     -- What a record costs Redis, roughly: its key, its value, its place in
     -- the list and the bookkeeping of a key with a TTL.
     local size = #record + #id + 128
     if size <= max_bytes then
       local format = '%d' .. string.rep(',%d', #reply - 1)
-      redis.call('SET', record, string.format(format, s[1] + dedup_ttl, unpack(reply, 2)), 'PX', dedup_ttl)
+      redis.call('SET', record, string.format(format, s[1] + dedup_ttl, unpack(reply, 2)), 'PX', ARGV[3])
       local entries = redis.call('RPUSH', queue, id)
       local bytes = size
       if entries > 1 then
@@ -184,10 +184,10 @@ for i = 1, n do
         bytes = bytes - (#key + 3 + 2 * #old + 128)
         entries = entries - 1
       end
-      redis.call('PEXPIRE', queue, dedup_ttl)
+      redis.call('PEXPIRE', queue, ARGV[3])
       fields[#fields + 1] = 'eb'
       fields[#fields + 1] = bytes
-      keep = math.max(keep, dedup_ttl + tonumber(ARGV[5 + 6])) -- the first policy's grace
+      keep = math.max(keep, dedup_ttl + ARGV[5 + 6]) -- the first policy's grace
     end
   end
   if #fields > 0 then

@@ -60,8 +60,12 @@
 -- call of cost 0 (a read, without the de-duplication keys) writes nothing
 -- at all. Every
 -- write leaves its key with a TTL, so PEXPIRE ... GT can only lengthen it.
-local n = tonumber(ARGV[1])
-local cost = tonumber(ARGV[2])
+-- A number the gateway always sends (ARGV, TIME's reply) is read as x + 0:
+-- one conversion, where tonumber makes two (it checks, then converts),
+-- each a strtod. tonumber stays where a string may not be a number: a
+-- calendar window, the stored state, a record.
+local n = ARGV[1] + 0
+local cost = ARGV[2] + 0
 local record = KEYS[n + 1]
 local queue = KEYS[n + 2]
 local per_policy = 11
@@ -70,11 +74,11 @@ local eval_id = ARGV[5 + n * per_policy + 1]
 local redis_now
 local function clock(arg)
   if arg ~= '' then
-    return tonumber(arg)
+    return arg + 0
   end
   if not redis_now then
     local t = redis.call('TIME')
-    redis_now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    redis_now = t[1] * 1000 + math.floor(t[2] / 1000)
   end
   return redis_now
 end
