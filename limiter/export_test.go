@@ -68,23 +68,32 @@ func (s *memoryShard) checkStructure() error {
 		return fmt.Errorf("%d keys held, cap %d", s.len(), s.maxEntries)
 	}
 	held := map[uint32]bool{}
-	for half, i := range s.index {
-		if i == 0 || i >= s.slotsUsed {
-			return fmt.Errorf("index points at slot %d of %d", i, s.slotsUsed)
+	x := &s.index
+	mask := uint64(len(x.entries) - 1)
+	inUse := 0
+	for p, en := range x.entries {
+		if en == 0 {
+			continue
 		}
-		if e := s.slot(i); e.flags&slotInUse == 0 || e.key.half() != half {
+		inUse++
+		i := uint32(en)
+		if i == 0 || i >= s.slotsUsed || held[i] {
+			return fmt.Errorf("index points at slot %d of %d, or twice", i, s.slotsUsed)
+		}
+		e := s.slot(i)
+		if e.flags&slotInUse == 0 || e.key.half()>>32 != en>>32 {
 			return fmt.Errorf("slot %d is not the one its key is indexed under", i)
+		}
+		// No empty entry lies between the entry's home and the entry.
+		for q := indexHome(en) & mask; q != uint64(p); q = (q + 1) & mask {
+			if x.entries[q] == 0 {
+				return fmt.Errorf("slot %d is indexed past an empty entry from its home", i)
+			}
 		}
 		held[i] = true
 	}
-	for key, i := range s.collided {
-		if e := s.slot(i); i >= s.slotsUsed || e.flags&slotInUse == 0 || e.key != key || held[i] {
-			return fmt.Errorf("slot %d is not the one its collided key is held under", i)
-		}
-		if _, ok := s.index[key.half()]; !ok {
-			return fmt.Errorf("slot %d is held as collided with no key to collide with", i)
-		}
-		held[i] = true
+	if inUse != x.n || 2*x.n > len(x.entries) || len(x.entries)&(len(x.entries)-1) != 0 {
+		return fmt.Errorf("index holds %d entries, counts %d, of %d", inUse, x.n, len(x.entries))
 	}
 	listed := 0
 	for i, newer := s.head, uint32(0); i != 0; newer, i = i, s.slot(i).lessRecent {

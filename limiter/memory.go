@@ -66,7 +66,7 @@ func (o MemoryOptions) Validate() error {
 // algorithms of the Redis scripts, bounded memory with expiry. It is safe for
 // concurrent use. Close stops its sweeper.
 //
-// A key costs about 170 bytes: a 128-byte slot, which also holds its newest
+// A key costs about 150 bytes: a 128-byte slot, which also holds its newest
 // remembered evaluation, and its share of the shard's index. A key that is
 // asked again within the dedup TTL keeps its older evaluations in a queue of
 // its own, 56 bytes each. Slots are not pointers, nor do they hold any, so
@@ -97,7 +97,7 @@ type Memory struct {
 // client cannot choose either.)
 type memoryKey [16]byte
 
-// half is the first 64 bits of k, which the index is keyed by.
+// half is the first 64 bits of k; the index keys by its upper 32 (slotIndex).
 func (k memoryKey) half() uint64 { return binary.LittleEndian.Uint64(k[:8]) }
 
 // evaluationKey is an evaluation ID hashed the same way. Two IDs of one key
@@ -130,8 +130,7 @@ func NewMemory(opts MemoryOptions) *Memory {
 	for i := range m.shards {
 		s := &m.shards[i]
 		s.maxEntries = perShard
-		s.index = make(map[uint64]uint32)
-		s.collided = make(map[memoryKey]uint32)
+		s.index.grow()
 		s.slotsUsed = 1
 		s.queues = make([]recordQueue, 1)
 		s.recordIndex = make(map[recordKey]uint32)

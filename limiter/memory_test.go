@@ -557,6 +557,44 @@ func BenchmarkMemoryFreshEvaluations(b *testing.B) {
 	}
 }
 
+// BenchmarkMemoryRotation is the load harness's many-subjects run on the
+// memory backend: a fixed window without de-duplication, asked for one
+// subject again and again (the hot key), or for each of 100,000 held
+// subjects in turn, none of whose slot or index entry is in the cache by
+// its turn.
+func BenchmarkMemoryRotation(b *testing.B) {
+	for _, n := range []int{1, 100_000} {
+		b.Run(fmt.Sprint("subjects=", n), func(b *testing.B) {
+			p := limitertest.FixedWindow(1<<40, time.Hour)
+			p.Dedup = limiter.Dedup{}
+			m := limiter.NewMemory(limiter.MemoryOptions{})
+			defer m.Close()
+			names := make([]string, n)
+			for i := range names {
+				names[i] = pseudonym(i)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+			defer cancel()
+			ps := []*limiter.Policy{p}
+			i := 0
+			evaluate := func() {
+				o := m.Evaluate(ctx, limiter.Request{Policies: ps, Subject: names[i%n], Cost: 1})
+				if e, ok := o.(limiter.Evaluated); !ok || !e.Allowed {
+					b.Fatalf("outcome %#v", o)
+				}
+				i++
+			}
+			for range n {
+				evaluate()
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				evaluate()
+			}
+		})
+	}
+}
+
 // BenchmarkMemoryMillionSubjects measures what one subject costs the memory
 // backend: a million distinct pseudonyms, each evaluated once the way the
 // gateway does (fixed window, default dedup, a fresh evaluation ID each), and
