@@ -2,6 +2,9 @@ package limiter
 
 import (
 	"context"
+	"maps"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -50,6 +53,12 @@ func (m *admissionMetrics) observe(b Backend) Backend {
 type observed struct {
 	Backend
 	duration *prometheus.HistogramVec
+	// byOutcome are duration's series bound so far, by outcome: bound as
+	// an outcome first comes (an empty series for an outcome that never
+	// did would be exported), and read without a label lookup or a lock
+	// from a map never written again (a new outcome copies it).
+	byOutcome atomic.Pointer[map[string]prometheus.Observer]
+	bind      sync.Mutex // one writer of byOutcome at a time
 }
 
 func (b *observed) Evaluate(ctx context.Context, req Request) Outcome {
@@ -59,9 +68,31 @@ func (b *observed) Evaluate(ctx context.Context, req Request) Outcome {
 	start := time.Now()
 	o := b.Backend.Evaluate(ctx, req)
 	if _, decided := o.(Evaluated); decided || ctx.Err() == nil {
-		b.duration.WithLabelValues(OutcomeName(o)).Observe(time.Since(start).Seconds())
+		b.series(OutcomeName(o)).Observe(time.Since(start).Seconds())
 	}
 	return o
+}
+
+// series is outcome's duration series.
+func (b *observed) series(outcome string) prometheus.Observer {
+	if m := b.byOutcome.Load(); m != nil {
+		if s, ok := (*m)[outcome]; ok {
+			return s
+		}
+	}
+	b.bind.Lock()
+	defer b.bind.Unlock()
+	next := map[string]prometheus.Observer{}
+	if m := b.byOutcome.Load(); m != nil {
+		if s, ok := (*m)[outcome]; ok {
+			return s
+		}
+		next = maps.Clone(*m)
+	}
+	s := b.duration.WithLabelValues(outcome)
+	next[outcome] = s
+	b.byOutcome.Store(&next)
+	return s
 }
 
 // observed reports whether req counts in the admission metrics: an

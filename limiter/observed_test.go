@@ -29,6 +29,22 @@ func TestAdmissionsForARouteAreCountedByTheLimiter(t *testing.T) {
 	if n := testutil.CollectAndCount(m.duration); n != 2 {
 		t.Errorf("%d duration series, want fallback_allowed and fallback_denied", n)
 	}
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	timed := map[string]uint64{}
+	for _, f := range families {
+		if f.GetName() != "gateway_limiter_duration_seconds" {
+			continue
+		}
+		for _, s := range f.GetMetric() {
+			timed[s.GetLabel()[0].GetValue()] = s.GetHistogram().GetSampleCount()
+		}
+	}
+	if timed["fallback_allowed"] != 1 || timed["fallback_denied"] != 2 {
+		t.Errorf("admissions timed by outcome: %v, want fallback_allowed 1 and fallback_denied 2", timed)
+	}
 	for decision, want := range map[string]float64{"allowed": 1, "denied": 2} {
 		if got := testutil.ToFloat64(m.fallbacks.WithLabelValues("orders", "per-hour", decision)); got != want {
 			t.Errorf("fallback %s: %v, want %v", decision, got, want)

@@ -60,8 +60,7 @@ type exchange struct {
 func (h *Handler) record(r *http.Request, c *compiled, x *exchange, code int, written int64, start time.Time, aborted bool) {
 	took := time.Since(start)
 	if h.opts.Metrics != nil {
-		h.opts.Metrics.observeRequest(x.route, x.outcome, x.plan, code)
-		x.metrics.observe(x.outcome, took)
+		x.metrics.observe(x.outcome, x.plan, code, took)
 	}
 	if x.span != nil {
 		h.tracing.endServer(x, code, aborted)

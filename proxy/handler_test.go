@@ -701,8 +701,8 @@ func BenchmarkRequestPath(b *testing.B) {
 		policy *limiter.Policy
 		status int
 		route  func(*proxy.Route)
-		// metrics: the handler counts in a registry of its own, as the
-		// gateway's always does.
+		// metrics: the handler and the limiter count in a registry of
+		// their own, as the gateway's always do.
 		metrics bool
 	}{
 		{"allowed", limitertest.FixedWindow(1<<40, time.Hour), 200, nil, false},
@@ -718,7 +718,14 @@ func BenchmarkRequestPath(b *testing.B) {
 		}, false},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
-			m := limiter.NewMemory(limiter.MemoryOptions{})
+			var reg prometheus.Registerer // nil: none
+			if bc.metrics {
+				reg = prometheus.NewRegistry()
+			}
+			m, err := limiter.Open(context.Background(), limiter.Options{Kind: limiter.KindMemory, Registerer: reg})
+			if err != nil {
+				b.Fatal(err)
+			}
 			defer m.Close()
 			if bc.policy != nil {
 				bc.policy.Dedup = limiter.Dedup{}
@@ -728,8 +735,8 @@ func BenchmarkRequestPath(b *testing.B) {
 				bc.route(&rt)
 			}
 			opts := proxy.Options{Transport: &countingTransport{}}
-			if bc.metrics {
-				opts.Metrics = proxy.NewMetrics(prometheus.NewRegistry())
+			if reg != nil {
+				opts.Metrics = proxy.NewMetrics(reg)
 			}
 			h, err := proxy.NewHandler(opts, proxy.Config{
 				Routes: []proxy.Route{rt}, Resolver: newResolver(b, nil), Limiter: m,

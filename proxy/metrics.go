@@ -119,45 +119,83 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 
 // routeMetrics are one route's series, bound to their labels when the
 // route is compiled, so that the request path observes without a label
-// lookup. A duration series is bound with the first request of its
-// outcome: binding every outcome at once would export empty histograms
-// for outcomes a route never has.
+// lookup. A duration series and a request counter are bound with the
+// first request of their labels: binding every outcome at once would
+// export empty series for outcomes a route never has.
 type routeMetrics struct {
 	route     string
 	durations *prometheus.HistogramVec
+	requests  *prometheus.CounterVec
 	inFlight  prometheus.Gauge // nil for the requests no route matched
-	bound     atomic.Pointer[map[string]prometheus.Observer]
-	bind      sync.Mutex // one writer of bound at a time
+	observers bound[string, prometheus.Observer]
+	counters  bound[requestLabels, prometheus.Counter]
+}
+
+// requestLabels are gateway_requests_total's labels besides the route, as
+// the request path has them.
+type requestLabels struct {
+	outcome, plan string
+	status        int
 }
 
 // forRoute binds route's series; route "none" is the requests no route
 // matched, which have no in-flight gauge.
 func (m *Metrics) forRoute(route string) *routeMetrics {
-	rm := &routeMetrics{route: route, durations: m.RequestDuration}
+	rm := &routeMetrics{route: route, durations: m.RequestDuration, requests: m.Requests}
 	if route != "none" {
 		rm.inFlight = m.InFlight.WithLabelValues(route)
 	}
-	rm.bound.Store(&map[string]prometheus.Observer{})
 	return rm
 }
 
-// observe records one request's duration under its outcome. Once the
-// outcome is bound it reads a map that is never written again (a new
-// outcome copies it), so concurrent requests share it without a lock.
-func (rm *routeMetrics) observe(outcome string, d time.Duration) {
-	o, ok := (*rm.bound.Load())[outcome]
-	if !ok {
-		rm.bind.Lock()
-		bound := *rm.bound.Load()
-		if o, ok = bound[outcome]; !ok {
-			o = rm.durations.WithLabelValues(rm.route, outcome)
-			next := maps.Clone(bound)
-			next[outcome] = o
-			rm.bound.Store(&next)
+// observe records one request's duration under its outcome, and counts it
+// under its outcome, status and plan ("" for none).
+func (rm *routeMetrics) observe(outcome, plan string, status int, d time.Duration) {
+	rm.counters.get(requestLabels{outcome, plan, status}, func(l requestLabels) prometheus.Counter {
+		label := "other"
+		if l.status >= 0 && l.status < len(statusLabels) {
+			label = statusLabels[l.status]
 		}
-		rm.bind.Unlock()
+		if l.plan == "" {
+			l.plan = "none"
+		}
+		return rm.requests.WithLabelValues(rm.route, l.outcome, label, l.plan)
+	}).Inc()
+	rm.observers.get(outcome, func(outcome string) prometheus.Observer {
+		return rm.durations.WithLabelValues(rm.route, outcome)
+	}).Observe(d.Seconds())
+}
+
+// bound are series bound to their labels as requests first need them.
+// Once a key is bound, get reads a map that is never written again (a new
+// key copies it), so concurrent requests share it without a lock.
+type bound[K comparable, V any] struct {
+	m    atomic.Pointer[map[K]V]
+	bind sync.Mutex // one writer of m at a time
+}
+
+// get is key's series, made by bind the first time.
+func (b *bound[K, V]) get(key K, bind func(K) V) V {
+	if m := b.m.Load(); m != nil {
+		if v, ok := (*m)[key]; ok {
+			return v
+		}
 	}
-	o.Observe(d.Seconds())
+	b.bind.Lock()
+	defer b.bind.Unlock()
+	var next map[K]V
+	if m := b.m.Load(); m != nil {
+		if v, ok := (*m)[key]; ok {
+			return v
+		}
+		next = maps.Clone(*m)
+	} else {
+		next = map[K]V{}
+	}
+	v := bind(key)
+	next[key] = v
+	b.m.Store(&next)
+	return v
 }
 
 var statusLabels = func() (s [600]string) {
@@ -166,20 +204,6 @@ var statusLabels = func() (s [600]string) {
 	}
 	return s
 }()
-
-func (m *Metrics) observeRequest(route, outcome, plan string, status int) {
-	label := "other"
-	if status >= 0 && status < len(statusLabels) {
-		label = statusLabels[status]
-	}
-	if route == "" {
-		route = "none"
-	}
-	if plan == "" {
-		plan = "none"
-	}
-	m.Requests.WithLabelValues(route, outcome, label, plan).Inc()
-}
 
 // forgetTargets deletes the series of the targets that were in old and are
 // not in current, and of the pools, so that a target or a pool a reload
