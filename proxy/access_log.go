@@ -58,7 +58,8 @@ type exchange struct {
 // nothing is logged at most once a second per route, client and outcome
 // (edge.LogThrottle), and no field of a line is longer than maxLogField.
 func (h *Handler) record(r *http.Request, c *compiled, x *exchange, code int, written int64, start time.Time, aborted bool) {
-	took := time.Since(start)
+	now := time.Now()
+	took := now.Sub(start)
 	if h.opts.Metrics != nil {
 		x.metrics.observe(x.outcome, x.plan, code, took)
 	}
@@ -80,53 +81,50 @@ func (h *Handler) record(r *http.Request, c *compiled, x *exchange, code int, wr
 				notLogged = slog.Int64("not_logged", skipped)
 			}
 		}
-		var policy, plan slog.Attr
-		if x.shadowDenied != "" {
-			policy = slog.String("policy", clampField(x.shadowDenied))
+		logger := h.opts.Logger.Handler()
+		ctx := r.Context()
+		if !logger.Enabled(ctx, slog.LevelInfo) {
+			return
 		}
-		if x.plan != "" {
-			plan = slog.String("plan", clampField(x.plan))
-		}
-		h.opts.Logger.LogAttrs(r.Context(), slog.LevelInfo, "request",
+		// The record is made here rather than by Logger.LogAttrs, which
+		// would read the clock again and the caller's PC (for a source
+		// the gateway's handler never writes), and hand the handler every
+		// attribute, the empty ones it skips included.
+		line := slog.NewRecord(now, slog.LevelInfo, "request", 0)
+		var attrs [16]slog.Attr
+		a := append(attrs[:0],
 			slog.String("route", clampField(x.route)),
 			slog.String("method", clampField(c.router.methodName(r.Method))),
 			slog.String("subject_kind", x.subjectKind.String()),
-			slog.String("pseudonym", x.pseudonym),
-			plan,
-			slog.String("outcome", x.outcome),
-			reasonAttr(x.reason),
+			slog.String("pseudonym", x.pseudonym))
+		if x.plan != "" {
+			a = append(a, slog.String("plan", clampField(x.plan)))
+		}
+		a = append(a, slog.String("outcome", x.outcome))
+		if x.reason != "" {
+			a = append(a, slog.String("reason", x.reason))
+		}
+		a = append(a,
 			slog.Int("status", code),
 			slog.Int64("bytes", written),
 			slog.Duration("duration", took),
 			slog.Duration("upstream_duration", x.upstream),
-			slog.String("target", clampField(x.target)),
-			notLogged,
-			policy,
-			delayAttr(x.delay),
-			abortedAttr(aborted),
-		)
+			slog.String("target", clampField(x.target)))
+		if notLogged.Key != "" {
+			a = append(a, notLogged)
+		}
+		if x.shadowDenied != "" {
+			a = append(a, slog.String("policy", clampField(x.shadowDenied)))
+		}
+		if x.delay != 0 {
+			a = append(a, slog.Int64("delay_ms", x.delay.Milliseconds()))
+		}
+		if aborted {
+			a = append(a, slog.Bool("aborted", true))
+		}
+		line.AddAttrs(a...)
+		_ = logger.Handle(ctx, line)
 	}
-}
-
-func abortedAttr(aborted bool) slog.Attr {
-	if !aborted {
-		return slog.Attr{}
-	}
-	return slog.Bool("aborted", true)
-}
-
-func delayAttr(d time.Duration) slog.Attr {
-	if d == 0 {
-		return slog.Attr{}
-	}
-	return slog.Int64("delay_ms", d.Milliseconds())
-}
-
-func reasonAttr(reason string) slog.Attr {
-	if reason == "" {
-		return slog.Attr{}
-	}
-	return slog.String("reason", reason)
 }
 
 func errAttr(err error) slog.Attr {
