@@ -79,6 +79,11 @@ type budgetSet struct {
 	// (waiting, first come first served; only while calling).
 	calling bool
 	waiting []*budgetWaiter
+	// expiry refuses, at its deadline, a waiter still in line: one timer
+	// per set, armed at the earliest deadline in line (expires; zero when
+	// not armed), in place of a timer per waiter.
+	expiry  *time.Timer
+	expires time.Time
 	// gone: dropped from its shard, its units given back; a caller
 	// holding it looks the set up again.
 	gone bool
@@ -87,12 +92,17 @@ type budgetSet struct {
 // budgetWaiter is a request waiting in line for a set's call to end.
 // When it does, the request is admitted from the new leases, or, first in
 // line and short of them, sends the next call: its outcome is sent on
-// turn, nil for the call. served: no longer in line.
+// turn, nil for the call; its deadline passed first, Unavailable. served:
+// no longer in line. Waiters are reused (budgetWaiters): one leaves the
+// line with turn empty and nobody holding it.
 type budgetWaiter struct {
-	cost   int64
-	turn   chan Outcome
-	served bool
+	cost     int64
+	deadline time.Time // zero: none
+	turn     chan Outcome
+	served   bool
 }
+
+var budgetWaiters = sync.Pool{New: func() any { return &budgetWaiter{turn: make(chan Outcome, 1)} }}
 
 // budgetLease is one policy's lease.
 type budgetLease struct {
@@ -200,10 +210,13 @@ func (r *Redis) evaluateLeased(ctx context.Context, req Request) Outcome {
 			}
 		}
 		if s.calling {
-			w := &budgetWaiter{cost: req.Cost, turn: make(chan Outcome, 1)}
+			w := budgetWaiters.Get().(*budgetWaiter)
+			w.cost, w.deadline, w.served = req.Cost, req.Deadline, false
 			s.waiting = append(s.waiting, w)
+			s.expireBy(req.Deadline)
 			s.mu.Unlock()
-			o, ok := s.await(ctx, r, req.Deadline, w)
+			o, ok := s.await(ctx, r, w)
+			budgetWaiters.Put(w)
 			if ok {
 				return o // admitted from the leases, or out of time
 			}
@@ -253,23 +266,15 @@ func (s *budgetSet) handOff(r *Redis) {
 
 // await waits for w's turn: its outcome (true), or nil and false when it
 // is to call. A caller whose deadline passes first leaves the line,
-// Unavailable (nothing was charged), unless its turn came meanwhile.
-func (s *budgetSet) await(ctx context.Context, r *Redis, deadline time.Time, w *budgetWaiter) (Outcome, bool) {
-	var expired <-chan time.Time
-	if !deadline.IsZero() {
-		t := time.NewTimer(time.Until(deadline))
-		defer t.Stop()
-		expired = t.C
-	}
-	var err error
+// Unavailable (nothing was charged; see expire), unless its turn came
+// meanwhile; so does one whose context ends.
+func (s *budgetSet) await(ctx context.Context, r *Redis, w *budgetWaiter) (Outcome, bool) {
 	select {
 	case o := <-w.turn:
 		return o, o != nil
 	case <-ctx.Done():
-		err = ctx.Err()
-	case <-expired:
-		err = context.DeadlineExceeded
 	}
+	err := ctx.Err()
 	s.mu.Lock()
 	if w.served {
 		s.mu.Unlock()
@@ -286,6 +291,48 @@ func (s *budgetSet) await(ctx context.Context, r *Redis, deadline time.Time, w *
 	s.waiting = slices.DeleteFunc(s.waiting, func(x *budgetWaiter) bool { return x == w })
 	s.mu.Unlock()
 	return Unavailable{Category: AdmissionRejected, Err: err}, true
+}
+
+// expireBy arms the set's expiry for deadline, unless it is zero or the
+// expiry is armed for as early. Under s.mu.
+func (s *budgetSet) expireBy(deadline time.Time) {
+	if deadline.IsZero() || !s.expires.IsZero() && !deadline.Before(s.expires) {
+		return
+	}
+	s.expires = deadline
+	if s.expiry == nil {
+		s.expiry = time.AfterFunc(time.Until(deadline), s.expire)
+		return
+	}
+	s.expiry.Reset(time.Until(deadline))
+}
+
+// expire refuses the waiters in line whose deadline has passed,
+// Unavailable, and arms the expiry for the earliest deadline left. It runs
+// on the expiry; a waiter given its turn meanwhile keeps it.
+func (s *budgetSet) expire() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := time.Now()
+	s.expires = time.Time{}
+	var next time.Time
+	s.waiting = slices.DeleteFunc(s.waiting, func(w *budgetWaiter) bool {
+		switch {
+		case w.deadline.IsZero():
+			return false
+		case !now.Before(w.deadline):
+			w.served = true
+			w.turn <- Unavailable{Category: AdmissionRejected, Err: context.DeadlineExceeded}
+			return true
+		case next.IsZero() || w.deadline.Before(next):
+			next = w.deadline
+		}
+		return false
+	})
+	if !next.IsZero() {
+		s.expires = next
+		s.expiry.Reset(next.Sub(now))
+	}
 }
 
 // take admits a request of cost from the set's leases when every one of

@@ -2,6 +2,8 @@ package limiter_test
 
 import (
 	"context"
+	"errors"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -123,6 +125,67 @@ func TestRedisLeaseServesConcurrentRequestsInLine(t *testing.T) {
 	}
 }
 
+// A request waiting in line for a call Redis does not answer leaves the
+// line at its own deadline, Unavailable, charged nothing, however long the
+// call may take; of two waiters, the later with the earlier deadline
+// leaves first. The call, answered, admits.
+func TestRedisLeaseWaiterLeavesTheLineAtItsDeadline(t *testing.T) {
+	s := redistest.Start(t)
+	r := redistest.NewLimiter(t, limiter.RedisOptions{Addrs: []string{s.Addr}})
+	p := limitertest.Leased(limitertest.FixedWindow(100, time.Hour), 5)
+	p.Clock = limiter.ClockBackend
+	ps := []*limiter.Policy{p}
+	subject := limitertest.Subject()
+	ask := func(within time.Duration) limiter.Outcome {
+		return r.Evaluate(context.Background(), limiter.Request{Policies: ps, Subject: subject, Cost: 1,
+			EvaluationID: limitertest.Subject(), Deadline: time.Now().Add(within)})
+	}
+	s.Stop()
+	stopped := true
+	t.Cleanup(func() {
+		if stopped {
+			s.Cont()
+		}
+	})
+	first := make(chan limiter.Outcome, 1)
+	go func() { first <- ask(time.Minute) }()
+	time.Sleep(100 * time.Millisecond) // its call in flight
+	late, early := make(chan limiter.Outcome, 1), make(chan limiter.Outcome, 1)
+	go func() { late <- ask(800 * time.Millisecond) }()
+	time.Sleep(50 * time.Millisecond)
+	go func() { early <- ask(200 * time.Millisecond) }()
+	var order []string
+	for range 2 {
+		var o limiter.Outcome
+		name := "early"
+		select {
+		case o = <-early:
+		case o = <-late:
+			name = "late"
+		}
+		order = append(order, name)
+		if u, ok := o.(limiter.Unavailable); !ok || !errors.Is(u.Err, context.DeadlineExceeded) {
+			t.Fatalf("%s waiter: %#v, want Unavailable at its deadline", name, o)
+		}
+	}
+	if order[0] != "early" {
+		t.Fatalf("waiters left in the order %v, want the earlier deadline first", order)
+	}
+	select {
+	case o := <-first:
+		t.Fatalf("the call ended while Redis was stopped: %#v", o)
+	default:
+	}
+	s.Cont()
+	stopped = false
+	if e, ok := (<-first).(limiter.Evaluated); !ok || !e.Allowed || e.Remaining != 99 {
+		t.Fatalf("the call: %#v, want admitted with 99 left", e)
+	}
+	if e, ok := ask(time.Minute).(limiter.Evaluated); !ok || !e.Allowed || e.Remaining != 98 {
+		t.Fatalf("next: %#v, want admitted from the lease with 98 left", e)
+	}
+}
+
 // A reset drops the subject's leases: the next request is decided on
 // Redis, against the fresh budget, not admitted from units of the budget
 // before.
@@ -185,5 +248,53 @@ func TestRedisCloseGivesTheLeasesBack(t *testing.T) {
 	stopping.Close()
 	if n := admitted(other); n != 9 {
 		t.Fatalf("the other instance admitted %d after the first stopped, want the 9 left", n)
+	}
+}
+
+// BenchmarkRedisLeaseParallel is the load harness's gateway-redis-lease
+// beside gateway-memory in the limiter alone: 64 requests at once (with
+// -cpu 1, a gateway on one core) of one hot subject under a fixed window
+// with de-duplication, on Redis with lease = 50 and on the memory
+// backend. cpu-µs/op is the process's CPU per decision, redis-server's
+// apart; roundtrips/op the script calls per decision.
+func BenchmarkRedisLeaseParallel(b *testing.B) {
+	s := redistest.Start(b)
+	for _, name := range []string{"memory", "redis-lease"} {
+		b.Run(name, func(b *testing.B) {
+			p := limitertest.FixedWindow(1<<40, time.Hour)
+			var backend interface {
+				Evaluate(context.Context, limiter.Request) limiter.Outcome
+			}
+			if name == "memory" {
+				m := limiter.NewMemory(limiter.MemoryOptions{})
+				defer m.Close()
+				backend = m
+			} else {
+				p = limitertest.Leased(p, 50)
+				p.Clock = limiter.ClockBackend
+				backend = redistest.NewLimiter(b, limiter.RedisOptions{Addrs: []string{s.Addr}})
+			}
+			ps := []*limiter.Policy{p}
+			subject := limitertest.Subject()
+			var ids atomic.Int64
+			calls, _ := evalshaStats(b, s)
+			cpu := cpuTime(b)
+			b.ReportAllocs()
+			b.SetParallelism(64)
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					o := backend.Evaluate(context.Background(), limiter.Request{Policies: ps, Subject: subject, Cost: 1,
+						EvaluationID: "e" + strconv.FormatInt(ids.Add(1), 10), Deadline: time.Now().Add(limiter.DefaultDeadline)})
+					if e, ok := o.(limiter.Evaluated); !ok || !e.Allowed {
+						b.Errorf("outcome %#v", o)
+						return
+					}
+				}
+			})
+			cpu = cpuTime(b) - cpu
+			callsAfter, _ := evalshaStats(b, s)
+			b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N), "cpu-ns/op")
+			b.ReportMetric((callsAfter-calls)/float64(b.N), "roundtrips/op")
+		})
 	}
 }
