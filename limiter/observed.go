@@ -65,7 +65,10 @@ func (b *observed) Evaluate(ctx context.Context, req Request) Outcome {
 	if !req.observed() {
 		return b.Backend.Evaluate(ctx, req)
 	}
-	start := time.Now()
+	start := req.Start
+	if start.IsZero() {
+		start = time.Now()
+	}
 	o := b.Backend.Evaluate(ctx, req)
 	if _, decided := o.(Evaluated); decided || ctx.Err() == nil {
 		b.series(OutcomeName(o)).Observe(time.Since(start).Seconds())

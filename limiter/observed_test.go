@@ -51,3 +51,28 @@ func TestAdmissionsForARouteAreCountedByTheLimiter(t *testing.T) {
 		}
 	}
 }
+
+// An admission is timed from the clock reading the caller gives as its
+// Start, when it gives one.
+func TestAnAdmissionIsTimedFromItsStart(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := newAdmissionMetrics(reg)
+	b := m.observe(NewMemory(MemoryOptions{}))
+	defer b.Close()
+	p := NewPolicy("per-hour", FixedWindow)
+	p.Limit, p.Window = 2, time.Hour
+	b.Evaluate(context.Background(), Request{Policies: []*Policy{p}, Subject: "s", Cost: 1, Route: "orders", Start: time.Now().Add(-time.Minute)})
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() == "gateway_limiter_duration_seconds" {
+			if s := f.GetMetric()[0].GetHistogram().GetSampleSum(); s < 60 {
+				t.Errorf("timed %vs, want at least the minute since its start", s)
+			}
+			return
+		}
+	}
+	t.Fatal("no duration series")
+}

@@ -212,6 +212,10 @@ type Request struct {
 	// earlier of the two applies. It is a field so that a backend that never
 	// blocks (memory) costs the caller no timer and no derived context.
 	Deadline time.Time
+	// Start is when the caller read the clock to set Deadline, if it did:
+	// gateway_limiter_duration_seconds times an admission from it rather
+	// than read the clock again. Zero: from when Evaluate is called.
+	Start time.Time
 }
 
 // DefaultDeadline is how long the gateway lets one evaluation take.

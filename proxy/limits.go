@@ -236,6 +236,7 @@ func (h *Handler) limit(w http.ResponseWriter, r *http.Request, c *compiled, rt 
 		EvaluationID: h.evalIDs.next(),
 		Route:        rt.OperationID,
 		Deadline:     start.Add(c.deadline),
+		Start:        start,
 	}
 	if l.delays && h.held.take(c.maxDelayed) {
 		// A place among max_delayed, taken for the decision and kept while
