@@ -2,12 +2,11 @@ package limiter
 
 import (
 	"context"
-	"maps"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/edgegate/gateway/internal/series"
 )
 
 // admissionMetrics are the series of the admissions made for a route
@@ -52,13 +51,8 @@ func (m *admissionMetrics) observe(b Backend) Backend {
 // counted: nobody waited for it.
 type observed struct {
 	Backend
-	duration *prometheus.HistogramVec
-	// byOutcome are duration's series bound so far, by outcome: bound as
-	// an outcome first comes (an empty series for an outcome that never
-	// did would be exported), and read without a label lookup or a lock
-	// from a map never written again (a new outcome copies it).
-	byOutcome atomic.Pointer[map[string]prometheus.Observer]
-	bind      sync.Mutex // one writer of byOutcome at a time
+	duration  *prometheus.HistogramVec
+	byOutcome series.Bound[string, prometheus.Observer] // duration's, by outcome
 }
 
 func (b *observed) Evaluate(ctx context.Context, req Request) Outcome {
@@ -71,31 +65,14 @@ func (b *observed) Evaluate(ctx context.Context, req Request) Outcome {
 	}
 	o := b.Backend.Evaluate(ctx, req)
 	if _, decided := o.(Evaluated); decided || ctx.Err() == nil {
-		b.series(OutcomeName(o)).Observe(time.Since(start).Seconds())
+		b.byOutcome.Get(OutcomeName(o), b.bindOutcome).Observe(time.Since(start).Seconds())
 	}
 	return o
 }
 
-// series is outcome's duration series.
-func (b *observed) series(outcome string) prometheus.Observer {
-	if m := b.byOutcome.Load(); m != nil {
-		if s, ok := (*m)[outcome]; ok {
-			return s
-		}
-	}
-	b.bind.Lock()
-	defer b.bind.Unlock()
-	next := map[string]prometheus.Observer{}
-	if m := b.byOutcome.Load(); m != nil {
-		if s, ok := (*m)[outcome]; ok {
-			return s
-		}
-		next = maps.Clone(*m)
-	}
-	s := b.duration.WithLabelValues(outcome)
-	next[outcome] = s
-	b.byOutcome.Store(&next)
-	return s
+// bindOutcome binds duration's series of outcome.
+func (b *observed) bindOutcome(outcome string) prometheus.Observer {
+	return b.duration.WithLabelValues(outcome)
 }
 
 // observed reports whether req counts in the admission metrics: an

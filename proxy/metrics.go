@@ -1,14 +1,14 @@
 package proxy
 
 import (
-	"maps"
 	"slices"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/edgegate/gateway/internal/series"
 )
 
 // Metrics are the request path's Prometheus collectors. Labels carry route
@@ -127,8 +127,8 @@ type routeMetrics struct {
 	durations *prometheus.HistogramVec
 	requests  *prometheus.CounterVec
 	inFlight  prometheus.Gauge // nil for the requests no route matched
-	observers bound[string, prometheus.Observer]
-	counters  bound[requestLabels, prometheus.Counter]
+	observers series.Bound[string, prometheus.Observer]
+	counters  series.Bound[requestLabels, prometheus.Counter]
 }
 
 // requestLabels are gateway_requests_total's labels besides the route, as
@@ -151,7 +151,7 @@ func (m *Metrics) forRoute(route string) *routeMetrics {
 // observe records one request's duration under its outcome, and counts it
 // under its outcome, status and plan ("" for none).
 func (rm *routeMetrics) observe(outcome, plan string, status int, d time.Duration) {
-	rm.counters.get(requestLabels{outcome, plan, status}, func(l requestLabels) prometheus.Counter {
+	rm.counters.Get(requestLabels{outcome, plan, status}, func(l requestLabels) prometheus.Counter {
 		label := "other"
 		if l.status >= 0 && l.status < len(statusLabels) {
 			label = statusLabels[l.status]
@@ -161,41 +161,9 @@ func (rm *routeMetrics) observe(outcome, plan string, status int, d time.Duratio
 		}
 		return rm.requests.WithLabelValues(rm.route, l.outcome, label, l.plan)
 	}).Inc()
-	rm.observers.get(outcome, func(outcome string) prometheus.Observer {
+	rm.observers.Get(outcome, func(outcome string) prometheus.Observer {
 		return rm.durations.WithLabelValues(rm.route, outcome)
 	}).Observe(d.Seconds())
-}
-
-// bound are series bound to their labels as requests first need them.
-// Once a key is bound, get reads a map that is never written again (a new
-// key copies it), so concurrent requests share it without a lock.
-type bound[K comparable, V any] struct {
-	m    atomic.Pointer[map[K]V]
-	bind sync.Mutex // one writer of m at a time
-}
-
-// get is key's series, made by bind the first time.
-func (b *bound[K, V]) get(key K, bind func(K) V) V {
-	if m := b.m.Load(); m != nil {
-		if v, ok := (*m)[key]; ok {
-			return v
-		}
-	}
-	b.bind.Lock()
-	defer b.bind.Unlock()
-	var next map[K]V
-	if m := b.m.Load(); m != nil {
-		if v, ok := (*m)[key]; ok {
-			return v
-		}
-		next = maps.Clone(*m)
-	} else {
-		next = map[K]V{}
-	}
-	v := bind(key)
-	next[key] = v
-	b.m.Store(&next)
-	return v
 }
 
 var statusLabels = func() (s [600]string) {
