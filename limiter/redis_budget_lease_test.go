@@ -3,7 +3,6 @@ package limiter_test
 import (
 	"context"
 	"errors"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -274,23 +273,9 @@ func BenchmarkRedisLeaseParallel(b *testing.B) {
 				p.Clock = limiter.ClockBackend
 				backend = redistest.NewLimiter(b, limiter.RedisOptions{Addrs: []string{s.Addr}})
 			}
-			ps := []*limiter.Policy{p}
-			subject := limitertest.Subject()
-			var ids atomic.Int64
 			calls, _ := evalshaStats(b, s)
 			cpu := cpuTime(b)
-			b.ReportAllocs()
-			b.SetParallelism(64)
-			b.RunParallel(func(pb *testing.PB) {
-				for pb.Next() {
-					o := backend.Evaluate(context.Background(), limiter.Request{Policies: ps, Subject: subject, Cost: 1,
-						EvaluationID: "e" + strconv.FormatInt(ids.Add(1), 10), Deadline: time.Now().Add(limiter.DefaultDeadline)})
-					if e, ok := o.(limiter.Evaluated); !ok || !e.Allowed {
-						b.Errorf("outcome %#v", o)
-						return
-					}
-				}
-			})
+			admitInParallel(b, backend, p, limitertest.Subject(), 64)
 			cpu = cpuTime(b) - cpu
 			callsAfter, _ := evalshaStats(b, s)
 			b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N), "cpu-ns/op")

@@ -177,26 +177,13 @@ func BenchmarkRedisParallel(b *testing.B) {
 			p := limitertest.FixedWindow(1<<40, time.Hour)
 			p.Clock = limiter.ClockBackend
 			subject := limitertest.Subject()
-			var ids atomic.Int64
 			calls, usec := evalshaStats(b, s)
 			var writes, sent float64
 			if batching {
 				writes, sent = batches(b, reg)
 			}
 			cpu := cpuTime(b)
-			b.ReportAllocs()
-			b.SetParallelism(32)
-			ps := []*limiter.Policy{p}
-			b.RunParallel(func(pb *testing.PB) {
-				for pb.Next() {
-					o := r.Evaluate(context.Background(), limiter.Request{Policies: ps, Subject: subject, Cost: 1,
-						EvaluationID: "e" + strconv.FormatInt(ids.Add(1), 10), Deadline: time.Now().Add(time.Second)})
-					if e, ok := o.(limiter.Evaluated); !ok || !e.Allowed {
-						b.Errorf("outcome %#v", o)
-						return
-					}
-				}
-			})
+			admitInParallel(b, r, p, subject, 32)
 			cpu = cpuTime(b) - cpu
 			callsAfter, usecAfter := evalshaStats(b, s)
 			b.ReportMetric((usecAfter-usec)/(callsAfter-calls), "redis-µs/call")
@@ -211,6 +198,28 @@ func BenchmarkRedisParallel(b *testing.B) {
 
 // cpuTime is the CPU time this process has used (user and system), not
 // counting redis-server: what decisions cost the gateway's side.
+// admitInParallel has b.N requests of subject, parallelism a core at a
+// time, each with an evaluation ID of its own and the gateway's deadline,
+// decided by backend under p; each must be admitted.
+func admitInParallel(b *testing.B, backend interface {
+	Evaluate(context.Context, limiter.Request) limiter.Outcome
+}, p *limiter.Policy, subject string, parallelism int) {
+	ps := []*limiter.Policy{p}
+	var ids atomic.Int64
+	b.ReportAllocs()
+	b.SetParallelism(parallelism)
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			o := backend.Evaluate(context.Background(), limiter.Request{Policies: ps, Subject: subject, Cost: 1,
+				EvaluationID: "e" + strconv.FormatInt(ids.Add(1), 10), Deadline: time.Now().Add(limiter.DefaultDeadline)})
+			if e, ok := o.(limiter.Evaluated); !ok || !e.Allowed {
+				b.Errorf("outcome %#v", o)
+				return
+			}
+		}
+	})
+}
+
 func cpuTime(t testing.TB) time.Duration {
 	var u syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &u); err != nil {
