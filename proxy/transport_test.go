@@ -291,37 +291,115 @@ func TestTheLeanTransportBoundsTheWaitForAResponseHead(t *testing.T) {
 	}
 }
 
-// The request's context ending (the client left) ends the exchange at
-// once, in the wait for the head and in the body alike.
+// The request's context ending (the client left) ends the exchange, in
+// the write of the request, the wait for the head and the body alike: at the watch's end when it
+// ends before it (the socket's deadline looks at the context), at once
+// after it (the context closes the connection).
 func TestTheLeanTransportEndsWithTheRequestsContext(t *testing.T) {
-	lt := newTestLean(t, func(lt *leanTransport) { lt.responseTimeout = time.Minute })
-	hold := make(chan struct{})
-	u := newRawTarget(t, func(conn, n int, req *http.Request) (string, bool) {
-		if req.URL.Path == "/body" {
-			return "HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nok", false
-		}
-		<-hold
-		return "", true
-	})
-	t.Cleanup(func() { close(hold) })
-	ctx, cancel := context.WithCancel(context.Background())
-	req, _ := http.NewRequestWithContext(ctx, "GET", u.url("/head"), nil)
-	time.AfterFunc(100*time.Millisecond, cancel)
-	if _, err := lt.RoundTrip(req); !errors.Is(err, context.Canceled) {
-		t.Fatalf("error %v, want the context's", err)
-	}
+	for _, c := range []struct {
+		name              string
+		watchAfter, after time.Duration // the context ends after
+	}{
+		{"within the watch", 200 * time.Millisecond, 20 * time.Millisecond},
+		{"after the watch", 20 * time.Millisecond, 200 * time.Millisecond},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			lt := newTestLean(t, func(lt *leanTransport) { lt.responseTimeout, lt.watchAfter = time.Minute, c.watchAfter })
+			hold := make(chan struct{})
+			u := newRawTarget(t, func(conn, n int, req *http.Request) (string, bool) {
+				if req.URL.Path == "/body" {
+					return "HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nok", false
+				}
+				<-hold
+				return "", true
+			})
+			t.Cleanup(func() { close(hold) })
+			// Ended, the exchange took the watch or the context's end,
+			// whichever is later, and not the minute of the response
+			// timeout.
+			bound := max(c.watchAfter, c.after) + 2*time.Second
 
-	ctx, cancel = context.WithCancel(context.Background())
-	req, _ = http.NewRequestWithContext(ctx, "GET", u.url("/body"), nil)
+			ctx, cancel := context.WithCancel(context.Background())
+			req, _ := http.NewRequestWithContext(ctx, "GET", u.url("/head"), nil)
+			time.AfterFunc(c.after, cancel)
+			start := time.Now()
+			if _, err := lt.RoundTrip(req); !errors.Is(err, context.Canceled) {
+				t.Fatalf("head: error %v, want the context's", err)
+			}
+			if d := time.Since(start); d < c.after || d > bound {
+				t.Fatalf("head: ended after %v", d)
+			}
+
+			ctx, cancel = context.WithCancel(context.Background())
+			req, _ = http.NewRequestWithContext(ctx, "GET", u.url("/body"), nil)
+			start = time.Now()
+			res, err := lt.RoundTrip(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			time.AfterFunc(c.after, cancel)
+			if _, err := io.ReadAll(res.Body); err == nil {
+				t.Fatal("body: the body of a cancelled request read to its end")
+			}
+			res.Body.Close()
+			if d := time.Since(start); d < c.after || d > bound {
+				t.Fatalf("body: ended after %v", d)
+			}
+
+			// A target that reads nothing, and a request head larger
+			// than the sockets' buffers: the write waits.
+			deaf, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { deaf.Close() })
+			go func() {
+				for {
+					c, err := deaf.Accept()
+					if err != nil {
+						return
+					}
+					t.Cleanup(func() { c.Close() })
+				}
+			}()
+			ctx, cancel = context.WithCancel(context.Background())
+			req, _ = http.NewRequestWithContext(ctx, "GET", "http://"+deaf.Addr().String()+"/", nil)
+			req.Header.Set("X-Large", strings.Repeat("a", 64<<20))
+			time.AfterFunc(c.after, cancel)
+			start = time.Now()
+			if _, err := lt.RoundTrip(req); !errors.Is(err, context.Canceled) {
+				t.Fatalf("write: error %v, want the context's", err)
+			}
+			if d := time.Since(start); d < c.after || d > bound {
+				t.Fatalf("write: ended after %v", d)
+			}
+		})
+	}
+}
+
+// A response read whole is no reason to keep a connection whose request's
+// context ended meanwhile: the next request dials anew.
+func TestTheLeanTransportKeepsNoConnectionOfAnEndedContext(t *testing.T) {
+	lt := newTestLean(t, nil)
+	u := newRawTarget(t, answerAlways(okAnswer))
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(ctx, "GET", u.url("/"), nil)
 	res, err := lt.RoundTrip(req)
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.AfterFunc(100*time.Millisecond, cancel)
-	if _, err := io.ReadAll(res.Body); err == nil {
-		t.Fatal("the body of a cancelled request read to its end")
+	cancel()
+	if b, err := io.ReadAll(res.Body); err != nil || string(b) != "ok" {
+		t.Fatalf("%q, %v", b, err)
 	}
 	res.Body.Close()
+	u.waitEnded(t, 1)
+	if _, body, err := send(lt, "GET", u.url("/")); err != nil || body != "ok" {
+		t.Fatalf("%q, %v", body, err)
+	}
+	if n := u.conns.Load(); n != 2 {
+		t.Fatalf("%d connections, want 2", n)
+	}
 }
 
 func TestTheLeanTransportRelaysInformationalResponsesAndTrailers(t *testing.T) {
