@@ -82,7 +82,8 @@ type leanTransport struct {
 	idleTimeout     time.Duration
 	maxIdlePerHost  int
 	// watchAfter: the request's context is looked at when the socket's
-	// deadline, watchAfter from the start, cuts a read or write short,
+	// deadline, at most watchAfter from the start (see arm), cuts a read
+	// or write short,
 	// and an exchange that goes on past it has the context's end close
 	// the connection (context.AfterFunc). Most exchanges are over sooner,
 	// and cost no registration with the context (about 1 µs and 4
@@ -150,6 +151,9 @@ type leanConn struct {
 	deadline time.Time
 	sliced   bool
 	stop     func() bool
+	// watchEnd is the socket's deadline while it is a watch's, kept from
+	// one exchange to the next (see arm); zero while it is not.
+	watchEnd time.Time
 }
 
 // Read is the connection as the response reader sees it: a head larger
@@ -199,7 +203,25 @@ func (c *leanConn) watch() error {
 	}
 	c.stop = context.AfterFunc(c.ctx, c.abort)
 	c.conn.SetDeadline(c.deadline)
+	c.watchEnd = time.Time{}
 	return nil
+}
+
+// arm sets the socket's deadline for an exchange that starts at now:
+// deadline, a watch's if watch says so. A watch's deadline that the last
+// exchange left is kept while it is watchAfter/2 away or more, so that
+// the watch of an exchange on a busy connection ends between watchAfter/2
+// and watchAfter after its start, for a deadline call every watchAfter/2
+// instead of one a request (120 ns, the clock read in it included).
+func (c *leanConn) arm(now, deadline time.Time, watch bool) {
+	if watch && !c.watchEnd.IsZero() && c.watchEnd.Sub(now) >= c.t.watchAfter/2 {
+		return
+	}
+	c.conn.SetDeadline(deadline)
+	c.watchEnd = time.Time{}
+	if watch {
+		c.watchEnd = deadline
+	}
 }
 
 func (t *leanTransport) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -218,7 +240,7 @@ func (t *leanTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if w := now.Add(t.watchAfter); w.Before(deadline) {
 		armed, sliced = w, true
 	}
-	c, err := t.get(ctx, req.URL, now, armed)
+	c, err := t.get(ctx, req.URL, now, armed, sliced)
 	if err != nil {
 		return nil, err
 	}
@@ -342,9 +364,9 @@ func (b *leanBody) Close() error {
 }
 
 // get returns an idle connection to u's host that passes the idle check,
-// the one idle the shortest first, or dials one, with its deadline set to
-// deadline.
-func (t *leanTransport) get(ctx context.Context, u *url.URL, now, deadline time.Time) (*leanConn, error) {
+// the one idle the shortest first, or dials one, armed with deadline (a
+// watch's if watch says so).
+func (t *leanTransport) get(ctx context.Context, u *url.URL, now, deadline time.Time, watch bool) (*leanConn, error) {
 	t.mu.Lock()
 	t.closeIdle = false
 	if l := t.idle[u.Host]; l != nil {
@@ -355,7 +377,7 @@ func (t *leanTransport) get(ctx context.Context, u *url.URL, now, deadline time.
 			t.mu.Unlock()
 			// Before the check, which fails on an expired deadline: the
 			// last request's may be left on the connection.
-			c.conn.SetDeadline(deadline)
+			c.arm(now, deadline, watch)
 			if now.Sub(c.idleAt) < t.checkIdleAfter || c.usable() {
 				return c, nil
 			}
@@ -377,7 +399,7 @@ func (t *leanTransport) get(ctx context.Context, u *url.URL, now, deadline time.
 	c.bw = bufio.NewWriter(c)
 	c.abort = func() { nc.Close() }
 	c.initIdleCheck(nc)
-	nc.SetDeadline(deadline)
+	c.arm(now, deadline, watch)
 	return c, nil
 }
 

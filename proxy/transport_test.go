@@ -307,7 +307,10 @@ func TestTheLeanTransportEndsWithTheRequestsContext(t *testing.T) {
 			lt := newTestLean(t, func(lt *leanTransport) { lt.responseTimeout, lt.watchAfter = time.Minute, c.watchAfter })
 			hold := make(chan struct{})
 			u := newRawTarget(t, func(conn, n int, req *http.Request) (string, bool) {
-				if req.URL.Path == "/body" {
+				switch req.URL.Path {
+				case "/ok":
+					return okAnswer, false
+				case "/body":
 					return "HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nok", false
 				}
 				<-hold
@@ -319,6 +322,11 @@ func TestTheLeanTransportEndsWithTheRequestsContext(t *testing.T) {
 			// timeout.
 			bound := max(c.watchAfter, c.after) + 2*time.Second
 
+			// Over a connection that has just carried a request, which
+			// keeps its watch's deadline (arm).
+			if _, _, err := send(lt, "GET", u.url("/ok")); err != nil {
+				t.Fatal(err)
+			}
 			ctx, cancel := context.WithCancel(context.Background())
 			req, _ := http.NewRequestWithContext(ctx, "GET", u.url("/head"), nil)
 			time.AfterFunc(c.after, cancel)
