@@ -186,8 +186,8 @@ func (r *Redis) GiveBack(req Request, reserved Evaluated) {
 		return
 	}
 	ps := req.Policies
-	cmd := r.script.command(r.keys(ps, req.Subject, ""), argsHead+argsPerPolicy*len(ps)+1)
-	cmd = append(r.appendArgs(cmd, ps, req.Cost, givingBack, true), req.EvaluationID)
+	cmd := r.script.command(r.keys(ps, req.Subject, false), argsHead+argsPerPolicy*len(ps)+1)
+	cmd = append(r.appendArgs(cmd, ps, req.Cost, givingBack, true, ""), req.EvaluationID)
 	r.inBackground(cmd, func() {
 		if r.denials != nil {
 			r.denials.forget(req.Subject)

@@ -194,3 +194,11 @@ func (m *Memory) SameShard(p, q *Policy, subject string) bool {
 
 // Client is the backend's go-redis client, for a test to hook its dials.
 func (r *Redis) Client() redis.UniversalClient { return r.client }
+
+// RecordBytes is what one remembered evaluation of a request of n policies
+// counts against dedup.max_bytes on Redis.
+var RecordBytes = recordBytes
+
+// RememberedSuffix ends the key of a Redis state key's remembered
+// evaluations.
+const RememberedSuffix = rememberedSuffix

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // An operator's view of one subject: Peek reads the state of a request's
@@ -100,39 +98,26 @@ func (r *Redis) Peek(ctx context.Context, req Request) Outcome {
 		return o
 	}
 	ps := req.Policies
-	cmd := r.script.command(r.keys(ps, req.Subject, ""), argsHead+argsPerPolicy*len(ps))
-	return r.decide(ctx, ps, r.appendArgs(cmd, ps, 0, Admission, false), nil)
+	cmd := r.script.command(r.keys(ps, req.Subject, false), argsHead+argsPerPolicy*len(ps))
+	return r.decide(ctx, ps, r.appendArgs(cmd, ps, 0, Admission, false, ""), nil)
 }
 
 // Reset deletes req.Subject's state for each of req's policies, with the
-// evaluations remembered under each (its record list and the records it
-// names) and the leases it holds (its lease set); the keys share the subject's hash tag, so one Cluster slot and
-// one DEL. It then forgets this instance's remembered denials of the
-// subject and publishes the subject on the resets channel, so that every
-// instance sharing this Redis forgets its own (see subscribeResets). The
-// state is gone once Reset returns nil; a publish that fails is an error
-// too, though the state was reset.
+// evaluations remembered under each (its hash of records) and the leases
+// it holds (its lease set); the keys share the subject's hash tag, so one
+// Cluster slot and one DEL. It then forgets this instance's remembered
+// denials of the subject and publishes the subject on the resets channel,
+// so that every instance sharing this Redis forgets its own (see
+// subscribeResets). The state is gone once Reset returns nil; a publish
+// that fails is an error too, though the state was reset.
 func (r *Redis) Reset(ctx context.Context, req Request) error {
 	if err := resettable(ctx, req); err != nil {
 		return err
 	}
-	keys := r.keys(req.Policies, req.Subject, "")
-	queues := make([]*redis.StringSliceCmd, len(keys))
-	_, err := r.client.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, k := range keys {
-			queues[i] = p.LRange(ctx, k+":q", 0, -1)
-		}
-		return nil
-	})
-	if err != nil && !errors.Is(err, redis.Nil) {
-		return fmt.Errorf("reset: read the remembered evaluations: %w", err)
-	}
-	del := make([]string, 0, 2*len(keys))
-	for i, k := range keys {
-		del = append(del, k, k+":q", k+":l")
-		for _, id := range queues[i].Val() {
-			del = append(del, k+":e:"+id)
-		}
+	keys := r.keys(req.Policies, req.Subject, false)
+	del := make([]string, 0, 3*len(keys))
+	for _, k := range keys {
+		del = append(del, k, k+rememberedSuffix, k+":l")
 	}
 	if err := r.client.Del(ctx, del...).Err(); err != nil {
 		return fmt.Errorf("reset: delete the state: %w", err)

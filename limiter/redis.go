@@ -397,19 +397,19 @@ func (r *Redis) evaluate(ctx context.Context, req Request, call *budgetCall) Out
 		}
 	}
 	ctx = withDeadline(ctx, req.Deadline)
-	dedup := ps[0].Dedup.Enabled && req.EvaluationID != ""
+	dedup := ps[0].Dedup.Enabled && req.EvaluationID != "" && rememberedPlaces(ps[0].Dedup, len(ps)) > 0
 	id := ""
 	if dedup {
 		id = req.EvaluationID
 	}
-	// The lease or reservation ID, after every policy's.
-	withID := HoldsLeases(ps) || req.MayDelay && Delays(ps)
+	// The ID of the record, lease or reservation, after every policy's.
+	withID := dedup || HoldsLeases(ps) || req.MayDelay && Delays(ps)
 	extra := 0
 	if withID {
 		extra = 1
 	}
-	cmd := r.script.command(r.keys(ps, req.Subject, id), argsHead+argsPerPolicy*len(ps)+extra)
-	cmd = r.appendArgs(cmd, ps, req.Cost, req.Phase, req.MayDelay)
+	cmd := r.script.command(r.keys(ps, req.Subject, dedup), argsHead+argsPerPolicy*len(ps)+extra)
+	cmd = r.appendArgs(cmd, ps, req.Cost, req.Phase, req.MayDelay, id)
 	if withID {
 		cmd = append(cmd, req.EvaluationID)
 	}

@@ -54,10 +54,10 @@ func (r *Redis) key(p *Policy, subject string) string {
 // compiledPolicy is what every call of one policy shares, made once: the
 // end of its keys and its script arguments, boxed once.
 type compiledPolicy struct {
-	policy  Policy // what it was made from: a policy changed in place is made again
-	keyTail string // "}:" + name + ":" + revision
-	args    [argsPerPolicy]any
-	dedup   [3]any // ARGV 3 to 5, when it is a request's first policy
+	policy   Policy // what it was made from: a policy changed in place is made again
+	keyTail  string // "}:" + name + ":" + revision
+	args     [argsPerPolicy]any
+	dedupTTL any // ARGV 3, when it is a request's first policy
 	// calendar is a calendar policy's window argument, made again when
 	// the gateway's clock leaves the period it was made in.
 	calendar atomic.Pointer[calendarBounds]
@@ -69,7 +69,7 @@ type compiledPolicy struct {
 // how long a request may be delayed and argLease what a lease of budget
 // asks (budget_lease.go).
 const (
-	argsHead      = 5
+	argsHead      = 7
 	argsPerPolicy = 11
 	argNow        = 1
 	argWindow     = 3
@@ -119,7 +119,7 @@ func (r *Redis) compiled(p *Policy) *compiledPolicy {
 		p.CleanupGrace.Milliseconds(), p.MaxClockRegression.Milliseconds(), shadow, chargeMode(p, Admission),
 		p.MaxDelay.Milliseconds(), 0,
 	}
-	c.dedup = [3]any{p.Dedup.TTL.Milliseconds(), p.Dedup.MaxEntries, p.Dedup.MaxBytes}
+	c.dedupTTL = p.Dedup.TTL.Milliseconds()
 	if r.compiledCount.Add(1) > maxCompiled {
 		r.policies.Clear()
 		r.compiledCount.Store(1)
@@ -129,10 +129,10 @@ func (r *Redis) compiled(p *Policy) *compiledPolicy {
 }
 
 // keys are the keys of one call: each policy's state and, with
-// de-duplication (evaluationID not empty), the evaluation's record and the
-// list of remembered IDs, all cut from one string. They share the
-// subject's hash tag: one Cluster slot. See lua/prelude.lua.
-func (r *Redis) keys(ps []*Policy, subject, evaluationID string) []string {
+// de-duplication (dedup), the first policy's hash of remembered
+// evaluations, all cut from one string. They share the subject's hash
+// tag: one Cluster slot. See lua/prelude.lua.
+func (r *Redis) keys(ps []*Policy, subject string, dedup bool) []string {
 	var tailsOn [scratchPolicies]string
 	tails := tailsOn[:0]
 	head := len(r.prefix) + 1 + len(subject)
@@ -142,49 +142,94 @@ func (r *Redis) keys(ps []*Policy, subject, evaluationID string) []string {
 		tails = append(tails, t)
 		size += head + len(t)
 	}
-	first := head + len(tails[0])
-	record := first + len(":e:") + len(evaluationID)
-	if evaluationID != "" {
-		size += record + first + len(":q")
+	if dedup {
+		size += head + len(tails[0]) + len(rememberedSuffix)
 	}
 	var b strings.Builder
 	b.Grow(size)
-	key := func(tail, suffix, id string) {
+	key := func(tail, suffix string) {
 		b.WriteString(r.prefix)
 		b.WriteByte('{')
 		b.WriteString(subject)
 		b.WriteString(tail)
 		b.WriteString(suffix)
-		b.WriteString(id)
 	}
 	for _, t := range tails {
-		key(t, "", "")
+		key(t, "")
 	}
-	if evaluationID != "" {
-		key(tails[0], ":e:", evaluationID)
-		key(tails[0], ":q", "")
+	if dedup {
+		key(tails[0], rememberedSuffix)
 	}
 	all := b.String()
-	keys := make([]string, 0, len(ps)+2)
+	keys := make([]string, 0, len(ps)+1)
 	at := 0
 	for _, t := range tails {
 		keys = append(keys, all[at:at+head+len(t)])
 		at += head + len(t)
 	}
-	if evaluationID != "" {
-		keys = append(keys, all[at:at+record], all[at+record:])
+	if dedup {
+		keys = append(keys, all[at:])
 	}
 	return keys
 }
 
+// rememberedSuffix ends the key of a state key's remembered evaluations.
+const rememberedSuffix = ":d"
+
+// rememberedPlaces is how many evaluations a key of the first of n
+// policies remembers (its hash's places): d.MaxEntries, fewer when
+// d.MaxBytes holds fewer records (recordBytes each), and 0 when it holds
+// none.
+func rememberedPlaces(d Dedup, n int) int {
+	return min(d.MaxEntries, d.MaxBytes/recordBytes(n))
+}
+
+// recordBytes is what one remembered evaluation of a request of n
+// policies is counted as against dedup.max_bytes: an evaluation ID of up
+// to 48 bytes, its expiry, 32 bytes of numbers for each policy and 64 of
+// the hash's bookkeeping (-bench RedisMemoryPerSubject measures about 65
+// bytes a record with one policy, once the hash is there).
+func recordBytes(n int) int { return 48 + 16 + 32*n + 64 }
+
+// recordPlaces is how many places the record of one evaluation may take
+// (lua/prelude.lua): a record goes to the oldest of them, so of a key's
+// last places/4 evaluations nearly every one is kept (TestRedisDedup).
+const recordPlaces = 4
+
+// firstPlace is the first of the record places of evaluation id among
+// places; the others follow it, wrapping around. The ID's FNV-1a hash is
+// mixed (SplitMix64's finalizer) before the remainder is taken: its low
+// bits alone hardly tell apart IDs that differ in their last character,
+// as the gateway's, a counter's, do.
+func firstPlace(id string, places int) int {
+	h := uint64(14695981039346656037)
+	for i := 0; i < len(id); i++ {
+		h ^= uint64(id[i])
+		h *= 1099511628211
+	}
+	h = (h ^ h>>30) * 0xbf58476d1ce4e5b9
+	h = (h ^ h>>27) * 0x94d049bb133111eb
+	h ^= h >> 31
+	return int(h % uint64(places))
+}
+
 // appendArgs appends to cmd the script's ARGV for a request of cost over
-// ps in phase; mayDelay: its caller can hold it (Request.MayDelay).
-func (r *Redis) appendArgs(cmd []any, ps []*Policy, cost int64, phase Phase, mayDelay bool) []any {
+// ps in phase; mayDelay: its caller can hold it (Request.MayDelay). With
+// de-duplication (keys made with dedup), evaluationID is the request's.
+func (r *Redis) appendArgs(cmd []any, ps []*Policy, cost int64, phase Phase, mayDelay bool, evaluationID string) []any {
 	args := append(cmd, len(ps), cost)
 	for i, p := range ps {
 		c := r.compiled(p)
 		if i == 0 {
-			args = append(args, c.dedup[:]...)
+			args = append(args, c.dedupTTL)
+			places, at := 1, 0
+			if evaluationID != "" {
+				places = rememberedPlaces(p.Dedup, len(ps))
+				at = firstPlace(evaluationID, places)
+			}
+			for j := range recordPlaces {
+				args = append(args, (at+j)%places)
+			}
 		}
 		args = append(args, c.args[:]...)
 		if p.Clock == ClockGateway {

@@ -231,18 +231,25 @@ func cpuTime(t testing.TB) time.Duration {
 // BenchmarkRedisMemoryPerSubject measures what one subject's keys cost
 // Redis (used_memory from INFO memory), for sizing maxmemory: the state
 // alone, and the state with the evaluation records de-duplication keeps
-// for its TTL.
+// for its TTL, of one decision and of 64.
 func BenchmarkRedisMemoryPerSubject(b *testing.B) {
-	for _, dedup := range []bool{false, true} {
-		name := "state"
-		if dedup {
-			name = "state+dedup-record"
-		}
-		b.Run(name, func(b *testing.B) {
+	for _, tc := range []struct {
+		name      string
+		dedup     bool
+		decisions int
+	}{
+		{"state", false, 1},
+		{"state+dedup-record", true, 1},
+		{"state+64-dedup-records", true, 64},
+	} {
+		dedup := tc.dedup
+		b.Run(tc.name, func(b *testing.B) {
 			s := redistest.Start(b)
 			r := redistest.NewLimiter(b, limiter.RedisOptions{Addrs: []string{s.Addr}, DenialCacheEntries: -1})
 			p := limitertest.FixedWindow(100, time.Minute)
 			p.Clock = limiter.ClockBackend
+			// Nothing expires while the benchmark runs.
+			p.Dedup.TTL = time.Hour
 			if !dedup {
 				p.Dedup = limiter.Dedup{}
 			}
@@ -262,7 +269,9 @@ func BenchmarkRedisMemoryPerSubject(b *testing.B) {
 			for b.Loop() {
 				// A pseudonym as the gateway makes them: v1: and 64 hex digits.
 				subject := fmt.Sprintf("v1:%064x", n)
-				r.Evaluate(ctx, limiter.Request{Policies: []*limiter.Policy{p}, Subject: subject, Cost: 1, EvaluationID: fmt.Sprintf("%024x-%x", 1, n)})
+				for i := range tc.decisions {
+					r.Evaluate(ctx, limiter.Request{Policies: []*limiter.Policy{p}, Subject: subject, Cost: 1, EvaluationID: fmt.Sprintf("%024x-%x", 1, n*tc.decisions+i)})
+				}
 				n++
 			}
 			b.ReportMetric((used()-before)/float64(n), "redis-bytes/subject")

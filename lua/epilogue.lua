@@ -16,12 +16,12 @@ local reservation = eval_id and KEYS[1] .. ':r:' .. eval_id
 local reserved
 -- Each policy's state start, replied when a lease of budget was asked for.
 local starts
-if ARGV[5 + 9] == '5' then
+if ARGV[argv_head + 9] == '5' then
   reserved = {}
   for i = 1, n do
-    reserved[i] = tonumber(ARGV[5 + (i - 1) * per_policy + 11])
+    reserved[i] = tonumber(ARGV[argv_head + (i - 1) * per_policy + 11])
   end
-elseif ARGV[5 + 9] == '3' then
+elseif ARGV[argv_head + 9] == '3' then
   local rec = reservation and redis.call('GET', reservation)
   if not rec then
     return {0}
@@ -35,9 +35,9 @@ elseif ARGV[5 + 9] == '3' then
   end
 end
 for i = 1, n do
-  local at = 5 + (i - 1) * per_policy
+  local at = argv_head + (i - 1) * per_policy
   local now = clock(ARGV[at + 2])
-  local ok, raw = pcall(redis.call, 'HMGET', KEYS[i], 's', 'c', 'p', 't', 'eb')
+  local ok, raw = pcall(redis.call, 'HMGET', KEYS[i], 's', 'c', 'p', 't')
   if not ok then
     return {2}
   end
@@ -108,10 +108,10 @@ for i = 1, n do
   if allowed == 0 and ARGV[at + 8] == '0' then
     admitted = false
   end
-  -- now, whether the key exists, its eb, what a charge writes, and for a
-  -- policy that holds leases its lease set, lease TTL and whether shadow,
-  -- then whether an admission charges it (not when only checked)
-  state[i] = {now, raw[4] ~= false or raw[5] ~= false, raw[5], n_start, n_count, n_prev, ttl,
+  -- now, whether the key exists, what a charge writes, and for a policy
+  -- that holds leases its lease set, lease TTL and whether shadow, then
+  -- whether an admission charges it (not when only checked)
+  state[i] = {now, raw[4] ~= false, n_start, n_count, n_prev, ttl,
     leases, type(window) == 'number' and window or nil, ARGV[at + 8] == '1', charge ~= '1' and charge ~= '4'}
   local at_reply = 2 + (i - 1) * 4
   reply[at_reply] = allowed
@@ -121,77 +121,42 @@ for i = 1, n do
 end
 if not admitted then
   for i = 1, n do
-    if reply[2 + (i - 1) * 4] == 1 and state[i][11] then
+    if reply[2 + (i - 1) * 4] == 1 and state[i][10] then
       reply[3 + (i - 1) * 4] = reply[3 + (i - 1) * 4] + cost
     end
   end
 end
 if starts then
   for i = 1, n do
-    reply[1 + 4 * n + i] = state[i][4] or 0
+    reply[1 + 4 * n + i] = state[i][3] or 0
   end
 end
 if cost == 0 then
   return reply -- a read (the admin API's): nothing is written
 end
 
--- One write of each key's state, the evaluation's record, one TTL each.
+-- One write of each key's state, one TTL each.
 for i = 1, n do
   local key = KEYS[i]
   local s = state[i]
-  local fields = {}
-  local keep = 0
   -- A shadow concurrency policy takes its lease even when it denies.
   -- (No new start: nothing to write, as for a give-back that finds the
   -- state moved on.)
-  s[12] = admitted and s[11] and s[4] and (reply[2 + (i - 1) * 4] == 1 or (s[8] and s[10]))
-  if s[12] then
-    fields = {'s', s[4], 'c', s[5], 'p', s[6], 't', s[1]}
-    keep = s[7]
-    if s[8] then
+  s[11] = admitted and s[10] and s[3] and (reply[2 + (i - 1) * 4] == 1 or (s[7] and s[9]))
+  if s[11] then
+    local keep = s[6]
+    if s[7] then
       local members = {}
       for k = 1, cost do
-        members[2 * k - 1] = s[1] + s[9]
+        members[2 * k - 1] = s[1] + s[8]
         members[2 * k] = lease_member(eval_id, k)
       end
-      redis.call('ZADD', s[8], unpack(members))
-      if redis.call('PTTL', s[8]) < keep then
-        redis.call('PEXPIRE', s[8], keep)
+      redis.call('ZADD', s[7], unpack(members))
+      if redis.call('PTTL', s[7]) < keep then
+        redis.call('PEXPIRE', s[7], keep)
       end
     end
-  end
-  if i == 1 and record then
-    local dedup_ttl = ARGV[3] + 0
-    local max_entries = ARGV[4] + 0
-    local max_bytes = ARGV[5] + 0
-    local id = string.sub(record, #key + 4)
-    -- What a record costs Redis, roughly: its key, its value, its place in
-    -- the list and the bookkeeping of a key with a TTL.
-    local size = #record + #id + 128
-    if size <= max_bytes then
-      local format = '%d' .. string.rep(',%d', #reply - 1)
-      redis.call('SET', record, string.format(format, s[1] + dedup_ttl, unpack(reply, 2)), 'PX', ARGV[3])
-      local entries = redis.call('RPUSH', queue, id)
-      local bytes = size
-      if entries > 1 then
-        bytes = tonumber(s[3] or '0') + size
-      end
-      -- Oldest first out, until both bounds hold: a retry follows its first
-      -- try closely, so the newest records are the ones worth keeping.
-      while entries > max_entries or bytes > max_bytes do
-        local old = redis.call('LPOP', queue)
-        redis.call('DEL', key .. ':e:' .. old)
-        bytes = bytes - (#key + 3 + 2 * #old + 128)
-        entries = entries - 1
-      end
-      redis.call('PEXPIRE', queue, ARGV[3])
-      fields[#fields + 1] = 'eb'
-      fields[#fields + 1] = bytes
-      keep = math.max(keep, dedup_ttl + ARGV[5 + 6]) -- the first policy's grace
-    end
-  end
-  if #fields > 0 then
-    redis.call('HSET', key, unpack(fields))
+    redis.call('HSET', key, 's', s[3], 'c', s[4], 'p', s[5], 't', s[1])
     if keep == 0 then
       -- A give-back keeps the key's TTL.
     elseif s[2] then
@@ -203,22 +168,39 @@ for i = 1, n do
   end
 end
 
+-- The evaluation's record, in an empty one of its four places, else in
+-- the one whose record expires first (the oldest: every record of the
+-- key lives as long): a retry follows its first try closely, so the newer
+-- records are the ones worth keeping.
+if remembered then
+  local place, oldest = ARGV[4], places[1]
+  for j = 2, 4 do
+    local rec = places[j]
+    if oldest and (not rec or rec < oldest) then
+      place, oldest = ARGV[3 + j], rec
+    end
+  end
+  local format = '%015d,%s' .. string.rep(',%d', #reply - 1)
+  redis.call('HSET', remembered, place, string.format(format, state[1][1] + ARGV[3], eval_id, unpack(reply, 2)))
+  redis.call('PEXPIRE', remembered, ARGV[3])
+end
+
 -- A delayed admission (an enforced policy's retry_ms above 0) leaves its
 -- reservation record for a give-back: where each policy was charged, for
 -- the longest delay and the first policy's grace.
 if admitted and reservation and not reserved then
   local held = 0
   for i = 1, n do
-    if ARGV[5 + (i - 1) * per_policy + 8] == '0' then
+    if ARGV[argv_head + (i - 1) * per_policy + 8] == '0' then
       held = math.max(held, reply[5 + (i - 1) * 4])
     end
   end
   if held > 0 then
     local starts = {}
     for i = 1, n do
-      starts[i] = state[i][12] and state[i][4] or 'x'
+      starts[i] = state[i][11] and state[i][3] or 'x'
     end
-    redis.call('SET', reservation, table.concat(starts, ','), 'PX', held + tonumber(ARGV[5 + 6]))
+    redis.call('SET', reservation, table.concat(starts, ','), 'PX', held + tonumber(ARGV[argv_head + 6]))
   end
 end
 

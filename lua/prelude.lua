@@ -8,23 +8,26 @@
 -- KEYS[1..n] the policies' state, in the request's order, one hash each:
 --   s, c, p  the algorithm's state (start, count, previous count), in ms
 --   t        the latest clock reading that wrote the state (ms)
---   eb       (KEYS[1] only) the bytes of the remembered evaluations
 -- KEYS[1] .. ':r:' .. the evaluation ID: a delayed request's reservation
 --           record (epilogue.lua), made from KEYS[1] in the script
--- With de-duplication two more keys follow:
--- KEYS[n+1] this evaluation's record, "expires" then "allowed,remaining,
---           reset,retry" per policy, comma-separated: a string that also
---           expires on its own (PX)
--- KEYS[n+2] the remembered evaluation IDs, a list, oldest first; the record
---           of ID x is KEYS[1] .. ':e:' .. x
+-- With de-duplication one more key follows:
+-- KEYS[n+1] the remembered evaluations, a hash of places, each holding one
+--           evaluation's record: its expiry (ms, 15 digits, so that
+--           records order as strings by it), its ID, then allowed,
+--           remaining, reset, retry per policy (and each policy's start
+--           when the call asked for a lease of budget), comma-separated.
+--           The gateway picks four places for an ID (ARGV 4 to 7); a
+--           record goes to an empty one, else to the one whose record
+--           expires first, the oldest, and a retry looks in all four. The
+--           hash expires ttl after its last write.
 -- Every key shares one hash tag, the subject's, so one Cluster slot.
--- Remembering costs O(1) whatever the number remembered: one GET, one SET,
--- one RPUSH, and one LPOP and DEL per record pushed out by the bounds.
+-- Remembering costs four places read and one written, whatever the number
+-- remembered.
 --
 -- ARGV:
---   1 n    2 cost    3 dedup TTL in ms    4 dedup max entries
---   5 dedup max bytes (3-5: the first policy's)
---   then eleven per policy, from 5 + (i-1)*11 + 1:
+--   1 n    2 cost    3 dedup TTL in ms (the first policy's)
+--   4-7 the record's four places (numbers, not always different)
+--   then eleven per policy, from 7 + (i-1)*11 + 1:
 --   algorithm (its place in decide_by), now in ms or "" to read Redis TIME
 --   (one clock for every gateway), limit or capacity, window or refill
 --   period in ms (a calendar policy's: its period boundaries, window_at
@@ -45,9 +48,10 @@
 --   remaining is what the cost left, the lease's units in it, so the
 --   instance got min(lease, remaining). With charge 5, the state's start
 --   the lease was taken in.
---   then, after every policy's, the evaluation ID when a policy holds
---   leases (concurrency; it names the lease), or may delay the request
---   (it names the reservation record; epilogue.lua)
+--   then, after every policy's, the evaluation ID when the call is
+--   de-duplicated (it heads the record), a policy holds leases
+--   (concurrency; it names the lease), or may delay the request (it names
+--   the reservation record; epilogue.lua)
 --
 -- Reply: {status}, then when decided or replayed allowed, remaining,
 -- reset_ms, retry_ms per policy; an allowed policy's retry_ms is its delay
@@ -66,10 +70,10 @@
 -- calendar window, the stored state, a record.
 local n = ARGV[1] + 0
 local cost = ARGV[2] + 0
-local record = KEYS[n + 1]
-local queue = KEYS[n + 2]
+local remembered = KEYS[n + 1]
 local per_policy = 11
-local eval_id = ARGV[5 + n * per_policy + 1]
+local argv_head = 7 -- the arguments before the first policy's
+local eval_id = ARGV[argv_head + n * per_policy + 1]
 
 local redis_now
 local function clock(arg)
@@ -83,16 +87,23 @@ local function clock(arg)
   return redis_now
 end
 
-if record then
-  local rec = redis.call('GET', record)
-  if rec then
-    local v = {}
-    for x in string.gmatch(rec, '-?%d+') do
-      v[#v + 1] = tonumber(x)
-    end
-    if (#v == 1 + 4 * n or #v == 1 + 5 * n) and v[1] > clock(ARGV[7]) then
-      v[1] = 3
-      return v
+-- The records in the evaluation's four places (false: empty), and what
+-- a record of this evaluation holds after its expiry.
+local places, head
+if remembered then
+  places = redis.call('HMGET', remembered, ARGV[4], ARGV[5], ARGV[6], ARGV[7])
+  head = eval_id .. ','
+  for j = 1, 4 do
+    local rec = places[j]
+    -- (find, not sub: no new string to intern)
+    if rec and string.find(rec, head, 17, true) == 17 then
+      local v = {3}
+      for x in string.gmatch(string.sub(rec, 17 + #head), '-?%d+') do
+        v[#v + 1] = tonumber(x)
+      end
+      if (#v == 1 + 4 * n or #v == 1 + 5 * n) and tonumber(string.sub(rec, 1, 15)) > clock(ARGV[argv_head + 2]) then
+        return v
+      end
     end
   end
 end
