@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -12,12 +14,15 @@ import (
 )
 
 // batcher sends the script calls that wait for one Redis node at the same
-// moment as one pipeline: one write and one read for all of them, each call
-// still its own EVALSHA with its own reply or error, so every decision stays
-// independent. A call that finds a worker idle is sent at once, alone; calls
-// that arrive while pipelines are in flight go out together in the next. A
-// few pipelines may be in flight at once, so one slow reply holds up only
-// its own batch.
+// moment as one pipeline: one write and one read for all of them. The
+// rate-limit script's calls go as one EVALSHA whose reply carries each
+// decision's (lua/driver.lua), in a Cluster one for each subject (its
+// hash tag, so one slot): each key is read and written once for all of
+// them, and each decided as if alone after the ones before it. Every other
+// call is its own EVALSHA with its own reply or error. A call that finds a worker idle is
+// sent at once, alone; calls that arrive while pipelines are in flight go
+// out together in the next. A few pipelines may be in flight at once, so
+// one slow reply holds up only its own batch.
 //
 // A batch is sent with the earliest deadline among its calls: none waits
 // past its own. A call whose deadline passed while it was queued is not sent.
@@ -26,6 +31,8 @@ import (
 // whatever the worker is doing.
 type batcher struct {
 	client *redis.Client
+	merge  *string             // the SHA of the script whose calls are merged
+	bySlot bool                // merged only when their keys share a hash tag (Cluster)
 	sizes  prometheus.Observer // calls per write
 	queue  chan *call
 	stop   chan struct{}
@@ -72,8 +79,8 @@ const (
 // errNotSent: the call was never written to Redis.
 var errNotSent = errors.New("redis: not sent")
 
-func newBatcher(c *redis.Client, sizes prometheus.Observer) *batcher {
-	b := &batcher{client: c, sizes: sizes, queue: make(chan *call, 4*maxBatch), stop: make(chan struct{})}
+func newBatcher(c *redis.Client, merge *string, bySlot bool, sizes prometheus.Observer) *batcher {
+	b := &batcher{client: c, merge: merge, bySlot: bySlot, sizes: sizes, queue: make(chan *call, 4*maxBatch), stop: make(chan struct{})}
 	b.wg.Add(batchWorkers)
 	for range batchWorkers {
 		go b.work()
@@ -124,7 +131,7 @@ func (b *batcher) evalSha(ctx context.Context, cmd []any) (any, error) {
 func (b *batcher) work() {
 	defer b.wg.Done()
 	batch := make([]*call, 0, maxBatch)
-	cmds := make([]*redis.Cmd, 0, maxBatch)
+	var w sending
 	for {
 		select {
 		case c := <-b.queue:
@@ -141,11 +148,19 @@ func (b *batcher) work() {
 				break more
 			}
 		}
-		cmds = b.send(batch, cmds[:0])
+		b.send(batch, &w)
 	}
 }
 
-func (b *batcher) send(batch []*call, cmds []*redis.Cmd) []*redis.Cmd {
+// sending is a worker's scratch space for one batch: its calls grouped
+// into commands, each of one call or of one subject's merged calls.
+type sending struct {
+	order  []*call   // the live calls, each command's together
+	starts []int     // where each command's calls begin in order
+	cmds   []*redis.Cmd
+}
+
+func (b *batcher) send(batch []*call, w *sending) {
 	live := batch[:0]
 	var deadline time.Time
 	for _, c := range batch {
@@ -159,32 +174,147 @@ func (b *batcher) send(batch []*call, cmds []*redis.Cmd) []*redis.Cmd {
 		}
 		live = append(live, c)
 	}
-	if len(live) > 0 {
-		b.sizes.Observe(float64(len(live)))
+	if len(live) == 0 {
+		return
 	}
-	switch len(live) {
-	case 0:
-		return cmds
-	case 1:
+	b.sizes.Observe(float64(len(live)))
+	b.group(live, w)
+	if len(live) == 1 {
 		c := live[0]
 		c.reply, c.err = b.client.Do(c.ctx, c.cmd...).Result()
 		c.finish()
-		return cmds
+		return
 	}
 	// Not a caller's context: one caller going away must not cancel the
 	// others' calls.
 	ctx := withDeadline(context.Background(), deadline)
-	pipe := b.client.Pipeline()
+	w.cmds = w.cmds[:0]
+	if len(w.starts) == 1 {
+		// One command, merged: no pipeline to make.
+		w.cmds = append(w.cmds, b.client.Do(ctx, merged(w.command(0))...))
+	} else {
+		pipe := b.client.Pipeline()
+		for i := range w.starts {
+			calls := w.command(i)
+			if len(calls) == 1 {
+				w.cmds = append(w.cmds, pipe.Do(ctx, calls[0].cmd...))
+			} else {
+				w.cmds = append(w.cmds, pipe.Do(ctx, merged(calls)...))
+			}
+		}
+		pipe.Exec(ctx)
+	}
+	for i, cmd := range w.cmds {
+		calls := w.command(i)
+		reply, err := cmd.Result()
+		w.cmds[i] = nil
+		if len(calls) == 1 {
+			calls[0].reply, calls[0].err = reply, err
+			calls[0].finish()
+			continue
+		}
+		each, ok := reply.([]any)
+		if err == nil && (!ok || len(each) != len(calls)) {
+			err = errMalformedReply
+		}
+		for j, c := range calls {
+			if err != nil {
+				c.err = err
+			} else {
+				c.reply = each[j]
+			}
+			c.finish()
+		}
+	}
+	clear(w.order)
+}
+
+// group puts live's calls into w, one command each, but the merged
+// script's calls together (in a Cluster, those of one subject): the calls
+// of a batch are few, so each finds its group by a look at the ones
+// before.
+func (b *batcher) group(live []*call, w *sending) {
+	w.order, w.starts = w.order[:0], w.starts[:0]
 	for _, c := range live {
-		cmds = append(cmds, pipe.Do(ctx, c.cmd...))
+		tag := b.mergeTag(c)
+		at := -1
+		for i := 0; tag != "" && i < len(w.starts); i++ {
+			if b.mergeTag(w.order[w.starts[i]]) == tag {
+				at = i
+				break
+			}
+		}
+		if at < 0 {
+			w.starts = append(w.starts, len(w.order))
+			w.order = append(w.order, c)
+			continue
+		}
+		// Into its group, the groups after it moved along by one.
+		end := len(w.order)
+		if at+1 < len(w.starts) {
+			end = w.starts[at+1]
+		}
+		w.order = slices.Insert(w.order, end, c)
+		for i := at + 1; i < len(w.starts); i++ {
+			w.starts[i]++
+		}
 	}
-	pipe.Exec(ctx)
-	for i, c := range live {
-		c.reply, c.err = cmds[i].Result()
-		cmds[i] = nil
-		c.finish()
+}
+
+// command is the calls of the i-th command.
+func (w *sending) command(i int) []*call {
+	end := len(w.order)
+	if i+1 < len(w.starts) {
+		end = w.starts[i+1]
 	}
-	return cmds
+	return w.order[w.starts[i]:end]
+}
+
+// mergeTag is what c is merged by with other calls of the same: "" for
+// none, in a Cluster the hash tag of its keys, else "*".
+func (b *batcher) mergeTag(c *call) string {
+	if sha, _ := c.cmd[1].(*string); sha == nil || sha != b.merge {
+		return ""
+	}
+	if !b.bySlot {
+		return "*"
+	}
+	key := firstKey(c.cmd)
+	open := strings.IndexByte(key, '{')
+	if open < 0 {
+		return ""
+	}
+	end := strings.IndexByte(key[open+1:], '}')
+	if end < 0 {
+		return ""
+	}
+	return key[open+1 : open+1+end]
+}
+
+// merged is one EVALSHA of the rate-limit script for calls, each made by
+// script.command (in a Cluster over keys of one hash tag): every call's
+// keys, then "b",
+// the number of calls and each call's number of keys, number of
+// arguments and arguments (lua/driver.lua).
+func merged(calls []*call) []any {
+	keys, args := 0, 2
+	for _, c := range calls {
+		k := c.cmd[2].(int)
+		keys += k
+		args += 2 + len(c.cmd) - cmdHead - k
+	}
+	cmd := make([]any, 0, cmdHead+keys+args)
+	cmd = append(cmd, "evalsha", calls[0].cmd[1], keys)
+	for _, c := range calls {
+		cmd = append(cmd, c.cmd[cmdHead:cmdHead+c.cmd[2].(int)]...)
+	}
+	cmd = append(cmd, "b", len(calls))
+	for _, c := range calls {
+		k := c.cmd[2].(int)
+		cmd = append(cmd, k, len(c.cmd)-cmdHead-k)
+		cmd = append(cmd, c.cmd[cmdHead+k:]...)
+	}
+	return cmd
 }
 
 // close stops the workers once their pipelines are answered; calls still

@@ -64,6 +64,89 @@ func TestConcurrentDecisionsShareWritesAndStayExact(t *testing.T) {
 	}
 }
 
+// The decisions a batch carries go to Redis as one EVALSHA (in a Cluster,
+// one for each subject), each still decided alone: over several subjects
+// and routes of one and two policies at once, with de-duplication, every
+// subject is admitted exactly its limits, and there were fewer script
+// calls than decisions.
+func TestBatchedDecisionsShareScriptCallsAndStayExact(t *testing.T) {
+	for _, cluster := range []bool{false, true} {
+		name := "standalone"
+		if cluster {
+			name = "cluster"
+		}
+		t.Run(name, func(t *testing.T) {
+			var opts limiter.RedisOptions
+			var stats func() float64
+			if cluster {
+				c := redistest.StartCluster(t)
+				opts = limiter.RedisOptions{Mode: limiter.RedisCluster, Addrs: c.Addrs()}
+				stats = func() (calls float64) {
+					for _, n := range c.Nodes {
+						x, _ := evalshaStats(t, n)
+						calls += x
+					}
+					return calls
+				}
+			} else {
+				s := redistest.Start(t)
+				opts = limiter.RedisOptions{Addrs: []string{s.Addr}}
+				stats = func() float64 { x, _ := evalshaStats(t, s); return x }
+			}
+			// No remembered denials: every decision goes to Redis.
+			opts.DenialCacheEntries = -1
+			r := redistest.NewLimiter(t, opts)
+			minute := limitertest.FixedWindow(30, time.Minute)
+			bucket := limitertest.TokenBucket(20, 1, time.Hour)
+			for _, p := range []*limiter.Policy{minute, bucket} {
+				p.Clock = limiter.ClockBackend
+			}
+			routes := [][]*limiter.Policy{{minute}, {minute, bucket}}
+			subjects := []string{limitertest.Subject(), limitertest.Subject(), limitertest.Subject()}
+			const each = 60 // per subject and route
+			before := stats()
+			allowed := make([][2]atomic.Int64, len(subjects))
+			var wg sync.WaitGroup
+			start := make(chan struct{})
+			for si, subject := range subjects {
+				for ri, ps := range routes {
+					for i := range each {
+						wg.Add(1)
+						go func() {
+							defer wg.Done()
+							<-start
+							o := r.Evaluate(context.Background(), limiter.Request{Policies: ps, Subject: subject, Cost: 1,
+								EvaluationID: subject + "-" + strconv.Itoa(ri) + "-" + strconv.Itoa(i), Deadline: time.Now().Add(5 * time.Second)})
+							e, ok := o.(limiter.Evaluated)
+							if !ok {
+								t.Errorf("outcome %#v", o)
+								return
+							}
+							if e.Allowed {
+								allowed[si][ri].Add(1)
+							}
+						}()
+					}
+				}
+			}
+			close(start)
+			wg.Wait()
+			for si := range subjects {
+				// The minute's 30 are shared by both routes; the second
+				// route's admissions also take from the bucket's 20.
+				one, both := allowed[si][0].Load(), allowed[si][1].Load()
+				if one+both != 30 || both > 20 {
+					t.Errorf("subject %d: %d admitted on the first route and %d on the second, want 30 in all, at most 20 on the second", si, one, both)
+				}
+			}
+			decisions := float64(len(subjects) * len(routes) * each)
+			if calls := stats() - before; calls >= decisions {
+				t.Fatalf("%v script calls for %v decisions: none was merged", calls, decisions)
+			}
+		})
+	}
+}
+
 // batches reads how many writes the batchers made and how many calls they
 // carried.
 func batches(t testing.TB, reg *prometheus.Registry) (writes, calls float64) {

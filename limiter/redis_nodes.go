@@ -37,7 +37,7 @@ func (r *Redis) nodeState(c *redis.Client) (*node, error) {
 	}
 	n := &node{}
 	if r.batching {
-		n.batcher = newBatcher(c, r.m.batch)
+		n.batcher = newBatcher(c, &r.script.sha, r.cluster != nil, r.m.batch)
 	}
 	if !r.breakers.Disabled {
 		addr := c.Options().Addr

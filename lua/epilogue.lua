@@ -37,10 +37,11 @@ end
 for i = 1, n do
   local at = argv_head + (i - 1) * per_policy
   local now = clock(ARGV[at + 2])
-  local ok, raw = pcall(redis.call, 'HMGET', KEYS[i], 's', 'c', 'p', 't')
-  if not ok then
+  local st = state_of(KEYS[i])
+  if not st then
     return {2}
   end
+  local raw = st[1]
   local valid = raw[1] ~= false
   local st_start, st_count, st_prev, st_seen = 0, 0, 0, 0
   if valid then
@@ -108,10 +109,10 @@ for i = 1, n do
   if allowed == 0 and ARGV[at + 8] == '0' then
     admitted = false
   end
-  -- now, whether the key exists, what a charge writes, and for a policy
-  -- that holds leases its lease set, lease TTL and whether shadow, then
-  -- whether an admission charges it (not when only checked)
-  state[i] = {now, raw[4] ~= false, n_start, n_count, n_prev, ttl,
+  -- now, the key's entry in states, what a charge writes, and for a
+  -- policy that holds leases its lease set, lease TTL and whether shadow,
+  -- then whether an admission charges it (not when only checked)
+  state[i] = {now, st, n_start, n_count, n_prev, ttl,
     leases, type(window) == 'number' and window or nil, ARGV[at + 8] == '1', charge ~= '1' and charge ~= '4'}
   local at_reply = 2 + (i - 1) * 4
   reply[at_reply] = allowed
@@ -135,9 +136,8 @@ if cost == 0 then
   return reply -- a read (the admin API's): nothing is written
 end
 
--- One write of each key's state, one TTL each.
+-- What each key's state becomes, written at the call's end (flush).
 for i = 1, n do
-  local key = KEYS[i]
   local s = state[i]
   -- A shadow concurrency policy takes its lease even when it denies.
   -- (No new start: nothing to write, as for a give-back that finds the
@@ -156,15 +156,11 @@ for i = 1, n do
         redis.call('PEXPIRE', s[7], keep)
       end
     end
-    redis.call('HSET', key, 's', s[3], 'c', s[4], 'p', s[5], 't', s[1])
-    if keep == 0 then
-      -- A give-back keeps the key's TTL.
-    elseif s[2] then
-      redis.call('PEXPIRE', key, keep, 'GT')
-    else
-      -- A new key has no TTL, and GT takes that for an endless one.
-      redis.call('PEXPIRE', key, keep)
-    end
+    -- (A give-back asks for no TTL: it keeps the key's.)
+    local e = s[2]
+    e[1] = {s[3], s[4], s[5], s[1]}
+    e[3] = math.max(e[3], keep)
+    e[4] = true
   end
 end
 
@@ -181,8 +177,11 @@ if remembered then
     end
   end
   local format = '%015d,%s' .. string.rep(',%d', #reply - 1)
-  redis.call('HSET', remembered, place, string.format(format, state[1][1] + ARGV[3], eval_id, unpack(reply, 2)))
-  redis.call('PEXPIRE', remembered, ARGV[3])
+  local rec = string.format(format, state[1][1] + ARGV[3], eval_id, unpack(reply, 2))
+  local r = records[remembered]
+  r[1][place] = rec
+  r[2][#r[2] + 1] = place
+  r[3] = math.max(r[3], ARGV[3] + 0)
 end
 
 -- A delayed admission (an enforced policy's retry_ms above 0) leaves its

@@ -1,9 +1,12 @@
 // Package lua holds the rate-limit script the Redis backend runs. It is
-// one script for any number of policies: the prelude (keys, ARGV, reply and
-// de-duplication replays; prelude.lua documents them), the algorithms'
-// common helper, one file per algorithm, the table that numbers them, and
-// the epilogue, which decides every policy and writes. Its keys share the
-// subject's hash tag, so it runs on Redis Cluster.
+// one script for any number of policies and of requests: the prelude
+// (keys, ARGV and reply, prelude.lua documents them; the call's clock and
+// what its decisions read and write), the algorithms' common helper, one
+// file per algorithm, the table that numbers them, then one decision as a
+// function: its head (de-duplication replays) and the epilogue, which
+// decides every policy; then the driver, which runs one decision or a
+// batch of them and writes once. A decision's keys share the subject's
+// hash tag, so it runs on Redis Cluster.
 package lua
 
 import (
@@ -52,7 +55,11 @@ func script() string {
 	b.WriteString("local decide_by = {" + strings.Join(functions, ", ") + "}\n")
 	b.WriteString("local give_back_by = {" + strings.Join(functions, "_give_back, ") + "_give_back}\n")
 	b.WriteString("local holds_leases = {" + strings.Join(leases, ", ") + "}\n")
+	b.WriteString("local function decide(KEYS, ARGV)\n")
+	b.WriteString(read("decision.lua"))
 	b.WriteString(read("epilogue.lua"))
+	b.WriteString("end\n")
+	b.WriteString(read("driver.lua"))
 	return b.String()
 }
 

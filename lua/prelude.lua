@@ -1,5 +1,6 @@
--- The rate-limit script's head. One call decides every policy of one
--- request (a route's list; one policy is a list of one) for one subject:
+-- The rate-limit script's head. One decision decides every policy of one
+-- request (a route's list; one policy is a list of one) for one subject,
+-- and one call makes one decision or a batch of them (driver.lua):
 -- every policy is read and decided first, nothing written; then, when
 -- every enforced policy allows, each policy that allows is charged, and
 -- when any enforced one denies, none is. Shadow policies are decided
@@ -68,13 +69,10 @@
 -- one conversion, where tonumber makes two (it checks, then converts),
 -- each a strtod. tonumber stays where a string may not be a number: a
 -- calendar window, the stored state, a record.
-local n = ARGV[1] + 0
-local cost = ARGV[2] + 0
-local remembered = KEYS[n + 1]
 local per_policy = 11
 local argv_head = 7 -- the arguments before the first policy's
-local eval_id = ARGV[argv_head + n * per_policy + 1]
 
+-- One clock reading for every decision of the call that reads Redis's.
 local redis_now
 local function clock(arg)
   if arg ~= '' then
@@ -87,23 +85,91 @@ local function clock(arg)
   return redis_now
 end
 
--- The records in the evaluation's four places (false: empty), and what
--- a record of this evaluation holds after its expiry.
-local places, head
-if remembered then
-  places = redis.call('HMGET', remembered, ARGV[4], ARGV[5], ARGV[6], ARGV[7])
-  head = eval_id .. ','
-  for j = 1, 4 do
-    local rec = places[j]
-    -- (find, not sub: no new string to intern)
-    if rec and string.find(rec, head, 17, true) == 17 then
-      local v = {3}
-      for x in string.gmatch(string.sub(rec, 17 + #head), '-?%d+') do
-        v[#v + 1] = tonumber(x)
+-- What the call's decisions read and write, kept for its end (flush), so
+-- that decisions of one subject in one call read each key once and write
+-- it once, each seeing what the ones before it wrote: for each state key
+-- read, {its fields (s, c, p, t), whether it existed before the call,
+-- the longest TTL a charge asked for, whether a decision charged it}.
+local states, touched = {}, {}
+
+-- state_of is key's entry in states, read on first use; nil when the key
+-- holds no hash (status 2).
+local function state_of(key)
+  local e = states[key]
+  if e then
+    return e
+  end
+  local ok, raw = pcall(redis.call, 'HMGET', key, 's', 'c', 'p', 't')
+  if not ok then
+    return nil
+  end
+  e = {raw, raw[4] ~= false, 0, false}
+  states[key] = e
+  touched[#touched + 1] = key
+  return e
+end
+
+-- The remembered evaluations' hashes the call's decisions look in: for
+-- each, {the records read and written by place, the places written in
+-- order (a place written twice is listed twice), the TTL to leave the
+-- hash with}. Every decision's four places
+-- are read in one HMGET per hash before the first decision (ask_places,
+-- read_places).
+local records, asked = {}, {}
+
+local function ask_places(keys, argv)
+  local key = keys[argv[1] + 1]
+  if key then
+    local list = asked[key]
+    if not list then
+      list = {}
+      asked[key] = list
+    end
+    for j = 4, 7 do
+      list[#list + 1] = argv[j]
+    end
+  end
+end
+
+local function read_places()
+  for key, list in pairs(asked) do
+    local got = redis.call('HMGET', key, unpack(list))
+    local fields = {}
+    for j, place in ipairs(list) do
+      fields[place] = got[j]
+    end
+    records[key] = {fields, {}, 0}
+  end
+end
+
+-- flush writes what the decisions charged: each state once, with the
+-- longest TTL asked (GT unless the key is new: GT takes no TTL for an
+-- endless one), and each hash of records once.
+local function flush()
+  for _, key in ipairs(touched) do
+    local e = states[key]
+    if e[4] then
+      local raw = e[1]
+      redis.call('HSET', key, 's', raw[1], 'c', raw[2], 'p', raw[3], 't', raw[4])
+      if e[3] == 0 then
+        -- Only give-backs, which keep the key's TTL.
+      elseif e[2] then
+        redis.call('PEXPIRE', key, e[3], 'GT')
+      else
+        redis.call('PEXPIRE', key, e[3])
       end
-      if (#v == 1 + 4 * n or #v == 1 + 5 * n) and tonumber(string.sub(rec, 1, 15)) > clock(ARGV[argv_head + 2]) then
-        return v
+    end
+  end
+  for key, r in pairs(records) do
+    local order = r[2]
+    if #order > 0 then
+      local args = {}
+      for j, place in ipairs(order) do
+        args[2 * j - 1] = place
+        args[2 * j] = r[1][place]
       end
+      redis.call('HSET', key, unpack(args))
+      redis.call('PEXPIRE', key, r[3])
     end
   end
 end
