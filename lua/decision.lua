@@ -5,15 +5,14 @@ local cost = ARGV[2] + 0
 local remembered = KEYS[n + 1]
 local eval_id = ARGV[argv_head + n * per_policy + 1]
 
--- The records in the evaluation's four places (false: empty), and what
--- a record of this evaluation holds after its expiry.
+-- The remembered records by place (the evaluation's four read: false when
+-- empty), and what a record of this evaluation holds after its expiry.
 local places, head
 if remembered then
-  local fields = records[remembered][1]
-  places = {fields[ARGV[4]], fields[ARGV[5]], fields[ARGV[6]], fields[ARGV[7]]}
+  places = records[remembered]
   head = eval_id .. ','
-  for j = 1, 4 do
-    local rec = places[j]
+  for j = 4, 7 do
+    local rec = places[ARGV[j]]
     -- (find, not sub: no new string to intern)
     if rec and string.find(rec, head, 17, true) == 17 then
       local v = {3}

@@ -158,7 +158,8 @@ for i = 1, n do
     end
     -- (A give-back asks for no TTL: it keeps the key's.)
     local e = s[2]
-    e[1] = {s[3], s[4], s[5], s[1]}
+    local raw = e[1]
+    raw[1], raw[2], raw[3], raw[4] = s[3], s[4], s[5], s[1]
     e[3] = math.max(e[3], keep)
     e[4] = true
   end
@@ -169,19 +170,18 @@ end
 -- key lives as long): a retry follows its first try closely, so the newer
 -- records are the ones worth keeping.
 if remembered then
-  local place, oldest = ARGV[4], places[1]
-  for j = 2, 4 do
-    local rec = places[j]
+  local place, oldest = ARGV[4], places[ARGV[4]]
+  for j = 5, 7 do
+    local rec = places[ARGV[j]]
     if oldest and (not rec or rec < oldest) then
-      place, oldest = ARGV[3 + j], rec
+      place, oldest = ARGV[j], rec
     end
   end
   local format = '%015d,%s' .. string.rep(',%d', #reply - 1)
   local rec = string.format(format, state[1][1] + ARGV[3], eval_id, unpack(reply, 2))
-  local r = records[remembered]
-  r[1][place] = rec
-  r[2][#r[2] + 1] = place
-  r[3] = math.max(r[3], ARGV[3] + 0)
+  places[place] = rec
+  places[#places + 1] = place
+  places.ttl = math.max(places.ttl, ARGV[3] + 0)
 end
 
 -- A delayed admission (an enforced policy's retry_ms above 0) leaves its

@@ -110,9 +110,9 @@ local function state_of(key)
 end
 
 -- The remembered evaluations' hashes the call's decisions look in: for
--- each, {the records read and written by place, the places written in
--- order (a place written twice is listed twice), the TTL to leave the
--- hash with}. Every decision's four places
+-- each, one table of the records read and written by place (the places
+-- are strings), the places written in order from 1 (a place written twice
+-- is listed twice), and at ttl the TTL to leave the hash with. Every decision's four places
 -- are read in one HMGET per hash before the first decision (ask_places,
 -- read_places).
 local records, asked = {}, {}
@@ -134,11 +134,11 @@ end
 local function read_places()
   for key, list in pairs(asked) do
     local got = redis.call('HMGET', key, unpack(list))
-    local fields = {}
+    local r = {ttl = 0}
     for j, place in ipairs(list) do
-      fields[place] = got[j]
+      r[place] = got[j]
     end
-    records[key] = {fields, {}, 0}
+    records[key] = r
   end
 end
 
@@ -161,15 +161,14 @@ local function flush()
     end
   end
   for key, r in pairs(records) do
-    local order = r[2]
-    if #order > 0 then
+    if #r > 0 then
       local args = {}
-      for j, place in ipairs(order) do
-        args[2 * j - 1] = place
-        args[2 * j] = r[1][place]
+      for j = 1, #r do
+        args[2 * j - 1] = r[j]
+        args[2 * j] = r[r[j]]
       end
       redis.call('HSET', key, unpack(args))
-      redis.call('PEXPIRE', key, r[3])
+      redis.call('PEXPIRE', key, r.ttl)
     end
   end
 end
