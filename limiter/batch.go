@@ -155,8 +155,8 @@ func (b *batcher) work() {
 // sending is a worker's scratch space for one batch: its calls grouped
 // into commands, each of one call or of one subject's merged calls.
 type sending struct {
-	order  []*call   // the live calls, each command's together
-	starts []int     // where each command's calls begin in order
+	order  []*call // the live calls, each command's together
+	starts []int   // where each command's calls begin in order
 	cmds   []*redis.Cmd
 }
 
