@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -16,10 +15,11 @@ import (
 // batcher sends the script calls that wait for one Redis node at the same
 // moment as one pipeline: one write and one read for all of them. The
 // rate-limit script's calls go as one EVALSHA whose reply carries each
-// decision's (lua/driver.lua), in a Cluster one for each subject (its
-// hash tag, so one slot): each key is read and written once for all of
-// them, and each decided as if alone after the ones before it. Every other
-// call is its own EVALSHA with its own reply or error. A call that finds a worker idle is
+// decision's reply or error (lua/driver.lua), in a Cluster one for each
+// set of keys (one subject's route, so one slot): each key is read and
+// written once for all of them, and each decided as if alone after the
+// ones before it. Every other call is its own EVALSHA with its own reply
+// or error. A call that finds a worker idle is
 // sent at once, alone; calls that arrive while pipelines are in flight go
 // out together in the next. A few pipelines may be in flight at once, so
 // one slow reply holds up only its own batch.
@@ -32,7 +32,7 @@ import (
 type batcher struct {
 	client *redis.Client
 	merge  *string             // the SHA of the script whose calls are merged
-	bySlot bool                // merged only when their keys share a hash tag (Cluster)
+	bySlot bool                // merged only over the same keys (Cluster)
 	sizes  prometheus.Observer // calls per write
 	queue  chan *call
 	stop   chan struct{}
@@ -218,10 +218,16 @@ func (b *batcher) send(batch []*call, w *sending) {
 			err = errMalformedReply
 		}
 		for j, c := range calls {
-			if err != nil {
+			switch {
+			case err != nil:
 				c.err = err
-			} else {
-				c.reply = each[j]
+			default:
+				// A decision's own error is an error reply in the list.
+				if e, ok := each[j].(error); ok {
+					c.err = e
+				} else {
+					c.reply = each[j]
+				}
 			}
 			c.finish()
 		}
@@ -230,16 +236,15 @@ func (b *batcher) send(batch []*call, w *sending) {
 }
 
 // group puts live's calls into w, one command each, but the merged
-// script's calls together (in a Cluster, those of one subject): the calls
-// of a batch are few, so each finds its group by a look at the ones
+// script's calls together (in a Cluster, those over the same keys): the
+// calls of a batch are few, so each finds its group by a look at the ones
 // before.
 func (b *batcher) group(live []*call, w *sending) {
 	w.order, w.starts = w.order[:0], w.starts[:0]
 	for _, c := range live {
-		tag := b.mergeTag(c)
 		at := -1
-		for i := 0; tag != "" && i < len(w.starts); i++ {
-			if b.mergeTag(w.order[w.starts[i]]) == tag {
+		for i := 0; b.mergeable(c) && i < len(w.starts); i++ {
+			if first := w.order[w.starts[i]]; b.mergeable(first) && b.together(first, c) {
 				at = i
 				break
 			}
@@ -270,30 +275,36 @@ func (w *sending) command(i int) []*call {
 	return w.order[w.starts[i]:end]
 }
 
-// mergeTag is what c is merged by with other calls of the same: "" for
-// none, in a Cluster the hash tag of its keys, else "*".
-func (b *batcher) mergeTag(c *call) string {
-	if sha, _ := c.cmd[1].(*string); sha == nil || sha != b.merge {
-		return ""
-	}
+// mergeable reports whether c is a call of the merged script.
+func (b *batcher) mergeable(c *call) bool {
+	sha, _ := c.cmd[1].(*string)
+	return sha != nil && sha == b.merge
+}
+
+// together reports whether two calls of the merged script may go as one.
+// In a Cluster only calls over the same keys do: those are in one slot,
+// and while the slot migrates either all of them are on a node or the
+// same ones are missing, so a merged call is refused (TRYAGAIN) only
+// where each alone would be.
+func (b *batcher) together(x, y *call) bool {
 	if !b.bySlot {
-		return "*"
+		return true
 	}
-	key := firstKey(c.cmd)
-	open := strings.IndexByte(key, '{')
-	if open < 0 {
-		return ""
+	n := x.cmd[2].(int)
+	if y.cmd[2].(int) != n {
+		return false
 	}
-	end := strings.IndexByte(key[open+1:], '}')
-	if end < 0 {
-		return ""
+	for i := cmdHead; i < cmdHead+n; i++ {
+		if *x.cmd[i].(*string) != *y.cmd[i].(*string) {
+			return false
+		}
 	}
-	return key[open+1 : open+1+end]
+	return true
 }
 
 // merged is one EVALSHA of the rate-limit script for calls, each made by
-// script.command (in a Cluster over keys of one hash tag): every call's
-// keys, then "b",
+// script.command (in a Cluster over the same keys): every call's keys,
+// then "b",
 // the number of calls and each call's number of keys, number of
 // arguments and arguments (lua/driver.lua).
 func merged(calls []*call) []any {

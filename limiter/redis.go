@@ -51,7 +51,8 @@ type RedisOptions struct {
 	Breaker BreakerOptions
 	// DisableBatching sends every decision as its own EVALSHA. By default
 	// decisions that wait for the same node at the same moment share one
-	// write and one read (a pipeline); each is still its own script call.
+	// write and one read, as one EVALSHA whose reply carries each decision
+	// (in a Cluster, one for the decisions over the same keys).
 	DisableBatching bool
 	// DenialCacheEntries bounds the certain denials remembered in this
 	// instance and answered without Redis until they can end, so a subject
@@ -397,7 +398,7 @@ func (r *Redis) evaluate(ctx context.Context, req Request, call *budgetCall) Out
 		}
 	}
 	ctx = withDeadline(ctx, req.Deadline)
-	dedup := ps[0].Dedup.Enabled && req.EvaluationID != "" && rememberedPlaces(ps[0].Dedup, len(ps)) > 0
+	dedup := ps[0].Dedup.Enabled && req.EvaluationID != ""
 	id := ""
 	if dedup {
 		id = req.EvaluationID

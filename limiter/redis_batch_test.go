@@ -189,3 +189,66 @@ func TestALostBatchReplyChargesEachDecisionOnce(t *testing.T) {
 		t.Fatalf("stored count %s, want %d: a decision was charged twice or not at all", c, n+1)
 	}
 }
+
+// A decision whose key Redis refuses (the wrong type) gets that answer as
+// it would alone, and the decisions merged into its call with it are
+// decided as usual: a lease set and a hash of records that are strings,
+// each under its own subject, among subjects whose keys are sound.
+func TestABatchedDecisionsRefusalIsItsOwn(t *testing.T) {
+	s := redistest.Start(t)
+	r := redistest.NewLimiter(t, limiter.RedisOptions{Addrs: []string{s.Addr}, DenialCacheEntries: -1})
+	admin := s.Client(t)
+	ctx := context.Background()
+	window := limitertest.FixedWindow(1000, time.Minute)
+	inFlight := limitertest.Concurrency(1000, time.Minute)
+	for _, p := range []*limiter.Policy{window, inFlight} {
+		p.Clock = limiter.ClockBackend
+	}
+	badLeases, badRecords := limitertest.Subject(), limitertest.Subject()
+	admin.Set(ctx, r.Key(inFlight, badLeases)+":l", "not a set", time.Minute)
+	admin.Set(ctx, r.Key(window, badRecords)+limiter.RememberedSuffix, "not a hash", time.Minute)
+	good := []string{limitertest.Subject(), limitertest.Subject()}
+	before, _ := evalshaStats(t, s)
+	type ask struct {
+		subject string
+		p       *limiter.Policy
+		sound   bool
+	}
+	var asks []ask
+	for range 20 {
+		asks = append(asks, ask{badLeases, inFlight, false}, ask{badRecords, window, false},
+			ask{good[0], inFlight, true}, ask{good[1], window, true})
+	}
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i, a := range asks {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			req := limiter.Request{Policies: []*limiter.Policy{a.p}, Subject: a.subject, Cost: 1,
+				EvaluationID: "e" + strconv.Itoa(i), Deadline: time.Now().Add(5 * time.Second)}
+			o := r.Evaluate(ctx, req)
+			e, decided := o.(limiter.Evaluated)
+			switch {
+			case a.sound && (!decided || !e.Allowed):
+				t.Errorf("a sound subject: outcome %#v, want allowed", o)
+			case !a.sound && decided:
+				t.Errorf("a subject whose key is of the wrong type: outcome %#v, want no decision", o)
+			case !a.sound:
+				if _, ok := o.(limiter.Incompatible); !ok {
+					t.Errorf("a subject whose key is of the wrong type: outcome %#v, want Incompatible", o)
+				}
+			}
+			if decided && a.p == inFlight {
+				r.Release(req, e)
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	r.WaitReleases()
+	if calls, _ := evalshaStats(t, s); calls-before >= float64(len(asks)) {
+		t.Fatalf("%v script calls for %d decisions: none was merged", calls-before, len(asks))
+	}
+}

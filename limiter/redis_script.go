@@ -178,10 +178,10 @@ const rememberedSuffix = ":d"
 
 // rememberedPlaces is how many evaluations a key of the first of n
 // policies remembers (its hash's places): d.MaxEntries, fewer when
-// d.MaxBytes holds fewer records (recordBytes each), and 0 when it holds
-// none.
+// d.MaxBytes holds fewer records (recordBytes each), and never none: a
+// max_bytes the policy accepts (minDedupBytes) keeps at least one.
 func rememberedPlaces(d Dedup, n int) int {
-	return min(d.MaxEntries, d.MaxBytes/recordBytes(n))
+	return max(1, min(d.MaxEntries, d.MaxBytes/recordBytes(n)))
 }
 
 // recordBytes is what one remembered evaluation of a request of n

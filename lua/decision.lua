@@ -10,6 +10,9 @@ local eval_id = ARGV[argv_head + n * per_policy + 1]
 local places, head
 if remembered then
   places = records[remembered]
+  if not places then
+    return {2}
+  end
   head = eval_id .. ','
   for j = 4, 7 do
     local rec = places[ARGV[j]]

@@ -1,11 +1,12 @@
 -- The call: one decision (ARGV as prelude.lua lists it), or a batch of
 -- them, ARGV[1] "b": ARGV[2] decisions, each as its number of keys, its
 -- number of arguments and its arguments, its keys in KEYS in the same
--- order. The gateway batches the decisions of one subject that wait for
--- one Redis node at the same moment (limiter/batch.go): they read the
--- subject's keys once and write them once, and each is decided as if it
--- ran alone after the ones before it. A batch's reply is the list of its
--- decisions' replies.
+-- order. The gateway batches the decisions that wait for one Redis node
+-- at the same moment (limiter/batch.go): they read each key once and
+-- write it once, and each is decided as if it ran alone after the ones
+-- before it. A batch's reply is the list of its decisions' replies; a
+-- decision that raises an error (a command of its refused) has that
+-- error as its reply, and the others go on, as they would alone.
 if ARGV[1] == 'b' then
   local count = ARGV[2] + 0
   local keys_of, argv_of = {}, {}
@@ -26,7 +27,12 @@ if ARGV[1] == 'b' then
   read_places()
   local out = {}
   for d = 1, count do
-    out[d] = decide(keys_of[d], argv_of[d])
+    local ok, reply = pcall(decide, keys_of[d], argv_of[d])
+    if not ok and not (type(reply) == 'table' and reply.err) then
+      -- A Lua error, not a command's: a string.
+      reply = {err = 'ERR ' .. tostring(reply)}
+    end
+    out[d] = reply
   end
   flush()
   return out

@@ -131,14 +131,20 @@ local function ask_places(keys, argv)
   end
 end
 
+-- A hash that cannot be read (not a hash) is false in records: its
+-- decisions find the state unreadable.
 local function read_places()
   for key, list in pairs(asked) do
-    local got = redis.call('HMGET', key, unpack(list))
-    local r = {ttl = 0}
-    for j, place in ipairs(list) do
-      r[place] = got[j]
+    local ok, got = pcall(redis.call, 'HMGET', key, unpack(list))
+    if ok then
+      local r = {ttl = 0}
+      for j, place in ipairs(list) do
+        r[place] = got[j]
+      end
+      records[key] = r
+    else
+      records[key] = false
     end
-    records[key] = r
   end
 end
 
@@ -161,7 +167,7 @@ local function flush()
     end
   end
   for key, r in pairs(records) do
-    if #r > 0 then
+    if r and #r > 0 then
       local args = {}
       for j = 1, #r do
         args[2 * j - 1] = r[j]
