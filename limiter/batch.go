@@ -47,7 +47,11 @@ type call struct {
 	cmd   []any // see script.command
 	reply any
 	err   error
-	done  chan struct{} // the worker's one send, buffered
+	// shared: the call went in a merged command, not first, so the node
+	// answered it with the first (a lost reply is one failure of the
+	// node's, not one for each decision the command carried).
+	shared bool
+	done   chan struct{} // the worker's one send, buffered
 }
 
 var calls = sync.Pool{New: func() any { return &call{done: make(chan struct{}, 1)} }}
@@ -89,8 +93,9 @@ func newBatcher(c *redis.Client, merge *string, bySlot bool, sizes prometheus.Ob
 }
 
 // evalSha sends one EVALSHA through the batcher and waits for its reply,
-// no longer than ctx's deadline.
-func (b *batcher) evalSha(ctx context.Context, cmd []any) (any, error) {
+// no longer than ctx's deadline; shared: the node's answer to it stood
+// for other calls' too, and was counted with the first of them (call).
+func (b *batcher) evalSha(ctx context.Context, cmd []any) (reply any, shared bool, err error) {
 	var expired <-chan time.Time
 	if d, ok := ctx.Deadline(); ok {
 		t := startTimer(time.Until(d))
@@ -104,27 +109,27 @@ func (b *batcher) evalSha(ctx context.Context, cmd []any) (any, error) {
 	case <-ctx.Done():
 		c.ctx, c.cmd = nil, nil
 		calls.Put(c)
-		return nil, fmt.Errorf("%w: %w", errNotSent, ctx.Err())
+		return nil, false, fmt.Errorf("%w: %w", errNotSent, ctx.Err())
 	case <-expired:
 		c.ctx, c.cmd = nil, nil
 		calls.Put(c)
-		return nil, fmt.Errorf("%w: %w", errNotSent, context.DeadlineExceeded)
+		return nil, false, fmt.Errorf("%w: %w", errNotSent, context.DeadlineExceeded)
 	case <-b.stop:
 		c.ctx, c.cmd = nil, nil
 		calls.Put(c)
-		return nil, redis.ErrClosed
+		return nil, false, redis.ErrClosed
 	}
 	select {
 	case <-c.done:
-		reply, err := c.reply, c.err
+		reply, shared, err = c.reply, c.shared, c.err
 		*c = call{done: c.done}
 		calls.Put(c)
-		return reply, err
+		return reply, shared, err
 	case <-ctx.Done():
 		// A worker may have sent it: its effect is unknown.
-		return nil, ctx.Err()
+		return nil, false, ctx.Err()
 	case <-expired:
-		return nil, context.DeadlineExceeded
+		return nil, false, context.DeadlineExceeded
 	}
 }
 
@@ -218,6 +223,7 @@ func (b *batcher) send(batch []*call, w *sending) {
 			err = errMalformedReply
 		}
 		for j, c := range calls {
+			c.shared = j > 0
 			switch {
 			case err != nil:
 				c.err = err

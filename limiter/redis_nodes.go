@@ -65,6 +65,7 @@ func (r *Redis) send(ctx context.Context, c *redis.Client, cmd []any, asking boo
 		return nil, errCircuitOpen
 	}
 	var v any
+	shared := false // the batcher counted the node's answer with another call
 	switch {
 	case asking:
 		pipe := c.Pipeline()
@@ -73,11 +74,11 @@ func (r *Redis) send(ctx context.Context, c *redis.Client, cmd []any, asking boo
 		pipe.Exec(ctx)
 		v, err = eval.Result()
 	case n.batcher != nil:
-		v, err = n.batcher.evalSha(ctx, cmd)
+		v, shared, err = n.batcher.evalSha(ctx, cmd)
 	default:
 		v, err = c.Do(ctx, cmd...).Result()
 	}
-	if n.breaker != nil {
+	if n.breaker != nil && !shared {
 		if errors.Is(err, context.Canceled) {
 			n.breaker.abandon() // a caller that went away says nothing of the node
 		} else if ok := !nodeFailed(err); !ok || !n.breaker.calm() {
