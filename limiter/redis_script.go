@@ -69,7 +69,7 @@ type compiledPolicy struct {
 // how long a request may be delayed and argLease what a lease of budget
 // asks (budget_lease.go).
 const (
-	argsHead      = 7
+	argsHead      = 11
 	argsPerPolicy = 11
 	argNow        = 1
 	argWindow     = 3
@@ -193,8 +193,9 @@ func recordBytes(n int) int { return 48 + 16 + 32*n + 64 }
 
 // recordPlaces is how many places the record of one evaluation may take
 // (lua/prelude.lua): a record goes to the oldest of them, so of a key's
-// last places/4 evaluations nearly every one is kept (TestRedisDedup).
-const recordPlaces = 4
+// last places/4 evaluations nearly every one is kept
+// (TestRedisDedupKeepsTheNewestRecords, docs/redis.md).
+const recordPlaces = 8
 
 // firstPlace is the first of the record places of evaluation id among
 // places; the others follow it, wrapping around. The ID's FNV-1a hash is

@@ -5,7 +5,7 @@ local cost = ARGV[2] + 0
 local remembered = KEYS[n + 1]
 local eval_id = ARGV[argv_head + n * per_policy + 1]
 
--- The remembered records by place (the evaluation's four read: false when
+-- The remembered records by place (the evaluation's eight read: false when
 -- empty), and what a record of this evaluation holds after its expiry.
 local places, head
 if remembered then
@@ -14,7 +14,7 @@ if remembered then
     return {2}
   end
   head = eval_id .. ','
-  for j = 4, 7 do
+  for j = 4, 11 do
     local rec = places[ARGV[j]]
     -- (find, not sub: no new string to intern)
     if rec and string.find(rec, head, 17, true) == 17 then

@@ -165,13 +165,13 @@ for i = 1, n do
   end
 end
 
--- The evaluation's record, in an empty one of its four places, else in
+-- The evaluation's record, in an empty one of its eight places, else in
 -- the one whose record expires first (the oldest: every record of the
 -- key lives as long): a retry follows its first try closely, so the newer
 -- records are the ones worth keeping.
 if remembered then
   local place, oldest = ARGV[4], places[ARGV[4]]
-  for j = 5, 7 do
+  for j = 5, 11 do
     local rec = places[ARGV[j]]
     if oldest and (not rec or rec < oldest) then
       place, oldest = ARGV[j], rec

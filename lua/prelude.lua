@@ -17,18 +17,18 @@
 --           records order as strings by it), its ID, then allowed,
 --           remaining, reset, retry per policy (and each policy's start
 --           when the call asked for a lease of budget), comma-separated.
---           The gateway picks four places for an ID (ARGV 4 to 7); a
+--           The gateway picks eight places for an ID (ARGV 4 to 11); a
 --           record goes to an empty one, else to the one whose record
---           expires first, the oldest, and a retry looks in all four. The
+--           expires first, the oldest, and a retry looks in all eight. The
 --           hash expires ttl after its last write.
 -- Every key shares one hash tag, the subject's, so one Cluster slot.
--- Remembering costs four places read and one written, whatever the number
+-- Remembering costs eight places read and one written, whatever the number
 -- remembered.
 --
 -- ARGV:
 --   1 n    2 cost    3 dedup TTL in ms (the first policy's)
---   4-7 the record's four places (numbers, not always different)
---   then eleven per policy, from 7 + (i-1)*11 + 1:
+--   4-11 the record's eight places (numbers, not always different)
+--   then eleven per policy, from 11 + (i-1)*11 + 1:
 --   algorithm (its place in decide_by), now in ms or "" to read Redis TIME
 --   (one clock for every gateway), limit or capacity, window or refill
 --   period in ms (a calendar policy's: its period boundaries, window_at
@@ -70,7 +70,7 @@
 -- each a strtod. tonumber stays where a string may not be a number: a
 -- calendar window, the stored state, a record.
 local per_policy = 11
-local argv_head = 7 -- the arguments before the first policy's
+local argv_head = 11 -- the arguments before the first policy's
 
 -- One clock reading for every decision of the call that reads Redis's.
 local redis_now
@@ -112,7 +112,7 @@ end
 -- The remembered evaluations' hashes the call's decisions look in: for
 -- each, one table of the records read and written by place (the places
 -- are strings), the places written in order from 1 (a place written twice
--- is listed twice), and at ttl the TTL to leave the hash with. Every decision's four places
+-- is listed twice), and at ttl the TTL to leave the hash with. Every decision's eight places
 -- are read in one HMGET per hash before the first decision (ask_places,
 -- read_places).
 local records, asked = {}, {}
@@ -125,7 +125,7 @@ local function ask_places(keys, argv)
       list = {}
       asked[key] = list
     end
-    for j = 4, 7 do
+    for j = 4, 11 do
       list[#list + 1] = argv[j]
     end
   end
