@@ -205,8 +205,31 @@ func TestFaultMatrixOverHTTP(t *testing.T) {
 						f.injected.Add(1)
 					}
 				}
+				// Full to the byte, a command's own buffers freed after
+				// it (a batch of decisions is a few KB of arguments) can
+				// leave room for the next: the limit goes 256 KB under
+				// what is used, and back in end.
+				used, err := f.admin.Info(ctx, "memory").Result()
+				if err != nil {
+					f.t.Fatalf("reading used_memory: %v", err)
+				}
+				var bytes int64
+				for line := range strings.SplitSeq(used, "\n") {
+					if v, ok := strings.CutPrefix(line, "used_memory:"); ok {
+						bytes, _ = strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+					}
+				}
+				if bytes < 1<<20 {
+					f.t.Fatalf("used_memory %d after filling Redis, want about 2 MB", bytes)
+				}
+				if err := f.admin.ConfigSet(ctx, "maxmemory", strconv.FormatInt(bytes-256<<10, 10)).Err(); err != nil {
+					f.t.Fatalf("lowering maxmemory: %v", err)
+				}
 			},
 			end: func(f *faultScene) {
+				if err := f.admin.ConfigSet(context.Background(), "maxmemory", "2mb").Err(); err != nil {
+					f.t.Fatalf("restoring maxmemory: %v", err)
+				}
 				keys := make([]string, f.injected.Load())
 				for i := range keys {
 					keys[i] = fmt.Sprint("junk:", i)
