@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
 	"time"
 
@@ -157,11 +156,10 @@ func (b *batcher) work() {
 	}
 }
 
-// sending is a worker's scratch space for one batch: its calls grouped
-// into commands, each of one call or of one subject's merged calls.
+// sending is a worker's scratch space for one batch: its calls by
+// command, each of one call or of merged calls, and the commands.
 type sending struct {
-	order  []*call // the live calls, each command's together
-	starts []int   // where each command's calls begin in order
+	groups [][]*call
 	cmds   []*redis.Cmd
 }
 
@@ -183,24 +181,23 @@ func (b *batcher) send(batch []*call, w *sending) {
 		return
 	}
 	b.sizes.Observe(float64(len(live)))
-	b.group(live, w)
 	if len(live) == 1 {
 		c := live[0]
 		c.reply, c.err = b.client.Do(c.ctx, c.cmd...).Result()
 		c.finish()
 		return
 	}
+	b.group(live, w)
 	// Not a caller's context: one caller going away must not cancel the
 	// others' calls.
 	ctx := withDeadline(context.Background(), deadline)
 	w.cmds = w.cmds[:0]
-	if len(w.starts) == 1 {
+	if len(w.groups) == 1 {
 		// One command, merged: no pipeline to make.
-		w.cmds = append(w.cmds, b.client.Do(ctx, merged(w.command(0))...))
+		w.cmds = append(w.cmds, b.client.Do(ctx, merged(w.groups[0])...))
 	} else {
 		pipe := b.client.Pipeline()
-		for i := range w.starts {
-			calls := w.command(i)
+		for _, calls := range w.groups {
 			if len(calls) == 1 {
 				w.cmds = append(w.cmds, pipe.Do(ctx, calls[0].cmd...))
 			} else {
@@ -210,7 +207,7 @@ func (b *batcher) send(batch []*call, w *sending) {
 		pipe.Exec(ctx)
 	}
 	for i, cmd := range w.cmds {
-		calls := w.command(i)
+		calls := w.groups[i]
 		reply, err := cmd.Result()
 		w.cmds[i] = nil
 		if len(calls) == 1 {
@@ -238,47 +235,34 @@ func (b *batcher) send(batch []*call, w *sending) {
 			c.finish()
 		}
 	}
-	clear(w.order)
+	for _, calls := range w.groups {
+		clear(calls)
+	}
 }
 
-// group puts live's calls into w, one command each, but the merged
-// script's calls together (in a Cluster, those over the same keys): the
-// calls of a batch are few, so each finds its group by a look at the ones
-// before.
+// group puts live's calls into w's groups, one command each, but the
+// merged script's calls together (in a Cluster, those over the same keys):
+// the calls of a batch are few, so each finds its group by a look at the
+// ones before. The groups' slices are reused from batch to batch.
 func (b *batcher) group(live []*call, w *sending) {
-	w.order, w.starts = w.order[:0], w.starts[:0]
+	w.groups = w.groups[:0]
+next:
 	for _, c := range live {
-		at := -1
-		for i := 0; b.mergeable(c) && i < len(w.starts); i++ {
-			if first := w.order[w.starts[i]]; b.mergeable(first) && b.together(first, c) {
-				at = i
-				break
+		if b.mergeable(c) {
+			for i, g := range w.groups {
+				if b.mergeable(g[0]) && b.together(g[0], c) {
+					w.groups[i] = append(g, c)
+					continue next
+				}
 			}
 		}
-		if at < 0 {
-			w.starts = append(w.starts, len(w.order))
-			w.order = append(w.order, c)
-			continue
-		}
-		// Into its group, the groups after it moved along by one.
-		end := len(w.order)
-		if at+1 < len(w.starts) {
-			end = w.starts[at+1]
-		}
-		w.order = slices.Insert(w.order, end, c)
-		for i := at + 1; i < len(w.starts); i++ {
-			w.starts[i]++
+		if n := len(w.groups); n < cap(w.groups) {
+			w.groups = w.groups[:n+1]
+			w.groups[n] = append(w.groups[n][:0], c)
+		} else {
+			w.groups = append(w.groups, []*call{c})
 		}
 	}
-}
-
-// command is the calls of the i-th command.
-func (w *sending) command(i int) []*call {
-	end := len(w.order)
-	if i+1 < len(w.starts) {
-		end = w.starts[i+1]
-	}
-	return w.order[w.starts[i]:end]
 }
 
 // mergeable reports whether c is a call of the merged script.

@@ -256,16 +256,7 @@ func BenchmarkRedisMemoryPerSubject(b *testing.B) {
 			if !dedup {
 				p.Dedup = limiter.Dedup{}
 			}
-			used := func() float64 {
-				info := s.Client(b).Info(context.Background(), "memory").Val()
-				for line := range strings.SplitSeq(info, "\n") {
-					if v, ok := strings.CutPrefix(line, "used_memory:"); ok {
-						f, _ := strconv.ParseFloat(strings.TrimSpace(v), 64)
-						return f
-					}
-				}
-				return 0
-			}
+			used := func() float64 { return float64(s.UsedMemory(b)) }
 			before := used()
 			n := 0
 			ctx := context.Background()

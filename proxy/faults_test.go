@@ -209,16 +209,7 @@ func TestFaultMatrixOverHTTP(t *testing.T) {
 				// it (a batch of decisions is a few KB of arguments) can
 				// leave room for the next: the limit goes 256 KB under
 				// what is used, and back in end.
-				used, err := f.admin.Info(ctx, "memory").Result()
-				if err != nil {
-					f.t.Fatalf("reading used_memory: %v", err)
-				}
-				var bytes int64
-				for line := range strings.SplitSeq(used, "\n") {
-					if v, ok := strings.CutPrefix(line, "used_memory:"); ok {
-						bytes, _ = strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-					}
-				}
+				bytes := f.server.UsedMemory(f.t)
 				if bytes < 1<<20 {
 					f.t.Fatalf("used_memory %d after filling Redis, want about 2 MB", bytes)
 				}

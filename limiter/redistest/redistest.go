@@ -157,6 +157,25 @@ func (s *Server) Client(t testing.TB) *redis.Client {
 	return c
 }
 
+// UsedMemory is used_memory from INFO memory: what Redis counts against
+// maxmemory, in bytes.
+func (s *Server) UsedMemory(t testing.TB) int64 {
+	t.Helper()
+	info, err := s.Client(t).Info(context.Background(), "memory").Result()
+	if err != nil {
+		t.Fatalf("INFO memory: %v", err)
+	}
+	for line := range strings.SplitSeq(info, "\n") {
+		if v, ok := strings.CutPrefix(line, "used_memory:"); ok {
+			if n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64); err == nil {
+				return n
+			}
+		}
+	}
+	t.Fatalf("INFO memory without used_memory: %q", info)
+	return 0
+}
+
 // StartTLS starts a redis-server that speaks TLS only, with a certificate
 // for 127.0.0.1 signed by a fresh test CA.
 func StartTLS(t testing.TB) *Server {
