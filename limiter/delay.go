@@ -187,7 +187,7 @@ func (r *Redis) GiveBack(req Request, reserved Evaluated) {
 	}
 	ps := req.Policies
 	cmd := r.script.command(r.keys(ps, req.Subject, false), argsHead+argsPerPolicy*len(ps)+1)
-	cmd = append(r.appendArgs(cmd, ps, req.Cost, givingBack, true, ""), req.EvaluationID)
+	cmd = append(r.appendArgs(cmd, ps, req.Cost, givingBack, true, remembering{}), req.EvaluationID)
 	r.inBackground(cmd, func() {
 		if r.denials != nil {
 			r.denials.forget(req.Subject)

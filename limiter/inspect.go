@@ -99,7 +99,7 @@ func (r *Redis) Peek(ctx context.Context, req Request) Outcome {
 	}
 	ps := req.Policies
 	cmd := r.script.command(r.keys(ps, req.Subject, false), argsHead+argsPerPolicy*len(ps))
-	return r.decide(ctx, ps, r.appendArgs(cmd, ps, 0, Admission, false, ""), nil)
+	return r.decide(ctx, ps, r.appendArgs(cmd, ps, 0, Admission, false, remembering{}), nil)
 }
 
 // Reset deletes req.Subject's state for each of req's policies, with the

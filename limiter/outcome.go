@@ -193,6 +193,12 @@ type Request struct {
 	Subject      string
 	Cost         int64
 	EvaluationID string
+	// NewID: EvaluationID was made for this request and never given to a
+	// backend before (the gateway's own IDs), so no decision is under it
+	// yet and a backend need not look for one; the decision is remembered
+	// all the same, for a retry. Without it a request under an ID already
+	// decided repeats that decision (de-duplication).
+	NewID bool
 	// Route is the operation ID of the route the request is made for: a
 	// label of the limiter's metrics, never part of a key. Only
 	// admissions made for a route count in gateway_limiter_duration_seconds

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -399,9 +400,9 @@ func (r *Redis) evaluate(ctx context.Context, req Request, call *budgetCall) Out
 	}
 	ctx = withDeadline(ctx, req.Deadline)
 	dedup := ps[0].Dedup.Enabled && req.EvaluationID != ""
-	id := ""
+	var rem remembering
 	if dedup {
-		id = req.EvaluationID
+		rem = remembering{on: true, look: !req.NewID}
 	}
 	// The ID of the record, lease or reservation, after every policy's.
 	withID := dedup || HoldsLeases(ps) || req.MayDelay && Delays(ps)
@@ -410,7 +411,7 @@ func (r *Redis) evaluate(ctx context.Context, req Request, call *budgetCall) Out
 		extra = 1
 	}
 	cmd := r.script.command(r.keys(ps, req.Subject, dedup), argsHead+argsPerPolicy*len(ps)+extra)
-	cmd = r.appendArgs(cmd, ps, req.Cost, req.Phase, req.MayDelay, id)
+	cmd = r.appendArgs(cmd, ps, req.Cost, req.Phase, req.MayDelay, rem)
 	if withID {
 		cmd = append(cmd, req.EvaluationID)
 	}
@@ -422,7 +423,12 @@ func (r *Redis) evaluate(ctx context.Context, req Request, call *budgetCall) Out
 	o := r.decide(ctx, ps, cmd, starts)
 	if _, ambiguous := o.(Indeterminate); ambiguous && dedup && ctx.Err() == nil {
 		// The first call may have been charged; the same evaluation ID makes
-		// a repeat return that first result instead of charging again.
+		// a repeat return that first result instead of charging again. (A
+		// copy: the first call's command may still be with the batcher.)
+		if !rem.look {
+			cmd = slices.Clone(cmd)
+			argv(cmd)[argLook] = 1
+		}
 		o = r.decide(ctx, ps, cmd, starts)
 	}
 	// A request that could not be held is refused later than one that

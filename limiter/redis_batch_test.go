@@ -167,7 +167,7 @@ func TestALostBatchReplyChargesEachDecisionOnce(t *testing.T) {
 	p := limitertest.FixedWindow(1000, time.Minute)
 	p.Clock = limiter.ClockBackend
 	subject := limitertest.Subject()
-	mustAllow(t, first(evaluate(r, p, subject, "warm")))
+	mustAllow(t, first(evaluateNew(r, p, subject, "warm")))
 	proxy.DropNextReply()
 	const n = 64
 	var wg sync.WaitGroup
@@ -175,7 +175,7 @@ func TestALostBatchReplyChargesEachDecisionOnce(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			o, _ := evaluate(r, p, subject, "lost-"+strconv.Itoa(i))
+			o, _ := evaluateNew(r, p, subject, "lost-"+strconv.Itoa(i))
 			if e, ok := o.(limiter.Evaluated); !ok || !e.Allowed {
 				t.Errorf("outcome %#v, want allowed after a retry", o)
 			}

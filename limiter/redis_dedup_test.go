@@ -41,9 +41,13 @@ func TestRedisDedupMemoryStaysWithinItsBounds(t *testing.T) {
 			remembered := r.Key(p, subject) + limiter.RememberedSuffix
 			const n = 100
 			for i := 0; i < n; i++ {
-				mustAllow(t, first(evaluate(r, p, subject, id(i))))
+				mustAllow(t, first(evaluateNew(r, p, subject, id(i))))
 			}
 			records := admin.HGetAll(ctx, remembered).Val()
+			if records["n"] != strconv.Itoa(n) {
+				t.Fatalf("n = %q, want %d records placed", records["n"], n)
+			}
+			delete(records, "n")
 			if len(records) != tc.maxRecords {
 				t.Fatalf("%d records in Redis, want %d: %v", len(records), tc.maxRecords, records)
 			}
@@ -67,11 +71,11 @@ func TestRedisDedupMemoryStaysWithinItsBounds(t *testing.T) {
 	}
 }
 
-// A record goes to the oldest of its ID's eight places, so a retry finds
-// its first result after many later evaluations of the same subject: of
-// the last max_entries/4 of this sequence of IDs, every one. (A
-// simulation with random IDs lost one of the last 64 of 256 places in
-// 0.06% of its snapshots.)
+// The records are a ring: a retry finds its first result after as many
+// later evaluations of the same subject as max_entries, less one, and not
+// after one more. The gateway's IDs are new (looked for only by a
+// retry); an ID its caller does not say is new is looked for first, and
+// repeats its decision.
 func TestRedisDedupKeepsTheNewestRecords(t *testing.T) {
 	s := redistest.Start(t)
 	r := redistest.NewLimiter(t, limiter.RedisOptions{Addrs: []string{s.Addr}})
@@ -81,14 +85,18 @@ func TestRedisDedupKeepsTheNewestRecords(t *testing.T) {
 	id := func(i int) string { return "0123456789abcdef01234567-" + strconv.FormatInt(int64(i), 36) }
 	const n = 2000
 	for i := 0; i < n; i++ {
-		mustAllow(t, first(evaluate(r, p, subject, id(i))))
+		mustAllow(t, first(evaluateNew(r, p, subject, id(i))))
 	}
-	recent := p.Dedup.MaxEntries / 4
-	for i := n - recent; i < n; i++ {
+	kept := p.Dedup.MaxEntries
+	for i := n - kept; i < n; i++ {
 		// Replayed: the first result, and nothing charged.
 		if d := mustAllow(t, first(evaluate(r, p, subject, id(i)))); d.Remaining != int64(100000-i-1) {
 			t.Fatalf("the retry of evaluation %d of %d: remaining %d, want %d (replayed)", i, n, d.Remaining, 100000-i-1)
 		}
+	}
+	// Written over: decided again, and charged.
+	if d := mustAllow(t, first(evaluate(r, p, subject, id(n-kept-1)))); d.Remaining != int64(100000-n-1) {
+		t.Fatalf("the retry of evaluation %d of %d: remaining %d, want %d (charged again)", n-kept-1, n, d.Remaining, 100000-n-1)
 	}
 }
 
@@ -134,8 +142,8 @@ func TestRedisKeepsTheKeyLayoutOfTheReleaseBefore(t *testing.T) {
 	if len(fields) != 4 || fields["c"] != "1" || fields["p"] != "0" || fields["s"] == "" || fields["t"] == "" {
 		t.Fatalf("state %v, want the fields s, c, p and t", fields)
 	}
-	records := admin.HVals(ctx, key+limiter.RememberedSuffix).Val()
-	if len(records) != 1 || !regexp.MustCompile(`^\d{15},eval-1,1,9,\d+,0$`).MatchString(records[0]) {
-		t.Fatalf("records %q, want one: expires,ID,allowed,remaining,reset,retry", records)
+	records := admin.HGetAll(ctx, key+limiter.RememberedSuffix).Val()
+	if len(records) != 2 || records["n"] != "1" || !regexp.MustCompile(`^\d{15},eval-1,1,9,\d+,0$`).MatchString(records["0"]) {
+		t.Fatalf("records %q, want n = 1 and place 0: expires,ID,allowed,remaining,reset,retry", records)
 	}
 }

@@ -25,6 +25,16 @@ func evaluate(r *limiter.Redis, p *limiter.Policy, subject, id string) (limiter.
 	return o, time.Since(start)
 }
 
+// evaluateNew is evaluate for an ID never given before, as the gateway's
+// own: the limiter looks for no earlier decision under it.
+func evaluateNew(r *limiter.Redis, p *limiter.Policy, subject, id string) (limiter.Outcome, time.Duration) {
+	ctx, cancel := context.WithTimeout(context.Background(), limiter.DefaultDeadline)
+	defer cancel()
+	start := time.Now()
+	o := r.Evaluate(ctx, limiter.Request{Policies: []*limiter.Policy{p}, Subject: subject, Cost: 1, EvaluationID: id, NewID: true})
+	return o, time.Since(start)
+}
+
 func mustAllow(t *testing.T, o limiter.Outcome) limiter.Decision {
 	t.Helper()
 	e, ok := o.(limiter.Evaluated)
@@ -267,9 +277,9 @@ func TestRedisFaults(t *testing.T) {
 		// and DropNextReply could drop the SUBSCRIBE reply instead.
 		r := redistest.NewLimiter(t, limiter.RedisOptions{Addrs: []string{proxy.Addr}, DenialCacheEntries: -1})
 		subject := limitertest.Subject()
-		mustAllow(t, first(evaluate(r, p, subject, "warm")))
+		mustAllow(t, first(evaluateNew(r, p, subject, "warm")))
 		proxy.DropNextReply()
-		d := mustAllow(t, first(evaluate(r, p, subject, "lost")))
+		d := mustAllow(t, first(evaluateNew(r, p, subject, "lost")))
 		if proxy.Dropped() != 1 {
 			t.Fatal("no reply was dropped")
 		}

@@ -58,18 +58,21 @@ type compiledPolicy struct {
 	keyTail  string // "}:" + name + ":" + revision
 	args     [argsPerPolicy]any
 	dedupTTL any // ARGV 3, when it is a request's first policy
+	places   any // ARGV 4, when it is a request's only policy, remembered
 	// calendar is a calendar policy's window argument, made again when
 	// the gateway's clock leaves the period it was made in.
 	calendar atomic.Pointer[calendarBounds]
 }
 
 // The script's ARGV (lua/prelude.lua): argsHead values for the request,
-// then argsPerPolicy for each policy, of which argNow is the clock,
+// of which argLook says whether an earlier record is looked for, then
+// argsPerPolicy for each policy, of which argNow is the clock,
 // argCharge how the policy is charged (see chargeMode), argMaxDelay
 // how long a request may be delayed and argLease what a lease of budget
 // asks (budget_lease.go).
 const (
-	argsHead      = 11
+	argsHead      = 5
+	argLook       = 4
 	argsPerPolicy = 11
 	argNow        = 1
 	argWindow     = 3
@@ -120,6 +123,7 @@ func (r *Redis) compiled(p *Policy) *compiledPolicy {
 		p.MaxDelay.Milliseconds(), 0,
 	}
 	c.dedupTTL = p.Dedup.TTL.Milliseconds()
+	c.places = rememberedPlaces(p.Dedup, 1)
 	if r.compiledCount.Add(1) > maxCompiled {
 		r.policies.Clear()
 		r.compiledCount.Store(1)
@@ -191,46 +195,35 @@ func rememberedPlaces(d Dedup, n int) int {
 // bytes a record with one policy, once the hash is there).
 func recordBytes(n int) int { return 48 + 16 + 32*n + 64 }
 
-// recordPlaces is how many places the record of one evaluation may take
-// (lua/prelude.lua): a record goes to the oldest of them, so of a key's
-// last places/4 evaluations nearly every one is kept
-// (TestRedisDedupKeepsTheNewestRecords, docs/redis.md).
-const recordPlaces = 8
-
-// firstPlace is the first of the record places of evaluation id among
-// places; the others follow it, wrapping around. The ID's FNV-1a hash is
-// mixed (SplitMix64's finalizer) before the remainder is taken: its low
-// bits alone hardly tell apart IDs that differ in their last character,
-// as the gateway's, a counter's, do.
-func firstPlace(id string, places int) int {
-	h := uint64(14695981039346656037)
-	for i := 0; i < len(id); i++ {
-		h ^= uint64(id[i])
-		h *= 1099511628211
-	}
-	h = (h ^ h>>30) * 0xbf58476d1ce4e5b9
-	h = (h ^ h>>27) * 0x94d049bb133111eb
-	h ^= h >> 31
-	return int(h % uint64(places))
+// remembering is how one call's evaluation is remembered (lua/prelude.lua):
+// whether at all, in a ring of rememberedPlaces records, and whether a
+// record of an earlier decision under its ID is looked for first (a
+// retry, or an ID its caller did not make new). The zero value: not
+// remembered.
+type remembering struct {
+	on, look bool
 }
 
 // appendArgs appends to cmd the script's ARGV for a request of cost over
 // ps in phase; mayDelay: its caller can hold it (Request.MayDelay). With
-// de-duplication (keys made with dedup), evaluationID is the request's.
-func (r *Redis) appendArgs(cmd []any, ps []*Policy, cost int64, phase Phase, mayDelay bool, evaluationID string) []any {
+// de-duplication (keys made with dedup), rem says how it is remembered.
+func (r *Redis) appendArgs(cmd []any, ps []*Policy, cost int64, phase Phase, mayDelay bool, rem remembering) []any {
 	args := append(cmd, len(ps), cost)
 	for i, p := range ps {
 		c := r.compiled(p)
 		if i == 0 {
-			args = append(args, c.dedupTTL)
-			places, at := 1, 0
-			if evaluationID != "" {
+			var places, look any = 1, 0
+			switch {
+			case !rem.on:
+			case len(ps) == 1:
+				places = c.places
+			default:
 				places = rememberedPlaces(p.Dedup, len(ps))
-				at = firstPlace(evaluationID, places)
 			}
-			for j := range recordPlaces {
-				args = append(args, (at+j)%places)
+			if rem.look {
+				look = 1
 			}
+			args = append(args, c.dedupTTL, places, look)
 		}
 		args = append(args, c.args[:]...)
 		if p.Clock == ClockGateway {

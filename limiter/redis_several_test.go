@@ -22,7 +22,7 @@ func evaluateAll(t *testing.T, b interface {
 }, ps []*limiter.Policy, subject, id string) limiter.Evaluated {
 	t.Helper()
 	o := b.Evaluate(context.Background(), limiter.Request{Policies: ps, Subject: subject, Cost: 1, EvaluationID: id,
-		Deadline: time.Now().Add(time.Second)})
+		NewID: id != "", Deadline: time.Now().Add(time.Second)})
 	e, ok := o.(limiter.Evaluated)
 	if !ok {
 		t.Fatalf("outcome %#v, want Evaluated", o)

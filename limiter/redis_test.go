@@ -202,8 +202,9 @@ func BenchmarkRedisParallel(b *testing.B) {
 // cpuTime is the CPU time this process has used (user and system), not
 // counting redis-server: what decisions cost the gateway's side.
 // admitInParallel has b.N requests of subject, parallelism a core at a
-// time, each with an evaluation ID of its own and the gateway's deadline,
-// decided by backend under p; each must be admitted.
+// time, each with a new evaluation ID of its own, as long as the gateway's,
+// and the gateway's deadline, decided by backend under p; each must be
+// admitted.
 func admitInParallel(b *testing.B, backend interface {
 	Evaluate(context.Context, limiter.Request) limiter.Outcome
 }, p *limiter.Policy, subject string, parallelism int) {
@@ -214,7 +215,7 @@ func admitInParallel(b *testing.B, backend interface {
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
 			o := backend.Evaluate(context.Background(), limiter.Request{Policies: ps, Subject: subject, Cost: 1,
-				EvaluationID: "e" + strconv.FormatInt(ids.Add(1), 10), Deadline: time.Now().Add(limiter.DefaultDeadline)})
+				EvaluationID: "01cbc7de8bb9222af72d8f9d-" + strconv.FormatInt(ids.Add(1), 36), NewID: true, Deadline: time.Now().Add(limiter.DefaultDeadline)})
 			if e, ok := o.(limiter.Evaluated); !ok || !e.Allowed {
 				b.Errorf("outcome %#v", o)
 				return
@@ -264,7 +265,7 @@ func BenchmarkRedisMemoryPerSubject(b *testing.B) {
 				// A pseudonym as the gateway makes them: v1: and 64 hex digits.
 				subject := fmt.Sprintf("v1:%064x", n)
 				for i := range tc.decisions {
-					r.Evaluate(ctx, limiter.Request{Policies: []*limiter.Policy{p}, Subject: subject, Cost: 1, EvaluationID: fmt.Sprintf("%024x-%x", 1, n*tc.decisions+i)})
+					r.Evaluate(ctx, limiter.Request{Policies: []*limiter.Policy{p}, Subject: subject, Cost: 1, EvaluationID: fmt.Sprintf("%024x-%x", 1, n*tc.decisions+i), NewID: true})
 				}
 				n++
 			}

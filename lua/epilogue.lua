@@ -165,23 +165,13 @@ for i = 1, n do
   end
 end
 
--- The evaluation's record, in an empty one of its eight places, else in
--- the one whose record expires first (the oldest: every record of the
--- key lives as long): a retry follows its first try closely, so the newer
--- records are the ones worth keeping.
+-- The evaluation's record, in the ring's next place.
 if remembered then
-  local place, oldest = ARGV[4], places[ARGV[4]]
-  for j = 5, 11 do
-    local rec = places[ARGV[j]]
-    if oldest and (not rec or rec < oldest) then
-      place, oldest = ARGV[j], rec
-    end
-  end
+  local place = places.next % (ARGV[4] + 0)
+  places.next = places.next + 1
   local format = '%015d,%s' .. string.rep(',%d', #reply - 1)
-  local rec = string.format(format, state[1][1] + ARGV[3], eval_id, unpack(reply, 2))
-  places[place] = rec
+  places.at[place] = string.format(format, state[1][1] + ARGV[3], eval_id, unpack(reply, 2))
   places[#places + 1] = place
-  places.ttl = math.max(places.ttl, ARGV[3] + 0)
 end
 
 -- A delayed admission (an enforced policy's retry_ms above 0) leaves its

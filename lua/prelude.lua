@@ -12,23 +12,25 @@
 -- KEYS[1] .. ':r:' .. the evaluation ID: a delayed request's reservation
 --           record (epilogue.lua), made from KEYS[1] in the script
 -- With de-duplication one more key follows:
--- KEYS[n+1] the remembered evaluations, a hash of places, each holding one
---           evaluation's record: its expiry (ms, 15 digits, so that
---           records order as strings by it), its ID, then allowed,
---           remaining, reset, retry per policy (and each policy's start
---           when the call asked for a lease of budget), comma-separated.
---           The gateway picks eight places for an ID (ARGV 4 to 11); a
---           record goes to an empty one, else to the one whose record
---           expires first, the oldest, and a retry looks in all eight. The
---           hash expires ttl after its last write.
+-- KEYS[n+1] the remembered evaluations, a hash: a ring of places "0" to
+--           places - 1 (ARGV 4), each holding one evaluation's record: its
+--           expiry (ms, 15 digits), its ID, then allowed, remaining,
+--           reset, retry per policy (and each policy's start when the call
+--           asked for a lease of budget), comma-separated; and n, how many
+--           records were ever placed. Record k goes to place k mod places,
+--           so the hash holds a subject's last places records, the oldest
+--           written over first. The hash expires ttl after its last write.
 -- Every key shares one hash tag, the subject's, so one Cluster slot.
--- Remembering costs eight places read and one written, whatever the number
--- remembered.
+-- Remembering costs n read, the records and n written and the TTL renewed,
+-- once a call; a decision that may repeat an earlier one (ARGV 5) reads
+-- the whole ring once a call and looks at every record in it.
 --
 -- ARGV:
 --   1 n    2 cost    3 dedup TTL in ms (the first policy's)
---   4-11 the record's eight places (numbers, not always different)
---   then eleven per policy, from 11 + (i-1)*11 + 1:
+--   4 the ring's places    5 look: 1 when the evaluation ID may have been
+--   decided before (a retry), so a record under it is looked for; 0 when
+--   the ID is new, and nothing can be under it yet
+--   then eleven per policy, from 5 + (i-1)*11 + 1:
 --   algorithm (its place in decide_by), now in ms or "" to read Redis TIME
 --   (one clock for every gateway), limit or capacity, window or refill
 --   period in ms (a calendar policy's: its period boundaries, window_at
@@ -70,7 +72,7 @@
 -- each a strtod. tonumber stays where a string may not be a number: a
 -- calendar window, the stored state, a record.
 local per_policy = 11
-local argv_head = 11 -- the arguments before the first policy's
+local argv_head = 5 -- the arguments before the first policy's
 
 -- One clock reading for every decision of the call that reads Redis's.
 local redis_now
@@ -109,43 +111,60 @@ local function state_of(key)
   return e
 end
 
--- The remembered evaluations' hashes the call's decisions look in: for
--- each, one table of the records read and written by place (the places
--- are strings), the places written in order from 1 (a place written twice
--- is listed twice), and at ttl the TTL to leave the hash with. Every decision's eight places
--- are read in one HMGET per hash before the first decision (ask_places,
--- read_places).
+-- The rings of remembered evaluations the call's decisions write to: for
+-- each hash, the place its next record goes to (n, read once before the
+-- first decision, and written back with the records), the TTL to leave
+-- the hash with, the places written in order with their records (at),
+-- and the records stored before the call, read on the first look
+-- (stored). A hash that cannot be read (not a hash) is false: its
+-- decisions find the state unreadable. (HMGET and HSET, not HINCRBY and
+-- HVALS: the commands a strict ACL already allows, docs/redis.md.)
 local records, asked = {}, {}
 
 local function ask_places(keys, argv)
   local key = keys[argv[1] + 1]
   if key then
-    local list = asked[key]
-    if not list then
-      list = {}
-      asked[key] = list
-    end
-    for j = 4, 11 do
-      list[#list + 1] = argv[j]
-    end
+    asked[key] = math.max(asked[key] or 0, argv[3] + 0)
   end
 end
 
--- A hash that cannot be read (not a hash) is false in records: its
--- decisions find the state unreadable.
 local function read_places()
-  for key, list in pairs(asked) do
-    local ok, got = pcall(redis.call, 'HMGET', key, unpack(list))
-    if ok then
-      local r = {ttl = 0}
-      for j, place in ipairs(list) do
-        r[place] = got[j]
-      end
-      records[key] = r
+  for key, ttl in pairs(asked) do
+    local ok, got = pcall(redis.call, 'HMGET', key, 'n')
+    local n = ok and (got[1] == false and 0 or tonumber(got[1]))
+    if n then
+      records[key] = {next = n, ttl = ttl, at = {}}
     else
       records[key] = false
     end
   end
+end
+
+-- recorded is the record of the evaluation whose record begins with head
+-- (its expiry comes first: 15 digits and a comma) among places, in r: the
+-- latest of those the call wrote before those stored, which are read
+-- once a call; nil when there is none.
+local function recorded(key, r, head, places)
+  for j = #r, 1, -1 do
+    local rec = r.at[r[j]]
+    -- (find, not sub: no new string to intern)
+    if string.find(rec, head, 17, true) == 17 then
+      return rec
+    end
+  end
+  if not r.stored then
+    local all = {}
+    for j = 1, places do
+      all[j] = j - 1
+    end
+    r.stored = redis.call('HMGET', key, unpack(all))
+  end
+  for _, rec in ipairs(r.stored) do
+    if rec and string.find(rec, head, 17, true) == 17 then
+      return rec
+    end
+  end
+  return nil
 end
 
 -- flush writes what the decisions charged: each state once, with the
@@ -167,14 +186,16 @@ local function flush()
     end
   end
   for key, r in pairs(records) do
-    if r and #r > 0 then
-      local args = {}
-      for j = 1, #r do
-        args[2 * j - 1] = r[j]
-        args[2 * j] = r[r[j]]
+    if r then
+      if #r > 0 then
+        local args = {'n', r.next}
+        for j = 1, #r do
+          args[2 * j + 1] = r[j]
+          args[2 * j + 2] = r.at[r[j]]
+        end
+        redis.call('HSET', key, unpack(args))
+        redis.call('PEXPIRE', key, r.ttl)
       end
-      redis.call('HSET', key, unpack(args))
-      redis.call('PEXPIRE', key, r.ttl)
     end
   end
 end

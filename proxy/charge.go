@@ -138,6 +138,7 @@ func (s *settlement) charge(ch *responseCharge, cost int64) {
 			Subject:      s.subject,
 			Cost:         cost,
 			EvaluationID: s.h.evalIDs.next(),
+			NewID:        true,
 			Deadline:     time.Now().Add(s.timeout),
 			Phase:        limiter.Settlement,
 		}

@@ -234,6 +234,7 @@ func (h *Handler) limit(w http.ResponseWriter, r *http.Request, c *compiled, rt 
 		Subject:      s.Pseudonym,
 		Cost:         rt.Cost,
 		EvaluationID: h.evalIDs.next(),
+		NewID:        true,
 		Route:        rt.OperationID,
 		Deadline:     start.Add(c.deadline),
 		Start:        start,

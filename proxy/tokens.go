@@ -57,7 +57,7 @@ func (b *tokenBudget) AdmitToken(_ context.Context, client subject.Subject) erro
 func (b *tokenBudget) request(pseudonym string, start time.Time) limiter.Request {
 	req := limiter.Request{Policies: b.limits.policies, Subject: pseudonym, Cost: 1}
 	if !start.IsZero() {
-		req.EvaluationID, req.Deadline = b.evalIDs.next(), start.Add(b.deadline)
+		req.EvaluationID, req.NewID, req.Deadline = b.evalIDs.next(), true, start.Add(b.deadline)
 	}
 	return req
 }

@@ -314,13 +314,15 @@ func Run(t *testing.T, newBackend Factory) {
 			clock := NewClock()
 			b := newBackend(t, clock)
 			s := Subject()
-			first := evaluated(t, b.Evaluate(ctx(t), limiter.Request{Policies: []*limiter.Policy{p}, Subject: s, Cost: 1, EvaluationID: "eval-1"}))
+			// The first is new, as the gateway's are: remembered all the
+			// same; the retry is not.
+			first := evaluated(t, b.Evaluate(ctx(t), limiter.Request{Policies: []*limiter.Policy{p}, Subject: s, Cost: 1, EvaluationID: "eval-1", NewID: true}))
 			clock.Advance(time.Second)
 			again := evaluated(t, b.Evaluate(ctx(t), limiter.Request{Policies: []*limiter.Policy{p}, Subject: s, Cost: 1, EvaluationID: "eval-1"}))
 			if again != first {
 				t.Fatalf("%s: retry got %+v, first was %+v", p.Algorithm, again, first)
 			}
-			next := evaluated(t, b.Evaluate(ctx(t), limiter.Request{Policies: []*limiter.Policy{p}, Subject: s, Cost: 1, EvaluationID: "eval-2"}))
+			next := evaluated(t, b.Evaluate(ctx(t), limiter.Request{Policies: []*limiter.Policy{p}, Subject: s, Cost: 1, EvaluationID: "eval-2", NewID: true}))
 			if next.Remaining != 1 {
 				t.Fatalf("%s: after a retry %d left, want 1", p.Algorithm, next.Remaining)
 			}
