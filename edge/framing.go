@@ -222,7 +222,14 @@ func (c *framingConn) take(r *http.Request) (refused refusal, last bool) {
 	}
 	v := c.verdicts[0]
 	c.verdicts[0] = verdict{}
-	c.verdicts = c.verdicts[1:]
+	if len(c.verdicts) == 1 {
+		// Emptied in place, so that the queue keeps its array: sliced
+		// off the front, it would need a new one for the verdict of each
+		// request of the connection.
+		c.verdicts = c.verdicts[:0]
+	} else {
+		c.verdicts = c.verdicts[1:]
+	}
 	if !isRequestLine(v.startLine, r) {
 		c.verdicts, c.lost = nil, true
 		return refusedOutOfStep, true

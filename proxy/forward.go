@@ -60,6 +60,12 @@ func (p *bufferPool) Put(b []byte) {
 	}
 }
 
+// noUserAgent is the User-Agent of a request that came without one: the
+// empty value, which the transports do not send. It is shared by every
+// request (a header map's values are replaced or appended to, never
+// written in place).
+var noUserAgent = []string{""}
+
 // newForwarder builds the ReverseProxy of one route. It uses Rewrite, not
 // Director: hop-by-hop headers and the client's forwarding headers are gone
 // before Rewrite runs, so a client cannot strip what the gateway adds. What
@@ -95,6 +101,13 @@ func newForwarder(rt *route, target *url.URL, transport http.RoundTripper, logge
 			}
 			if tracing != nil {
 				tracing.inject(pr.Out.Context(), pr.Out.Header)
+			}
+			// A request without a User-Agent goes without one, as
+			// ReverseProxy would have it go; set here, the empty value
+			// costs neither ReverseProxy's allocation nor its
+			// canonicalisation of the name.
+			if _, ok := pr.Out.Header["User-Agent"]; !ok {
+				pr.Out.Header["User-Agent"] = noUserAgent
 			}
 		},
 		ModifyResponse: func(res *http.Response) error {

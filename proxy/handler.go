@@ -443,7 +443,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // serve is the request path, in order. Every branch that does not forward
 // writes its own answer; only an allowed decision reaches the upstream.
 func (h *Handler) serve(w http.ResponseWriter, cw *capture, r *http.Request, c *compiled, x *exchange) {
-	path, err := NormalizePath(r.URL.EscapedPath())
+	escaped := r.URL.EscapedPath()
+	path, err := NormalizePath(escaped)
 	if err != nil {
 		x.outcome = "rejected"
 		writeProblem(w, problemBadPath)
@@ -454,7 +455,7 @@ func (h *Handler) serve(w http.ResponseWriter, cw *capture, r *http.Request, c *
 		writeProblem(w, problemMethodCase)
 		return
 	}
-	rt, allow := c.router.match(canonicalHost(r.Host), path, r.Method)
+	rt, allow := c.router.match(r.Host, path, r.Method)
 	if rt == nil {
 		if len(allow) > 0 {
 			x.outcome = "rejected"
@@ -501,7 +502,7 @@ func (h *Handler) serve(w http.ResponseWriter, cw *capture, r *http.Request, c *
 	}
 	// The path forwarded is the one that was matched, rewritten if the
 	// route says so.
-	if fwd := rt.forwardPath(path); fwd != r.URL.EscapedPath() {
+	if fwd := rt.forwardPath(path); fwd != escaped {
 		r.URL.Path, _ = url.PathUnescape(fwd)
 		// A RawPath only where the default escaping would not give fwd
 		// back (an escape, or a character such as '!' that url.URL

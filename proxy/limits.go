@@ -181,37 +181,8 @@ func appendRateLimitMember(b []byte, name string, d limiter.Decision, reset bool
 // It reports whether the request may go on.
 func (h *Handler) limit(w http.ResponseWriter, r *http.Request, c *compiled, rt *route, x *exchange) bool {
 	s, err := x.in.Resolve(rt.query)
-	var spent *tokenBudgetSpent
-	switch {
-	case errors.Is(err, subject.ErrAmbiguousCredential):
-		x.outcome = "rejected"
-		writeProblem(w, problemAmbiguousCredential)
-		return false
-	case errors.As(err, &spent):
-		c.tokens.refuse(w, spent.client, spent.decision, x)
-		return false
-	case errors.Is(err, subject.ErrInvalidToken):
-		// The route's budgets are not charged: the token names nobody.
-		// The client's budget of invalid tokens is.
-		if client, d, over := c.tokens.charge(r, x.in); over && !c.tokens.limits.shadowOnly {
-			c.tokens.refuse(w, client, d, x)
-			return false
-		}
-		x.outcome, x.subjectKind = "invalid_token", subject.JWT
-		var te *subject.TokenError
-		if errors.As(err, &te) {
-			x.reason = te.Reason
-		}
-		writeInvalidToken(w)
-		return false
-	case errors.Is(err, subject.ErrKeysUnavailable):
-		x.outcome, x.subjectKind = "token_keys_unavailable", subject.JWT
-		w.Header()["Retry-After"] = []string{c.failureRetryAfter}
-		writeProblem(w, problemKeysUnavailable)
-		return false
-	case err != nil:
-		x.outcome = "unidentified"
-		writeProblem(w, problemUnidentified)
+	if err != nil {
+		h.unresolved(w, r, c, err, x)
 		return false
 	}
 	x.subjectKind, x.pseudonym = s.Kind, s.Pseudonym
@@ -307,6 +278,40 @@ func (h *Handler) limit(w http.ResponseWriter, r *http.Request, c *compiled, rt 
 	}
 	writeUnavailable(w, c.failureRetryAfter)
 	return false
+}
+
+// unresolved answers a request whose subject could not be resolved. It is
+// apart from limit so that the target of errors.As, which escapes, is
+// allocated only for a request that failed.
+func (h *Handler) unresolved(w http.ResponseWriter, r *http.Request, c *compiled, err error, x *exchange) {
+	var spent *tokenBudgetSpent
+	switch {
+	case errors.Is(err, subject.ErrAmbiguousCredential):
+		x.outcome = "rejected"
+		writeProblem(w, problemAmbiguousCredential)
+	case errors.As(err, &spent):
+		c.tokens.refuse(w, spent.client, spent.decision, x)
+	case errors.Is(err, subject.ErrInvalidToken):
+		// The route's budgets are not charged: the token names nobody.
+		// The client's budget of invalid tokens is.
+		if client, d, over := c.tokens.charge(r, x.in); over && !c.tokens.limits.shadowOnly {
+			c.tokens.refuse(w, client, d, x)
+			return
+		}
+		x.outcome, x.subjectKind = "invalid_token", subject.JWT
+		var te *subject.TokenError
+		if errors.As(err, &te) {
+			x.reason = te.Reason
+		}
+		writeInvalidToken(w)
+	case errors.Is(err, subject.ErrKeysUnavailable):
+		x.outcome, x.subjectKind = "token_keys_unavailable", subject.JWT
+		w.Header()["Retry-After"] = []string{c.failureRetryAfter}
+		writeProblem(w, problemKeysUnavailable)
+	default:
+		x.outcome = "unidentified"
+		writeProblem(w, problemUnidentified)
+	}
 }
 
 // releaseLease ends the request's hold on its leases, if it has one:

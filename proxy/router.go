@@ -275,13 +275,22 @@ func newRouter(routes []*route) router {
 	return router{routes: sorted, methods: methods}
 }
 
-// match returns the route for the request, or nil and the methods that the
-// path would have allowed (for a 405).
-func (rt router) match(host, path, method string) (*route, []string) {
+// match returns the route for the request (rawHost is its Host as sent,
+// path normalized), or nil and the methods that the path would have
+// allowed (for a 405).
+func (rt router) match(rawHost, path, method string) (*route, []string) {
 	var allow []string
+	// The host is made canonical only for a route that names one: most
+	// configurations have none, and it costs a split and a fold.
+	host, canonical := "", false
 	for _, r := range rt.routes {
-		if r.Host != "" && r.Host != host {
-			continue
+		if r.Host != "" {
+			if !canonical {
+				host, canonical = canonicalHost(rawHost), true
+			}
+			if r.Host != host {
+				continue
+			}
 		}
 		if !r.covers(path) {
 			continue
