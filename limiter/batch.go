@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -82,6 +83,27 @@ const (
 // errNotSent: the call was never written to Redis.
 var errNotSent = errors.New("redis: not sent")
 
+// The errors of calls not sent for the causes a batch meets, made once: a
+// worker that finds many calls past their deadline formats none of them.
+var (
+	errNotSentDeadline = fmt.Errorf("%w: %w", errNotSent, context.DeadlineExceeded)
+	errNotSentCanceled = fmt.Errorf("%w: %w", errNotSent, context.Canceled)
+	errNotSentClosed   = fmt.Errorf("%w: %w", errNotSent, redis.ErrClosed)
+)
+
+// notSent is errNotSent for cause.
+func notSent(cause error) error {
+	switch cause {
+	case context.DeadlineExceeded:
+		return errNotSentDeadline
+	case context.Canceled:
+		return errNotSentCanceled
+	case redis.ErrClosed:
+		return errNotSentClosed
+	}
+	return fmt.Errorf("%w: %w", errNotSent, cause)
+}
+
 func newBatcher(c *redis.Client, merge *string, bySlot bool, sizes prometheus.Observer) *batcher {
 	b := &batcher{client: c, merge: merge, bySlot: bySlot, sizes: sizes, queue: make(chan *call, 4*maxBatch), stop: make(chan struct{})}
 	b.wg.Add(batchWorkers)
@@ -108,11 +130,11 @@ func (b *batcher) evalSha(ctx context.Context, cmd []any) (reply any, shared boo
 	case <-ctx.Done():
 		c.ctx, c.cmd = nil, nil
 		calls.Put(c)
-		return nil, false, fmt.Errorf("%w: %w", errNotSent, ctx.Err())
+		return nil, false, notSent(ctx.Err())
 	case <-expired:
 		c.ctx, c.cmd = nil, nil
 		calls.Put(c)
-		return nil, false, fmt.Errorf("%w: %w", errNotSent, context.DeadlineExceeded)
+		return nil, false, errNotSentDeadline
 	case <-b.stop:
 		c.ctx, c.cmd = nil, nil
 		calls.Put(c)
@@ -157,10 +179,13 @@ func (b *batcher) work() {
 }
 
 // sending is a worker's scratch space for one batch: its calls by
-// command, each of one call or of merged calls, and the commands.
+// command, each of one call or of merged calls, the commands, and the
+// arguments of the merged ones (go-redis is done with a command's
+// arguments once it has read the reply).
 type sending struct {
 	groups [][]*call
 	cmds   []*redis.Cmd
+	merged [][]any
 }
 
 func (b *batcher) send(batch []*call, w *sending) {
@@ -168,7 +193,7 @@ func (b *batcher) send(batch []*call, w *sending) {
 	var deadline time.Time
 	for _, c := range batch {
 		if err := c.ctx.Err(); err != nil {
-			c.err = fmt.Errorf("%w: %w", errNotSent, err)
+			c.err = notSent(err)
 			c.finish()
 			continue
 		}
@@ -190,18 +215,19 @@ func (b *batcher) send(batch []*call, w *sending) {
 	b.group(live, w)
 	// Not a caller's context: one caller going away must not cancel the
 	// others' calls.
-	ctx := withDeadline(context.Background(), deadline)
+	ctx, bounded := withDeadline(context.Background(), deadline)
+	defer bounded.release()
 	w.cmds = w.cmds[:0]
 	if len(w.groups) == 1 {
 		// One command, merged: no pipeline to make.
-		w.cmds = append(w.cmds, b.client.Do(ctx, merged(w.groups[0])...))
+		w.cmds = append(w.cmds, b.client.Do(ctx, w.merge(0)...))
 	} else {
 		pipe := b.client.Pipeline()
-		for _, calls := range w.groups {
+		for i, calls := range w.groups {
 			if len(calls) == 1 {
 				w.cmds = append(w.cmds, pipe.Do(ctx, calls[0].cmd...))
 			} else {
-				w.cmds = append(w.cmds, pipe.Do(ctx, merged(calls)...))
+				w.cmds = append(w.cmds, pipe.Do(ctx, w.merge(i)...))
 			}
 		}
 		pipe.Exec(ctx)
@@ -237,6 +263,10 @@ func (b *batcher) send(batch []*call, w *sending) {
 	}
 	for _, calls := range w.groups {
 		clear(calls)
+	}
+	for i := range w.merged {
+		clear(w.merged[i])
+		w.merged[i] = w.merged[i][:0]
 	}
 }
 
@@ -292,19 +322,29 @@ func (b *batcher) together(x, y *call) bool {
 	return true
 }
 
-// merged is one EVALSHA of the rate-limit script for calls, each made by
-// script.command (in a Cluster over the same keys): every call's keys,
-// then "b",
+// merge is the command of group i of merged calls, made in the arguments
+// kept for it.
+func (w *sending) merge(i int) []any {
+	for len(w.merged) <= i {
+		w.merged = append(w.merged, nil)
+	}
+	w.merged[i] = merged(w.merged[i], w.groups[i])
+	return w.merged[i]
+}
+
+// merged appends to cmd one EVALSHA of the rate-limit script for calls,
+// each made by script.command (in a Cluster over the same keys): every
+// call's keys, then "b",
 // the number of calls and each call's number of keys, number of
 // arguments and arguments (lua/driver.lua).
-func merged(calls []*call) []any {
+func merged(cmd []any, calls []*call) []any {
 	keys, args := 0, 2
 	for _, c := range calls {
 		k := c.cmd[2].(int)
 		keys += k
 		args += 2 + len(c.cmd) - cmdHead - k
 	}
-	cmd := make([]any, 0, cmdHead+keys+args)
+	cmd = slices.Grow(cmd, cmdHead+keys+args)
 	cmd = append(cmd, "evalsha", calls[0].cmd[1], keys)
 	for _, c := range calls {
 		cmd = append(cmd, c.cmd[cmdHead:cmdHead+c.cmd[2].(int)]...)
@@ -326,7 +366,7 @@ func (b *batcher) close() {
 	for {
 		select {
 		case c := <-b.queue:
-			c.err = fmt.Errorf("%w: %w", errNotSent, redis.ErrClosed)
+			c.err = errNotSentClosed
 			c.finish()
 		default:
 			return

@@ -320,15 +320,32 @@ func (r *Redis) Close() error {
 }
 
 // withDeadline bounds ctx by deadline, unless it is zero, without a timer
-// (see deadlineCtx).
-func withDeadline(ctx context.Context, deadline time.Time) context.Context {
+// (see deadlineCtx). bounded is the context it made, nil when it returns
+// ctx as it was.
+func withDeadline(ctx context.Context, deadline time.Time) (_ context.Context, bounded *deadlineCtx) {
 	if deadline.IsZero() {
-		return ctx
+		return ctx, nil
 	}
 	if d, ok := ctx.Deadline(); ok && !deadline.Before(d) {
-		return ctx
+		return ctx, nil
 	}
-	return &deadlineCtx{Context: ctx, deadline: deadline}
+	c := deadlines.Get().(*deadlineCtx)
+	c.Context, c.deadline = ctx, deadline
+	return c, c
+}
+
+// deadlines holds the deadlineCtx released for reuse.
+var deadlines = sync.Pool{New: func() any { return new(deadlineCtx) }}
+
+// release gives c, made by withDeadline, to the next one; nil is left.
+// Only a caller that read the reply to every call made under c may
+// release it: a call that stopped waiting may still be in a batch, whose
+// worker reads its context (batcher).
+func (c *deadlineCtx) release() {
+	if c != nil {
+		*c = deadlineCtx{}
+		deadlines.Put(c)
+	}
 }
 
 // deadlineCtx is a context bounded by a deadline that no timer enforces:
@@ -398,7 +415,7 @@ func (r *Redis) evaluate(ctx context.Context, req Request, call *budgetCall) Out
 			return e
 		}
 	}
-	ctx = withDeadline(ctx, req.Deadline)
+	ctx, bounded := withDeadline(ctx, req.Deadline)
 	dedup := ps[0].Dedup.Enabled && req.EvaluationID != ""
 	var rem remembering
 	if dedup {
@@ -430,6 +447,11 @@ func (r *Redis) evaluate(ctx context.Context, req Request, call *budgetCall) Out
 			argv(cmd)[argLook] = 1
 		}
 		o = r.decide(ctx, ps, cmd, starts)
+	} else if _, replied := o.(Evaluated); replied {
+		// A reply was read for every try: no batch holds cmd or ctx any
+		// more. A call that stopped waiting leaves both to the collector.
+		releaseCommand(cmd)
+		bounded.release()
 	}
 	// A request that could not be held is refused later than one that
 	// could: its denial is no answer to the next.

@@ -3,7 +3,6 @@ package limiter
 import (
 	"context"
 	"errors"
-	"fmt"
 	"maps"
 
 	"github.com/redis/go-redis/v9"
@@ -21,7 +20,7 @@ var errCircuitOpen = errors.New("redis: circuit breaker open")
 func (r *Redis) nodeState(c *redis.Client) (*node, error) {
 	nodes := r.nodes.Load()
 	if nodes == nil {
-		return nil, fmt.Errorf("%w: %w", errNotSent, redis.ErrClosed)
+		return nil, errNotSentClosed
 	}
 	if n := (*nodes)[c]; n != nil {
 		return n, nil
@@ -30,7 +29,7 @@ func (r *Redis) nodeState(c *redis.Client) (*node, error) {
 	defer r.nodesMu.Unlock()
 	nodes = r.nodes.Load()
 	if nodes == nil {
-		return nil, fmt.Errorf("%w: %w", errNotSent, redis.ErrClosed)
+		return nil, errNotSentClosed
 	}
 	if n := (*nodes)[c]; n != nil {
 		return n, nil

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 )
 
@@ -22,12 +23,48 @@ const cmdHead = 3
 // once for every try of a call. The SHA and the keys are boxed as
 // pointers, which costs no allocation; keys must not change after.
 func (s *script) command(keys []string, n int) []any {
-	cmd := make([]any, cmdHead+len(keys), cmdHead+len(keys)+n)
+	cmd := newCommand(cmdHead + len(keys) + n)[:cmdHead+len(keys)]
 	cmd[0], cmd[1], cmd[2] = "evalsha", &s.sha, len(keys)
 	for i := range keys {
 		cmd[cmdHead+i] = &keys[i]
 	}
 	return cmd
+}
+
+// The arrays of commands released for reuse: 32 arguments hold a call of
+// one policy, 64 one of up to four. A longer command is made anew.
+var commands32, commands64 sync.Pool
+
+// newCommand is an empty command with room for size arguments, a released
+// one's array when one fits.
+func newCommand(size int) []any {
+	switch {
+	case size <= 32:
+		if a, ok := commands32.Get().(*[32]any); ok {
+			return a[:0]
+		}
+		return new([32]any)[:0]
+	case size <= 64:
+		if a, ok := commands64.Get().(*[64]any); ok {
+			return a[:0]
+		}
+		return new([64]any)[:0]
+	}
+	return make([]any, 0, size)
+}
+
+// releaseCommand gives cmd, made by script.command, to the next command.
+// Only the caller that read a reply to every try of cmd may release it:
+// a call that stopped waiting may still be in a batch, whose worker reads
+// its command (batcher).
+func releaseCommand(cmd []any) {
+	clear(cmd)
+	switch cap(cmd) {
+	case 32:
+		commands32.Put((*[32]any)(cmd[:32]))
+	case 64:
+		commands64.Put((*[64]any)(cmd[:64]))
+	}
 }
 
 // call is the EVALSHA of s over keys with args.
