@@ -35,6 +35,7 @@ import (
 var version = "dev"
 
 func main() {
+	keepHeapFloor()
 	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr, nil))
 }
 
