@@ -38,7 +38,7 @@ func TestTheHeapFloorRaisesTheGCPercentForASmallHeap(t *testing.T) {
 	}
 
 	t.Setenv("GOGC", "100")
-	stop = keepHeapFloor()
+	t.Cleanup(keepHeapFloor())
 	for range 3 {
 		runtime.GC()
 		time.Sleep(10 * time.Millisecond)
