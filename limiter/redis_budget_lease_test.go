@@ -275,7 +275,7 @@ func BenchmarkRedisLeaseParallel(b *testing.B) {
 			}
 			calls, _ := evalshaStats(b, s)
 			cpu := cpuTime(b)
-			admitInParallel(b, backend, p, limitertest.Subject(), 64)
+			admitInParallel(b, backend, p, []string{limitertest.Subject()}, 64)
 			cpu = cpuTime(b) - cpu
 			callsAfter, _ := evalshaStats(b, s)
 			b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N), "cpu-ns/op")

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -72,9 +73,16 @@ func TestRedisConformance(t *testing.T) {
 // evalshaStats reads how many EVALSHA calls the server has run and the
 // microseconds of Redis time they took, from INFO commandstats.
 func evalshaStats(t testing.TB, s *redistest.Server) (calls, usec float64) {
+	return commandStats(t, s, "evalsha")
+}
+
+// commandStats reads how many times the server has run command (a
+// script's own commands count too) and the microseconds they took, from
+// INFO commandstats.
+func commandStats(t testing.TB, s *redistest.Server, command string) (calls, usec float64) {
 	info := s.Client(t).Info(context.Background(), "commandstats").Val()
 	for line := range strings.SplitSeq(info, "\n") {
-		if rest, ok := strings.CutPrefix(line, "cmdstat_evalsha:"); ok {
+		if rest, ok := strings.CutPrefix(line, "cmdstat_"+command+":"); ok {
 			for field := range strings.SplitSeq(strings.TrimSpace(rest), ",") {
 				k, v, _ := strings.Cut(field, "=")
 				switch k {
@@ -87,6 +95,86 @@ func evalshaStats(t testing.TB, s *redistest.Server) (calls, usec float64) {
 		}
 	}
 	return calls, usec
+}
+
+// A charge within the window whose first charge gave its state key a TTL
+// leaves the TTL alone (no PEXPIRE: it would change nothing) when the
+// clock is Redis's; a charge in a new window, under the gateway's clock
+// or of an algorithm whose TTL moves with each charge (the token bucket)
+// renews it.
+func TestRedisAChargeWithinItsWindowKeepsTheKeysTTL(t *testing.T) {
+	s := redistest.Start(t)
+	r := redistest.NewLimiter(t, limiter.RedisOptions{Addrs: []string{s.Addr}})
+	admin := s.Client(t)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name  string
+		p     *limiter.Policy
+		renew bool // a second charge in the window renews the TTL
+	}{
+		{"fixed-window", limitertest.FixedWindow(100, time.Hour), false},
+		{"sliding-counter", limitertest.SlidingCounter(100, time.Hour), false},
+		{"token-bucket", limitertest.TokenBucket(100, 1, time.Hour), true},
+		{"gateway-clock", limitertest.FixedWindow(100, time.Hour), true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := tc.p
+			p.Clock = limiter.ClockBackend
+			if tc.name == "gateway-clock" {
+				p.Clock = limiter.ClockGateway
+			}
+			p.Dedup = limiter.Dedup{}
+			subject := limitertest.Subject()
+			key := r.Key(p, subject)
+			pexpires := func() float64 { n, _ := commandStats(t, s, "pexpire"); return n }
+			before := pexpires()
+			mustAllow(t, first(evaluate(r, p, subject, "")))
+			if n := pexpires() - before; n != 1 {
+				t.Fatalf("the first charge sent %v PEXPIRE, want 1", n)
+			}
+			ttl := admin.PTTL(ctx, key).Val()
+			if ttl <= time.Minute || ttl > 2*time.Hour+p.CleanupGrace {
+				t.Fatalf("TTL %v after the first charge, want up to the window (two for the sliding counter) and its grace", ttl)
+			}
+			// Shorter than any charge asks: a renewal shows.
+			admin.PExpire(ctx, key, time.Minute)
+			before = pexpires()
+			mustAllow(t, first(evaluate(r, p, subject, "")))
+			n := pexpires() - before
+			ttl = admin.PTTL(ctx, key).Val()
+			switch {
+			case tc.renew && (n != 1 || ttl <= time.Minute):
+				t.Fatalf("a second charge sent %v PEXPIRE and left the TTL at %v, want it renewed", n, ttl)
+			case !tc.renew && (n != 0 || ttl > time.Minute):
+				t.Fatalf("a second charge in the window sent %v PEXPIRE and left the TTL at %v, want it left alone", n, ttl)
+			}
+		})
+	}
+	t.Run("new-window", func(t *testing.T) {
+		p := limitertest.FixedWindow(100, time.Second)
+		p.Clock = limiter.ClockBackend
+		p.Dedup = limiter.Dedup{}
+		subject := limitertest.Subject()
+		// Early in a window of Redis's clock, so that both charges fall in it.
+		now := admin.Time(ctx).Val()
+		time.Sleep(now.Truncate(time.Second).Add(time.Second + 50*time.Millisecond).Sub(now))
+		mustAllow(t, first(evaluate(r, p, subject, "")))
+		if d := mustAllow(t, first(evaluate(r, p, subject, ""))); d.Remaining != 98 {
+			t.Fatalf("remaining %d after two charges, want 98", d.Remaining)
+		}
+		// The next window: its first charge renews the TTL.
+		time.Sleep(time.Second)
+		before, _ := commandStats(t, s, "pexpire")
+		if d := mustAllow(t, first(evaluate(r, p, subject, ""))); d.Remaining != 99 {
+			t.Fatalf("remaining %d in the next window, want 99", d.Remaining)
+		}
+		if n, _ := commandStats(t, s, "pexpire"); n-before != 1 {
+			t.Fatalf("the first charge of a window sent %v PEXPIRE, want 1", n-before)
+		}
+		if ttl := admin.PTTL(ctx, r.Key(p, subject)).Val(); ttl <= p.CleanupGrace {
+			t.Fatalf("TTL %v in the new window, want past the grace", ttl)
+		}
+	})
 }
 
 func BenchmarkRedis(b *testing.B) {
@@ -185,7 +273,7 @@ func BenchmarkRedisParallel(b *testing.B) {
 				writes, sent = batches(b, reg)
 			}
 			cpu := cpuTime(b)
-			admitInParallel(b, r, p, subject, 32)
+			admitInParallel(b, r, p, []string{subject}, 32)
 			cpu = cpuTime(b) - cpu
 			callsAfter, usecAfter := evalshaStats(b, s)
 			b.ReportMetric((usecAfter-usec)/float64(b.N), "redis-µs/op")
@@ -199,23 +287,70 @@ func BenchmarkRedisParallel(b *testing.B) {
 	}
 }
 
+// BenchmarkRedisRotation is the load harness's many-subjects run on Redis:
+// BenchmarkRedisParallel's batched decisions, each of the next of 100,000
+// subjects in turn, so that no two decisions of a batch share a key. As in
+// the harness's rotation, each subject's state is there from its turn
+// before (all are decided once first, and the window is an hour) and its
+// records are not (they live a second; a turn takes about three).
+// Parallelism 32 and 256 make batches of about the harness's sizes at 64
+// and 512 connections.
+func BenchmarkRedisRotation(b *testing.B) {
+	s := redistest.Start(b)
+	subjects := make([]string, 100_000)
+	for i := range subjects {
+		subjects[i] = pseudonym(i)
+	}
+	p := limitertest.FixedWindow(1<<40, time.Hour)
+	p.Clock = limiter.ClockBackend
+	p.Dedup.TTL = time.Second
+	warm := redistest.NewLimiter(b, limiter.RedisOptions{Addrs: []string{s.Addr}})
+	var wg sync.WaitGroup
+	for w := range 32 {
+		wg.Go(func() {
+			for i := w; i < len(subjects); i += 32 {
+				warm.Evaluate(context.Background(), limiter.Request{Policies: []*limiter.Policy{p}, Subject: subjects[i], Cost: 1})
+			}
+		})
+	}
+	wg.Wait()
+	for _, parallelism := range []int{32, 256} {
+		b.Run(fmt.Sprint("parallelism=", parallelism), func(b *testing.B) {
+			reg := prometheus.NewRegistry()
+			r := redistest.NewLimiter(b, limiter.RedisOptions{Addrs: []string{s.Addr}, Registerer: reg})
+			calls, usec := evalshaStats(b, s)
+			writes, sent := batches(b, reg)
+			cpu := cpuTime(b)
+			admitInParallel(b, r, p, subjects, parallelism)
+			cpu = cpuTime(b) - cpu
+			callsAfter, usecAfter := evalshaStats(b, s)
+			writesAfter, sentAfter := batches(b, reg)
+			b.ReportMetric((usecAfter-usec)/float64(b.N), "redis-µs/op")
+			b.ReportMetric((callsAfter-calls)/float64(b.N), "evalsha/op")
+			b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "cpu-µs/op")
+			b.ReportMetric((sentAfter-sent)/(writesAfter-writes), "calls/write")
+		})
+	}
+}
+
 // cpuTime is the CPU time this process has used (user and system), not
 // counting redis-server: what decisions cost the gateway's side.
-// admitInParallel has b.N requests of subject, parallelism a core at a
-// time, each with a new evaluation ID of its own, as long as the gateway's,
-// and the gateway's deadline, decided by backend under p; each must be
-// admitted.
+// admitInParallel has b.N requests of subjects, each the next of them in
+// turn, parallelism a core at a time, each with a new evaluation ID of its
+// own, as long as the gateway's, and the gateway's deadline, decided by
+// backend under p; each must be admitted.
 func admitInParallel(b *testing.B, backend interface {
 	Evaluate(context.Context, limiter.Request) limiter.Outcome
-}, p *limiter.Policy, subject string, parallelism int) {
+}, p *limiter.Policy, subjects []string, parallelism int) {
 	ps := []*limiter.Policy{p}
 	var ids atomic.Int64
 	b.ReportAllocs()
 	b.SetParallelism(parallelism)
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			o := backend.Evaluate(context.Background(), limiter.Request{Policies: ps, Subject: subject, Cost: 1,
-				EvaluationID: "01cbc7de8bb9222af72d8f9d-" + strconv.FormatInt(ids.Add(1), 36), NewID: true, Deadline: time.Now().Add(limiter.DefaultDeadline)})
+			id := ids.Add(1)
+			o := backend.Evaluate(context.Background(), limiter.Request{Policies: ps, Subject: subjects[id%int64(len(subjects))], Cost: 1,
+				EvaluationID: "01cbc7de8bb9222af72d8f9d-" + strconv.FormatInt(id, 36), NewID: true, Deadline: time.Now().Add(limiter.DefaultDeadline)})
 			if e, ok := o.(limiter.Evaluated); !ok || !e.Allowed {
 				b.Errorf("outcome %#v", o)
 				return

@@ -13,13 +13,8 @@ if ARGV[1] == 'b' then
   local k, a = 1, 3
   for d = 1, count do
     local nk, na = ARGV[a] + 0, ARGV[a + 1] + 0
-    local keys, argv = {}, {}
-    for j = 1, nk do
-      keys[j] = KEYS[k + j - 1]
-    end
-    for j = 1, na do
-      argv[j] = ARGV[a + 1 + j]
-    end
+    -- (unpack into a constructor: each table made at its size at once)
+    local keys, argv = {unpack(KEYS, k, k + nk - 1)}, {unpack(ARGV, a + 2, a + 1 + na)}
     k, a = k + nk, a + 2 + na
     keys_of[d], argv_of[d] = keys, argv
     ask_places(keys, argv)

@@ -103,6 +103,11 @@ for i = 1, n do
       end
     end
   end
+  if ttl_by_start[alg] and valid and n_start == st_start and ARGV[at + 2] == '' then
+    -- The charge that made this start gave the key its TTL, on the clock
+    -- every instance reads: PEXPIRE ... GT would change nothing.
+    ttl = 0
+  end
   if charge == '1' and allowed == 1 then
     remaining = remaining + 1
   end
@@ -156,7 +161,8 @@ for i = 1, n do
         redis.call('PEXPIRE', s[7], keep)
       end
     end
-    -- (A give-back asks for no TTL: it keeps the key's.)
+    -- (A give-back asks for no TTL, nor a charge within its state's start
+    -- (ttl_by_start): each keeps the key's.)
     local e = s[2]
     local raw = e[1]
     raw[1], raw[2], raw[3], raw[4] = s[3], s[4], s[5], s[1]

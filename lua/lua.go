@@ -30,6 +30,12 @@ var algorithms = []string{"fixed-window", "sliding-counter", "token-bucket", "co
 // state's count (epilogue.lua), as package limiter's concurrency does.
 var leaseAlgorithms = []string{"concurrency"}
 
+// startAlgorithms give a state the same TTL for as long as its start is
+// the same (the window's end, and the grace after it): a charge that
+// keeps the start asks no TTL of its own (epilogue.lua), when the clock is
+// Redis's, the one every instance reads.
+var startAlgorithms = []string{"fixed-window", "sliding-counter"}
+
 // Algorithms names the algorithms by their number in ARGV, from 1.
 func Algorithms() []string { return append([]string(nil), algorithms...) }
 
@@ -47,14 +53,17 @@ func script() string {
 	b.WriteString(read("lease_member.lua"))
 	functions := make([]string, len(algorithms))
 	leases := make([]string, len(algorithms))
+	byStart := make([]string, len(algorithms))
 	for i, a := range algorithms {
 		functions[i] = strings.ReplaceAll(a, "-", "_")
 		b.WriteString(read(functions[i] + ".lua"))
 		leases[i] = strconv.FormatBool(slices.Contains(leaseAlgorithms, a))
+		byStart[i] = strconv.FormatBool(slices.Contains(startAlgorithms, a))
 	}
 	b.WriteString("local decide_by = {" + strings.Join(functions, ", ") + "}\n")
 	b.WriteString("local give_back_by = {" + strings.Join(functions, "_give_back, ") + "_give_back}\n")
 	b.WriteString("local holds_leases = {" + strings.Join(leases, ", ") + "}\n")
+	b.WriteString("local ttl_by_start = {" + strings.Join(byStart, ", ") + "}\n")
 	b.WriteString("local function decide(KEYS, ARGV)\n")
 	b.WriteString(read("decision.lua"))
 	b.WriteString(read("epilogue.lua"))

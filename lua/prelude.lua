@@ -177,7 +177,8 @@ local function flush()
       local raw = e[1]
       redis.call('HSET', key, 's', raw[1], 'c', raw[2], 'p', raw[3], 't', raw[4])
       if e[3] == 0 then
-        -- Only give-backs, which keep the key's TTL.
+        -- Only give-backs and charges within the start they found, which
+        -- keep the key's TTL.
       elseif e[2] then
         redis.call('PEXPIRE', key, e[3], 'GT')
       else
