@@ -12,7 +12,8 @@
 local reply = {0, 0, 0, 0, 0}
 local state = {}
 local admitted = true
-local reservation = eval_id and KEYS[1] .. ':r:' .. eval_id
+-- (The reservation record's key is made only where it is used: a string
+-- per decision otherwise.)
 local reserved
 -- Each policy's state start, replied when a lease of budget was asked for.
 local starts
@@ -22,6 +23,7 @@ if ARGV[argv_head + 9] == '5' then
     reserved[i] = tonumber(ARGV[argv_head + (i - 1) * per_policy + 11])
   end
 elseif ARGV[argv_head + 9] == '3' then
+  local reservation = eval_id and KEYS[1] .. ':r:' .. eval_id
   local rec = reservation and redis.call('GET', reservation)
   if not rec then
     return {0}
@@ -175,7 +177,11 @@ end
 if remembered then
   local place = places.next % (ARGV[4] + 0)
   places.next = places.next + 1
-  local format = '%015d,%s' .. string.rep(',%d', #reply - 1)
+  local format = record_formats[#reply]
+  if not format then
+    format = '%015d,%s' .. string.rep(',%d', #reply - 1)
+    record_formats[#reply] = format
+  end
   places.at[place] = string.format(format, state[1][1] + ARGV[3], eval_id, unpack(reply, 2))
   places[#places + 1] = place
 end
@@ -183,7 +189,7 @@ end
 -- A delayed admission (an enforced policy's retry_ms above 0) leaves its
 -- reservation record for a give-back: where each policy was charged, for
 -- the longest delay and the first policy's grace.
-if admitted and reservation and not reserved then
+if admitted and eval_id and not reserved then
   local held = 0
   for i = 1, n do
     if ARGV[argv_head + (i - 1) * per_policy + 8] == '0' then
@@ -195,7 +201,7 @@ if admitted and reservation and not reserved then
     for i = 1, n do
       starts[i] = state[i][11] and state[i][3] or 'x'
     end
-    redis.call('SET', reservation, table.concat(starts, ','), 'PX', held + tonumber(ARGV[argv_head + 6]))
+    redis.call('SET', KEYS[1] .. ':r:' .. eval_id, table.concat(starts, ','), 'PX', held + tonumber(ARGV[argv_head + 6]))
   end
 end
 

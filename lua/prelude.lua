@@ -140,6 +140,10 @@ local function read_places()
   end
 end
 
+-- record_formats are the records' string.format formats, by the length
+-- of the reply they hold, made once a call.
+local record_formats = {}
+
 -- recorded is the record of the evaluation whose record begins with head
 -- (its expiry comes first: 15 digits and a comma) among places, in r: the
 -- latest of those the call wrote before those stored, which are read
