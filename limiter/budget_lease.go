@@ -498,7 +498,7 @@ func (r *Redis) sweepBudget(ctx context.Context, idle time.Duration) {
 // that state (chargeGiveBack).
 func (r *Redis) returnLease(ctx context.Context, g leaseReturn) {
 	ps := []*Policy{g.p}
-	cmd := r.appendArgs(r.script.command(r.keys(ps, g.subject, false), argsHead+argsPerPolicy), ps, g.units, Admission, false, remembering{})
+	cmd := r.appendArgs(r.script.command(r.keys(ps, g.subject), argsHead+argsPerPolicy), ps, g.units, Admission, false, remembering{})
 	args := argv(cmd)
 	args[argsHead+argCharge] = chargeGiveBack
 	args[argsHead+argLease] = g.start

@@ -186,7 +186,7 @@ func (r *Redis) GiveBack(req Request, reserved Evaluated) {
 		return
 	}
 	ps := req.Policies
-	cmd := r.script.command(r.keys(ps, req.Subject, false), argsHead+argsPerPolicy*len(ps)+1)
+	cmd := r.script.command(r.keys(ps, req.Subject), argsHead+argsPerPolicy*len(ps)+1)
 	cmd = append(r.appendArgs(cmd, ps, req.Cost, givingBack, true, remembering{}), req.EvaluationID)
 	r.inBackground(cmd, func() {
 		if r.denials != nil {

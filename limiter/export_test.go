@@ -198,7 +198,3 @@ func (r *Redis) Client() redis.UniversalClient { return r.client }
 // RecordBytes is what one remembered evaluation of a request of n policies
 // counts against dedup.max_bytes on Redis.
 var RecordBytes = recordBytes
-
-// RememberedSuffix ends the key of a Redis state key's remembered
-// evaluations.
-const RememberedSuffix = rememberedSuffix

@@ -98,13 +98,13 @@ func (r *Redis) Peek(ctx context.Context, req Request) Outcome {
 		return o
 	}
 	ps := req.Policies
-	cmd := r.script.command(r.keys(ps, req.Subject, false), argsHead+argsPerPolicy*len(ps))
+	cmd := r.script.command(r.keys(ps, req.Subject), argsHead+argsPerPolicy*len(ps))
 	return r.decide(ctx, ps, r.appendArgs(cmd, ps, 0, Admission, false, remembering{}), nil)
 }
 
 // Reset deletes req.Subject's state for each of req's policies, with the
-// evaluations remembered under each (its hash of records) and the leases
-// it holds (its lease set); the keys share the subject's hash tag, so one
+// evaluations remembered in it and the leases it holds (its lease set);
+// the keys share the subject's hash tag, so one
 // Cluster slot and one DEL. It then forgets this instance's remembered
 // denials of the subject and publishes the subject on the resets channel,
 // so that every instance sharing this Redis forgets its own (see
@@ -114,10 +114,10 @@ func (r *Redis) Reset(ctx context.Context, req Request) error {
 	if err := resettable(ctx, req); err != nil {
 		return err
 	}
-	keys := r.keys(req.Policies, req.Subject, false)
-	del := make([]string, 0, 3*len(keys))
+	keys := r.keys(req.Policies, req.Subject)
+	del := make([]string, 0, 2*len(keys))
 	for _, k := range keys {
-		del = append(del, k, k+rememberedSuffix, k+":l")
+		del = append(del, k, k+":l")
 	}
 	if err := r.client.Del(ctx, del...).Err(); err != nil {
 		return fmt.Errorf("reset: delete the state: %w", err)

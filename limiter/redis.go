@@ -427,7 +427,7 @@ func (r *Redis) evaluate(ctx context.Context, req Request, call *budgetCall) Out
 	if withID {
 		extra = 1
 	}
-	cmd := r.script.command(r.keys(ps, req.Subject, dedup), argsHead+argsPerPolicy*len(ps)+extra)
+	cmd := r.script.command(r.keys(ps, req.Subject), argsHead+argsPerPolicy*len(ps)+extra)
 	cmd = r.appendArgs(cmd, ps, req.Cost, req.Phase, req.MayDelay, rem)
 	if withID {
 		cmd = append(cmd, req.EvaluationID)

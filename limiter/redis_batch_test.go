@@ -192,7 +192,7 @@ func TestALostBatchReplyChargesEachDecisionOnce(t *testing.T) {
 
 // A decision whose key Redis refuses (the wrong type) gets that answer as
 // it would alone, and the decisions merged into its call with it are
-// decided as usual: a lease set and a hash of records that are strings,
+// decided as usual: a lease set and a state that are strings,
 // each under its own subject, among subjects whose keys are sound.
 func TestABatchedDecisionsRefusalIsItsOwn(t *testing.T) {
 	s := redistest.Start(t)
@@ -204,9 +204,9 @@ func TestABatchedDecisionsRefusalIsItsOwn(t *testing.T) {
 	for _, p := range []*limiter.Policy{window, inFlight} {
 		p.Clock = limiter.ClockBackend
 	}
-	badLeases, badRecords := limitertest.Subject(), limitertest.Subject()
+	badLeases, badState := limitertest.Subject(), limitertest.Subject()
 	admin.Set(ctx, r.Key(inFlight, badLeases)+":l", "not a set", time.Minute)
-	admin.Set(ctx, r.Key(window, badRecords)+limiter.RememberedSuffix, "not a hash", time.Minute)
+	admin.Set(ctx, r.Key(window, badState), "not a hash", time.Minute)
 	good := []string{limitertest.Subject(), limitertest.Subject()}
 	before, _ := evalshaStats(t, s)
 	type ask struct {
@@ -216,7 +216,7 @@ func TestABatchedDecisionsRefusalIsItsOwn(t *testing.T) {
 	}
 	var asks []ask
 	for range 20 {
-		asks = append(asks, ask{badLeases, inFlight, false}, ask{badRecords, window, false},
+		asks = append(asks, ask{badLeases, inFlight, false}, ask{badState, window, false},
 			ask{good[0], inFlight, true}, ask{good[1], window, true})
 	}
 	var wg sync.WaitGroup

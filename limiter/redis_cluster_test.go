@@ -24,7 +24,7 @@ func TestRedisClusterFollowsASlotMigration(t *testing.T) {
 	for _, dedup := range []bool{false, true} {
 		name := "without de-duplication, ASK is followed while the slot is half-moved"
 		if dedup {
-			name = "with de-duplication, ASK is followed, and a key not yet made is a fast 503 (TRYAGAIN) that opens no breaker"
+			name = "with de-duplication, ASK is followed, and a route whose keys are not yet made is a fast 503 (TRYAGAIN) that opens no breaker"
 		}
 		t.Run(name, func(t *testing.T) {
 			p := limitertest.FixedWindow(100, time.Hour)
@@ -62,22 +62,29 @@ func TestRedisClusterFollowsASlotMigration(t *testing.T) {
 					decide("half-moved")
 				}
 				if dedup {
-					// Another policy of the subject: its keys, on the same
-					// slot, are on neither node yet, and the target refuses
-					// a script over several missing keys before it runs
+					// A new policy of the subject: its key, on the same
+					// slot, is on neither node yet; the target takes a
+					// script over one missing key (ASK is followed). A
+					// route of two new policies: the target refuses a
+					// script over several missing keys before it runs
 					// (TRYAGAIN), not with the deadline run out
 					// (Indeterminate).
-					q := limitertest.FixedWindow(100, time.Hour)
-					q.Clock = limiter.ClockBackend
+					q, q2 := limitertest.FixedWindow(100, time.Hour), limitertest.FixedWindow(100, time.Hour)
+					q.Clock, q2.Clock = limiter.ClockBackend, limiter.ClockBackend
+					mustAllow(t, first(evaluate(r, q, subject, "half-moved-new")))
 					var slowest time.Duration
 					for i := range 8 {
-						o, took := evaluate(r, q, subject, fmt.Sprint("half-moved-new", i))
+						ctx, cancel := context.WithTimeout(context.Background(), limiter.DefaultDeadline)
+						start := time.Now()
+						o := r.Evaluate(ctx, limiter.Request{Policies: []*limiter.Policy{q, q2}, Subject: subject, Cost: 1, EvaluationID: fmt.Sprint("half-moved-new-route", i)})
+						took := time.Since(start)
+						cancel()
 						if u, ok := o.(limiter.Unavailable); !ok || u.Category != limiter.UnavailableBeforeSend {
-							t.Fatalf("half-moved with de-duplication, a new key: outcome %#v, want Unavailable before send (TRYAGAIN)", o)
+							t.Fatalf("half-moved with de-duplication, a route of new keys: outcome %#v, want Unavailable before send (TRYAGAIN)", o)
 						}
 						slowest = max(slowest, took)
 					}
-					t.Logf("half-moved with de-duplication, a new key: the slowest of 8 refusals took %v", slowest)
+					t.Logf("half-moved with de-duplication, a route of new keys: the slowest of 8 refusals took %v", slowest)
 				}
 				// Eight redirects and TRYAGAINs in a row: the source's
 				// breaker (5 failures) must still be closed.

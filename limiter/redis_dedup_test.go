@@ -2,8 +2,10 @@ package limiter_test
 
 import (
 	"context"
+	"fmt"
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -15,8 +17,8 @@ import (
 // The remembered evaluations of a subject stay within every bound of its
 // policy's dedup block, in Redis itself: no more records than max_entries,
 // no more than max_bytes holds (RecordBytes each), none kept longer than
-// ttl after the last; the newest is kept, and one long pushed out is
-// charged again.
+// ttl after the last or its state, whichever is longer; the newest is
+// kept, and one long pushed out is charged again.
 func TestRedisDedupMemoryStaysWithinItsBounds(t *testing.T) {
 	s := redistest.Start(t)
 	r := redistest.NewLimiter(t, limiter.RedisOptions{Addrs: []string{s.Addr}})
@@ -38,7 +40,7 @@ func TestRedisDedupMemoryStaysWithinItsBounds(t *testing.T) {
 			p.Clock = limiter.ClockBackend
 			p.Dedup = tc.dedup
 			subject := limitertest.Subject()
-			remembered := r.Key(p, subject) + limiter.RememberedSuffix
+			remembered := r.Key(p, subject)
 			const n = 100
 			for i := 0; i < n; i++ {
 				mustAllow(t, first(evaluateNew(r, p, subject, id(i))))
@@ -47,7 +49,9 @@ func TestRedisDedupMemoryStaysWithinItsBounds(t *testing.T) {
 			if records["n"] != strconv.Itoa(n) {
 				t.Fatalf("n = %q, want %d records placed", records["n"], n)
 			}
-			delete(records, "n")
+			for _, f := range []string{"s", "c", "p", "t", "n", "x"} {
+				delete(records, f)
+			}
 			if len(records) != tc.maxRecords {
 				t.Fatalf("%d records in Redis, want %d: %v", len(records), tc.maxRecords, records)
 			}
@@ -56,8 +60,8 @@ func TestRedisDedupMemoryStaysWithinItsBounds(t *testing.T) {
 					t.Fatalf("record %q in place %s, want expires,ID,allowed,remaining,reset,retry", rec, place)
 				}
 			}
-			if ttl := admin.PTTL(ctx, remembered).Val(); ttl <= 0 || ttl > p.Dedup.TTL {
-				t.Fatalf("the records live %v, want at most %v", ttl, p.Dedup.TTL)
+			if ttl, most := admin.PTTL(ctx, remembered).Val(), max(p.Dedup.TTL, p.Window+p.CleanupGrace); ttl <= 0 || ttl > most {
+				t.Fatalf("the records live %v, want at most %v", ttl, most)
 			}
 			// The newest is remembered and charged nothing; the first was
 			// pushed out long ago and is charged again.
@@ -120,10 +124,11 @@ func TestRedisDedupAtItsLeastKeepsOneRecord(t *testing.T) {
 
 // During a rolling upgrade instances of two releases share one Redis, so
 // the keys and the state's fields keep the layout the release before
-// wrote, and it reads them under the same names. (Its eb field, the bytes
-// of its remembered evaluations, is read as 0 when absent.) A record of
+// wrote, and it reads them under the same names. A record of
 // de-duplication is read only by a retry of its own evaluation, which the
-// instance that made it sends, so its layout is this release's own.
+// instance that made it sends, so its layout is this release's own: in
+// the state's hash since this release (the release before kept them in
+// a hash of their own, <key>:d, which this one neither reads nor writes).
 func TestRedisKeepsTheKeyLayoutOfTheReleaseBefore(t *testing.T) {
 	s := redistest.Start(t)
 	r := redistest.NewLimiter(t, limiter.RedisOptions{Addrs: []string{s.Addr}, KeyPrefix: "rl:"})
@@ -139,11 +144,53 @@ func TestRedisKeepsTheKeyLayoutOfTheReleaseBefore(t *testing.T) {
 		t.Fatalf("state key %s, want %s", key, want)
 	}
 	fields := admin.HGetAll(ctx, key).Val()
-	if len(fields) != 4 || fields["c"] != "1" || fields["p"] != "0" || fields["s"] == "" || fields["t"] == "" {
-		t.Fatalf("state %v, want the fields s, c, p and t", fields)
+	if len(fields) != 7 || fields["c"] != "1" || fields["p"] != "0" || fields["s"] == "" || fields["t"] == "" {
+		t.Fatalf("state %v, want the fields s, c, p and t, and the records' n, x and 0", fields)
 	}
-	records := admin.HGetAll(ctx, key+limiter.RememberedSuffix).Val()
-	if len(records) != 2 || records["n"] != "1" || !regexp.MustCompile(`^\d{15},eval-1,1,9,\d+,0$`).MatchString(records["0"]) {
-		t.Fatalf("records %q, want n = 1 and place 0: expires,ID,allowed,remaining,reset,retry", records)
+	if fields["n"] != "1" || !regexp.MustCompile(`^\d{15},eval-1,1,9,\d+,0$`).MatchString(fields["0"]) || fields["x"] != strings.TrimLeft(fields["0"][:15], "0") {
+		t.Fatalf("records %q, want n = 1, place 0: expires,ID,allowed,remaining,reset,retry, and x its expiry", fields)
+	}
+}
+
+// A subject whose remembered evaluations have all expired starts its ring
+// over: its next record goes to place 0, and the places of the burst
+// before that it does not write are emptied, so that a subject seen now
+// and then keeps the records of its last burst, not a ring filled over
+// the life of its state. A record not yet expired is kept.
+func TestRedisDedupStartsTheRingOverOnceEveryRecordExpired(t *testing.T) {
+	s := redistest.Start(t)
+	r := redistest.NewLimiter(t, limiter.RedisOptions{Addrs: []string{s.Addr}})
+	admin := s.Client(t)
+	ctx := context.Background()
+	p := limitertest.FixedWindow(1000, time.Hour)
+	p.Clock = limiter.ClockBackend
+	p.Dedup.TTL = 300 * time.Millisecond
+	if err := p.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	subject := limitertest.Subject()
+	key := r.Key(p, subject)
+	for i := range 5 {
+		mustAllow(t, first(evaluateNew(r, p, subject, fmt.Sprint("burst-", i))))
+	}
+	time.Sleep(p.Dedup.TTL + 50*time.Millisecond)
+	mustAllow(t, first(evaluateNew(r, p, subject, "later-0")))
+	mustAllow(t, first(evaluateNew(r, p, subject, "later-1")))
+	fields := admin.HGetAll(ctx, key).Val()
+	if fields["n"] != "2" || !strings.Contains(fields["0"], ",later-0,") || !strings.Contains(fields["1"], ",later-1,") {
+		t.Fatalf("fields %q, want n = 2 and the later records in places 0 and 1", fields)
+	}
+	for _, place := range []string{"2", "3", "4"} {
+		if rec, ok := fields[place]; !ok || rec != "" {
+			t.Fatalf("place %s holds %q, want it emptied", place, rec)
+		}
+	}
+	// Within the TTL the ring goes on: nothing is emptied, and a retry of
+	// the newest is replayed.
+	if d := mustAllow(t, first(evaluate(r, p, subject, "later-1"))); d.Remaining != 1000-7 {
+		t.Fatalf("a retry of later-1: remaining %d, want %d (replayed)", d.Remaining, 1000-7)
+	}
+	if ttl := admin.PTTL(ctx, key).Val(); ttl <= time.Minute {
+		t.Fatalf("TTL %v, want the state's (an hour)", ttl)
 	}
 }

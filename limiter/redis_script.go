@@ -169,11 +169,11 @@ func (r *Redis) compiled(p *Policy) *compiledPolicy {
 	return c
 }
 
-// keys are the keys of one call: each policy's state and, with
-// de-duplication (dedup), the first policy's hash of remembered
-// evaluations, all cut from one string. They share the subject's hash
-// tag: one Cluster slot. See lua/prelude.lua.
-func (r *Redis) keys(ps []*Policy, subject string, dedup bool) []string {
+// keys are the keys of one call: each policy's state, all cut from one
+// string. They share the subject's hash tag: one Cluster slot. With
+// de-duplication the first holds the remembered evaluations too. See
+// lua/prelude.lua.
+func (r *Redis) keys(ps []*Policy, subject string) []string {
 	var tailsOn [scratchPolicies]string
 	tails := tailsOn[:0]
 	head := len(r.prefix) + 1 + len(subject)
@@ -183,42 +183,26 @@ func (r *Redis) keys(ps []*Policy, subject string, dedup bool) []string {
 		tails = append(tails, t)
 		size += head + len(t)
 	}
-	if dedup {
-		size += head + len(tails[0]) + len(rememberedSuffix)
-	}
 	var b strings.Builder
 	b.Grow(size)
-	key := func(tail, suffix string) {
+	for _, t := range tails {
 		b.WriteString(r.prefix)
 		b.WriteByte('{')
 		b.WriteString(subject)
-		b.WriteString(tail)
-		b.WriteString(suffix)
-	}
-	for _, t := range tails {
-		key(t, "")
-	}
-	if dedup {
-		key(tails[0], rememberedSuffix)
+		b.WriteString(t)
 	}
 	all := b.String()
-	keys := make([]string, 0, len(ps)+1)
+	keys := make([]string, 0, len(ps))
 	at := 0
 	for _, t := range tails {
 		keys = append(keys, all[at:at+head+len(t)])
 		at += head + len(t)
 	}
-	if dedup {
-		keys = append(keys, all[at:])
-	}
 	return keys
 }
 
-// rememberedSuffix ends the key of a state key's remembered evaluations.
-const rememberedSuffix = ":d"
-
 // rememberedPlaces is how many evaluations a key of the first of n
-// policies remembers (its hash's places): d.MaxEntries, fewer when
+// policies remembers (its ring's places): d.MaxEntries, fewer when
 // d.MaxBytes holds fewer records (recordBytes each), and never none: a
 // max_bytes the policy accepts (minDedupBytes) keeps at least one.
 func rememberedPlaces(d Dedup, n int) int {
@@ -243,13 +227,13 @@ type remembering struct {
 
 // appendArgs appends to cmd the script's ARGV for a request of cost over
 // ps in phase; mayDelay: its caller can hold it (Request.MayDelay). With
-// de-duplication (keys made with dedup), rem says how it is remembered.
+// de-duplication, rem says how it is remembered.
 func (r *Redis) appendArgs(cmd []any, ps []*Policy, cost int64, phase Phase, mayDelay bool, rem remembering) []any {
 	args := append(cmd, len(ps), cost)
 	for i, p := range ps {
 		c := r.compiled(p)
 		if i == 0 {
-			var places, look any = 1, 0
+			var places, look any = 0, 0
 			switch {
 			case !rem.on:
 			case len(ps) == 1:

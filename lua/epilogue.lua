@@ -175,15 +175,13 @@ end
 
 -- The evaluation's record, in the ring's next place.
 if remembered then
-  local place = places.next % (ARGV[4] + 0)
-  places.next = places.next + 1
+  local now, expiry = state[1][1], state[1][1] + ARGV[3]
   local format = record_formats[#reply]
   if not format then
     format = '%015d,%s' .. string.rep(',%d', #reply - 1)
     record_formats[#reply] = format
   end
-  places.at[place] = string.format(format, state[1][1] + ARGV[3], eval_id, unpack(reply, 2))
-  places[#places + 1] = place
+  places.at[place(places, now, expiry, ARGV[4] + 0)] = string.format(format, expiry, eval_id, unpack(reply, 2))
 end
 
 -- A delayed admission (an enforced policy's retry_ms above 0) leaves its

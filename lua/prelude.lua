@@ -9,25 +9,32 @@
 -- KEYS[1..n] the policies' state, in the request's order, one hash each:
 --   s, c, p  the algorithm's state (start, count, previous count), in ms
 --   t        the latest clock reading that wrote the state (ms)
+--   and with de-duplication (ARGV 4 above 0), in KEYS[1] alone, the
+--   remembered evaluations: a ring of places "0" to places - 1, each
+--   holding one evaluation's record: its expiry (ms, 15 digits), its ID,
+--   then allowed, remaining, reset, retry per policy (and each policy's
+--   start when the call asked for a lease of budget), comma-separated;
+--   n, the records placed since the ring last started over, and x, the
+--   newest record's expiry (ms). Record k goes to place k mod places, so
+--   the hash holds a subject's last places records, the oldest written
+--   over first. A call that finds every record expired (x passed) starts
+--   the ring over at place 0 and empties the places it does not write
+--   ("" in the same HSET), so a subject's records are those of its last
+--   burst: the records of one subject and the state they are kept with
+--   live as long as the longer of them needs, as on the memory backend.
 -- KEYS[1] .. ':r:' .. the evaluation ID: a delayed request's reservation
 --           record (epilogue.lua), made from KEYS[1] in the script
--- With de-duplication one more key follows:
--- KEYS[n+1] the remembered evaluations, a hash: a ring of places "0" to
---           places - 1 (ARGV 4), each holding one evaluation's record: its
---           expiry (ms, 15 digits), its ID, then allowed, remaining,
---           reset, retry per policy (and each policy's start when the call
---           asked for a lease of budget), comma-separated; and n, how many
---           records were ever placed. Record k goes to place k mod places,
---           so the hash holds a subject's last places records, the oldest
---           written over first. The hash expires ttl after its last write.
--- Every key shares one hash tag, the subject's, so one Cluster slot.
--- Remembering costs n read, the records and n written and the TTL renewed,
--- once a call; a decision that may repeat an earlier one (ARGV 5) reads
--- the whole ring once a call and looks at every record in it.
+-- Every key shares one hash tag, the subject's, so one Cluster slot. A
+-- hash is written once a call, in one HSET, and its TTL set once, to the
+-- longest its writes asked: a charge, its state's need; a record, the
+-- dedup TTL. So remembering costs no command of its own: two more fields
+-- read (n, x) and the records written with the state; a decision that may
+-- repeat an earlier one (ARGV 5) reads the whole ring once a call and
+-- looks at every record in it.
 --
 -- ARGV:
 --   1 n    2 cost    3 dedup TTL in ms (the first policy's)
---   4 the ring's places    5 look: 1 when the evaluation ID may have been
+--   4 the ring's places (0: not remembered)    5 look: 1 when the evaluation ID may have been
 --   decided before (a retry), so a record under it is looked for; 0 when
 --   the ID is new, and nothing can be under it yet
 --   then eleven per policy, from 5 + (i-1)*11 + 1:
@@ -64,7 +71,7 @@
 -- unreadable, 3 replayed (a decision remembered under the same evaluation
 -- ID, charged nothing). A policy that would allow a refused request reports
 -- what it has left, uncharged. A denial writes no algorithm state, and a
--- call of cost 0 (a read, without the de-duplication keys) writes nothing
+-- call of cost 0 (a read, not remembered) writes nothing
 -- at all. Every
 -- write leaves its key with a TTL, so PEXPIRE ... GT can only lengthen it.
 -- A number the gateway always sends (ARGV, TIME's reply) is read as x + 0:
@@ -89,9 +96,10 @@ end
 
 -- What the call's decisions read and write, kept for its end (flush), so
 -- that decisions of one subject in one call read each key once and write
--- it once, each seeing what the ones before it wrote: for each state key
--- read, {its fields (s, c, p, t), whether it existed before the call,
--- the longest TTL a charge asked for, whether a decision charged it}.
+-- it once, each seeing what the ones before it wrote: for each key read,
+-- {its fields (s, c, p, t, n, x), whether the key existed before the call
+-- (it has a TTL), the longest TTL a charge asked for, whether a decision
+-- charged it}.
 local states, touched = {}, {}
 
 -- state_of is key's entry in states, read on first use; nil when the key
@@ -101,43 +109,64 @@ local function state_of(key)
   if e then
     return e
   end
-  local ok, raw = pcall(redis.call, 'HMGET', key, 's', 'c', 'p', 't')
+  local ok, raw = pcall(redis.call, 'HMGET', key, 's', 'c', 'p', 't', 'n', 'x')
   if not ok then
     return nil
   end
-  e = {raw, raw[4] ~= false, 0, false}
+  e = {raw, raw[4] ~= false or raw[5] ~= false, 0, false}
   states[key] = e
   touched[#touched + 1] = key
   return e
 end
 
 -- The rings of remembered evaluations the call's decisions write to: for
--- each hash, the place its next record goes to (n, read once before the
--- first decision, and written back with the records), the TTL to leave
--- the hash with, the places written in order with their records (at),
--- and the records stored before the call, read on the first look
--- (stored). A hash that cannot be read (not a hash) is false: its
--- decisions find the state unreadable. (HMGET and HSET, not HINCRBY and
--- HVALS: the commands a strict ACL already allows, docs/redis.md.)
+-- each key, the place its next record goes to (n, read with the state
+-- before the first decision, and written back with the records), the
+-- newest record's expiry (x), the TTL the records ask, the places written
+-- in order with their records (at), how many places before the first
+-- record the ring held when it started over (stale; their records are
+-- emptied), and the records stored before the call, read on the first
+-- look (stored). A key that cannot be read (not a hash) is false: its
+-- decisions find the state unreadable. (HMGET and HSET, not HINCRBY,
+-- HVALS or HDEL: the commands a strict ACL already allows, docs/redis.md.)
 local records, asked = {}, {}
 
 local function ask_places(keys, argv)
-  local key = keys[argv[1] + 1]
-  if key then
+  if argv[4] ~= '0' then
+    local key = keys[1]
     asked[key] = math.max(asked[key] or 0, argv[3] + 0)
   end
 end
 
 local function read_places()
   for key, ttl in pairs(asked) do
-    local ok, got = pcall(redis.call, 'HMGET', key, 'n')
-    local n = ok and (got[1] == false and 0 or tonumber(got[1]))
-    if n then
-      records[key] = {next = n, ttl = ttl, at = {}}
+    local e = state_of(key)
+    local raw = e and e[1]
+    local n = raw and (raw[5] == false and 0 or tonumber(raw[5]))
+    local x = raw and (raw[6] == false and 0 or tonumber(raw[6]))
+    if n and x then
+      records[key] = {next = n, newest = x, ttl = ttl, at = {}, stale = 0}
     else
       records[key] = false
     end
   end
+end
+
+-- place is where r's next record goes, of expiry at now, in a ring of
+-- size places: the first of the call starts the ring over when every
+-- record in it has expired.
+local function place(r, now, expiry, places)
+  if not r.placed then
+    r.placed = true
+    if r.newest <= now then
+      r.stale, r.next = math.min(r.next, places), 0
+    end
+  end
+  local at = r.next % places
+  r.next = r.next + 1
+  r.newest = math.max(r.newest, expiry)
+  r[#r + 1] = at
+  return at
 end
 
 -- record_formats are the records' string.format formats, by the length
@@ -171,35 +200,42 @@ local function recorded(key, r, head, places)
   return nil
 end
 
--- flush writes what the decisions charged: each state once, with the
--- longest TTL asked (GT unless the key is new: GT takes no TTL for an
--- endless one), and each hash of records once.
+-- flush writes what the decisions charged and remembered: each key once,
+-- its state and records in one HSET, with the longest TTL asked (GT
+-- unless the key is new: GT takes no TTL for an endless one).
 local function flush()
   for _, key in ipairs(touched) do
-    local e = states[key]
+    local e, r = states[key], records[key]
+    local args, ttl = {}, e[3]
     if e[4] then
       local raw = e[1]
-      redis.call('HSET', key, 's', raw[1], 'c', raw[2], 'p', raw[3], 't', raw[4])
-      if e[3] == 0 then
+      args = {'s', raw[1], 'c', raw[2], 'p', raw[3], 't', raw[4]}
+    end
+    if r and #r > 0 then
+      local at = #args
+      args[at + 1], args[at + 2], args[at + 3], args[at + 4] = 'n', r.next, 'x', r.newest
+      at = at + 4
+      for j = 1, #r do
+        args[at + 1], args[at + 2] = r[j], r.at[r[j]]
+        at = at + 2
+      end
+      for j = 0, r.stale - 1 do
+        if not r.at[j] then
+          args[at + 1], args[at + 2] = j, ''
+          at = at + 2
+        end
+      end
+      ttl = math.max(ttl, r.ttl)
+    end
+    if #args > 0 then
+      redis.call('HSET', key, unpack(args))
+      if ttl == 0 then
         -- Only give-backs and charges within the start they found, which
         -- keep the key's TTL.
       elseif e[2] then
-        redis.call('PEXPIRE', key, e[3], 'GT')
+        redis.call('PEXPIRE', key, ttl, 'GT')
       else
-        redis.call('PEXPIRE', key, e[3])
-      end
-    end
-  end
-  for key, r in pairs(records) do
-    if r then
-      if #r > 0 then
-        local args = {'n', r.next}
-        for j = 1, #r do
-          args[2 * j + 1] = r[j]
-          args[2 * j + 2] = r.at[r[j]]
-        end
-        redis.call('HSET', key, unpack(args))
-        redis.call('PEXPIRE', key, r.ttl)
+        redis.call('PEXPIRE', key, ttl)
       end
     end
   end
