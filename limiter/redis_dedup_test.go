@@ -83,7 +83,9 @@ func TestRedisDedupMemoryStaysWithinItsBounds(t *testing.T) {
 func TestRedisDedupKeepsTheNewestRecords(t *testing.T) {
 	s := redistest.Start(t)
 	r := redistest.NewLimiter(t, limiter.RedisOptions{Addrs: []string{s.Addr}})
-	p := limitertest.FixedWindow(100000, time.Minute)
+	// An hour: the decisions, under a second, rarely straddle a window's
+	// end, which would move the remaining counts the records hold.
+	p := limitertest.FixedWindow(100000, time.Hour)
 	p.Clock = limiter.ClockBackend
 	subject := limitertest.Subject()
 	id := func(i int) string { return "0123456789abcdef01234567-" + strconv.FormatInt(int64(i), 36) }
@@ -152,11 +154,12 @@ func TestRedisKeepsTheKeyLayoutOfTheReleaseBefore(t *testing.T) {
 	}
 }
 
-// A subject whose remembered evaluations have all expired starts its ring
-// over: its next record goes to place 0, and the places of the burst
-// before that it does not write are emptied, so that a subject seen now
-// and then keeps the records of its last burst, not a ring filled over
-// the life of its state. A record not yet expired is kept.
+// A subject whose remembered evaluations have all expired, on any clock
+// within max_clock_regression of Redis's, starts its ring over: its next
+// record goes to place 0, and the places of the burst before that it does
+// not write are emptied, so that a subject seen now and then keeps the
+// records of its last burst, not a ring filled over the life of its
+// state. A record not yet expired is kept.
 func TestRedisDedupStartsTheRingOverOnceEveryRecordExpired(t *testing.T) {
 	s := redistest.Start(t)
 	r := redistest.NewLimiter(t, limiter.RedisOptions{Addrs: []string{s.Addr}})
@@ -165,6 +168,7 @@ func TestRedisDedupStartsTheRingOverOnceEveryRecordExpired(t *testing.T) {
 	p := limitertest.FixedWindow(1000, time.Hour)
 	p.Clock = limiter.ClockBackend
 	p.Dedup.TTL = 300 * time.Millisecond
+	p.MaxClockRegression = 200 * time.Millisecond
 	if err := p.Validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -173,24 +177,61 @@ func TestRedisDedupStartsTheRingOverOnceEveryRecordExpired(t *testing.T) {
 	for i := range 5 {
 		mustAllow(t, first(evaluateNew(r, p, subject, fmt.Sprint("burst-", i))))
 	}
+	// Expired on Redis's clock, not on one behind it by the regression
+	// allowed: the ring goes on.
 	time.Sleep(p.Dedup.TTL + 50*time.Millisecond)
+	mustAllow(t, first(evaluateNew(r, p, subject, "mid")))
+	if n := admin.HGet(ctx, key, "n").Val(); n != "6" {
+		t.Fatalf("n = %q after a record expired within the regression allowed, want 6 (the ring goes on)", n)
+	}
+	time.Sleep(p.Dedup.TTL + p.MaxClockRegression + 50*time.Millisecond)
 	mustAllow(t, first(evaluateNew(r, p, subject, "later-0")))
 	mustAllow(t, first(evaluateNew(r, p, subject, "later-1")))
 	fields := admin.HGetAll(ctx, key).Val()
 	if fields["n"] != "2" || !strings.Contains(fields["0"], ",later-0,") || !strings.Contains(fields["1"], ",later-1,") {
 		t.Fatalf("fields %q, want n = 2 and the later records in places 0 and 1", fields)
 	}
-	for _, place := range []string{"2", "3", "4"} {
+	for _, place := range []string{"2", "3", "4", "5"} {
 		if rec, ok := fields[place]; !ok || rec != "" {
 			t.Fatalf("place %s holds %q, want it emptied", place, rec)
 		}
 	}
 	// Within the TTL the ring goes on: nothing is emptied, and a retry of
 	// the newest is replayed.
-	if d := mustAllow(t, first(evaluate(r, p, subject, "later-1"))); d.Remaining != 1000-7 {
-		t.Fatalf("a retry of later-1: remaining %d, want %d (replayed)", d.Remaining, 1000-7)
+	if d := mustAllow(t, first(evaluate(r, p, subject, "later-1"))); d.Remaining != 1000-8 {
+		t.Fatalf("a retry of later-1: remaining %d, want %d (replayed)", d.Remaining, 1000-8)
 	}
 	if ttl := admin.PTTL(ctx, key).Val(); ttl <= time.Minute {
 		t.Fatalf("TTL %v, want the state's (an hour)", ttl)
 	}
+}
+
+// A ring of thousands of places starts over, and a retry reads it whole:
+// its places go to Redis in pieces (a Lua unpack holds some 8,000
+// values), and neither the subject nor the node fails.
+func TestRedisDedupALargeRingStartsOverAndIsReadWhole(t *testing.T) {
+	s := redistest.Start(t)
+	r := redistest.NewLimiter(t, limiter.RedisOptions{Addrs: []string{s.Addr}})
+	p := limitertest.FixedWindow(1_000_000, time.Hour)
+	p.Clock = limiter.ClockBackend
+	p.Dedup = limiter.Dedup{Enabled: true, TTL: 50 * time.Millisecond, MaxEntries: 9000, MaxBytes: 2 << 20}
+	p.MaxClockRegression = 0
+	if err := p.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	subject := limitertest.Subject()
+	for i := range 8500 {
+		mustAllow(t, first(evaluateNew(r, p, subject, fmt.Sprint("burst-", i))))
+	}
+	time.Sleep(100 * time.Millisecond)
+	mustAllow(t, first(evaluateNew(r, p, subject, "later")))
+	fields := s.Client(t).HGetAll(context.Background(), r.Key(p, subject)).Val()
+	if fields["n"] != "1" || fields["8499"] != "" || !strings.Contains(fields["0"], ",later,") {
+		t.Fatalf("n = %q, place 8499 %q, place 0 %q: want the ring started over, the burst's places emptied", fields["n"], fields["8499"], fields["0"])
+	}
+	// A retry of the newest reads all 9,000 places, and is replayed.
+	if d := mustAllow(t, first(evaluate(r, p, subject, "later"))); d.Remaining != 1_000_000-8501 {
+		t.Fatalf("a retry: remaining %d, want %d (replayed)", d.Remaining, 1_000_000-8501)
+	}
+	mustAllow(t, first(evaluateNew(r, p, limitertest.Subject(), "another subject")))
 }

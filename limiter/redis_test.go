@@ -110,12 +110,17 @@ func TestRedisAChargeWithinItsWindowKeepsTheKeysTTL(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		p     *limiter.Policy
-		renew bool // a second charge in the window renews the TTL
+		dedup time.Duration // the records' TTL; 0: de-duplication off
+		renew bool          // a second charge in the window renews the TTL
 	}{
-		{"fixed-window", limitertest.FixedWindow(100, time.Hour), false},
-		{"sliding-counter", limitertest.SlidingCounter(100, time.Hour), false},
-		{"token-bucket", limitertest.TokenBucket(100, 1, time.Hour), true},
-		{"gateway-clock", limitertest.FixedWindow(100, time.Hour), true},
+		{"fixed-window", limitertest.FixedWindow(100, time.Hour), 0, false},
+		{"sliding-counter", limitertest.SlidingCounter(100, time.Hour), 0, false},
+		{"token-bucket", limitertest.TokenBucket(100, 1, time.Hour), 0, true},
+		{"gateway-clock", limitertest.FixedWindow(100, time.Hour), 0, true},
+		// The records' TTL is within what the window has left.
+		{"fixed-window-remembered", limitertest.FixedWindow(100, time.Hour), 5 * time.Second, false},
+		// It is not: the records lengthen the key's TTL.
+		{"records-outlive-the-window", limitertest.FixedWindow(100, time.Hour), 3 * time.Hour, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := tc.p
@@ -124,22 +129,32 @@ func TestRedisAChargeWithinItsWindowKeepsTheKeysTTL(t *testing.T) {
 				p.Clock = limiter.ClockGateway
 			}
 			p.Dedup = limiter.Dedup{}
+			if tc.dedup > 0 {
+				p.Dedup = limiter.DefaultDedup
+				p.Dedup.TTL = tc.dedup
+			}
 			subject := limitertest.Subject()
 			key := r.Key(p, subject)
 			pexpires := func() float64 { n, _ := commandStats(t, s, "pexpire"); return n }
+			ids := 0
+			charge := func() {
+				t.Helper()
+				ids++
+				mustAllow(t, first(evaluateNew(r, p, subject, fmt.Sprint("id-", ids))))
+			}
 			before := pexpires()
-			mustAllow(t, first(evaluate(r, p, subject, "")))
+			charge()
 			if n := pexpires() - before; n != 1 {
 				t.Fatalf("the first charge sent %v PEXPIRE, want 1", n)
 			}
 			ttl := admin.PTTL(ctx, key).Val()
-			if ttl <= time.Minute || ttl > 2*time.Hour+p.CleanupGrace {
-				t.Fatalf("TTL %v after the first charge, want up to the window (two for the sliding counter) and its grace", ttl)
+			if ttl <= time.Minute || ttl > max(2*time.Hour+p.CleanupGrace, tc.dedup) {
+				t.Fatalf("TTL %v after the first charge, want up to the window (two for the sliding counter) and its grace, or the records'", ttl)
 			}
 			// Shorter than any charge asks: a renewal shows.
 			admin.PExpire(ctx, key, time.Minute)
 			before = pexpires()
-			mustAllow(t, first(evaluate(r, p, subject, "")))
+			charge()
 			n := pexpires() - before
 			ttl = admin.PTTL(ctx, key).Val()
 			switch {

@@ -107,7 +107,9 @@ for i = 1, n do
   end
   if ttl_by_start[alg] and valid and n_start == st_start and ARGV[at + 2] == '' then
     -- The charge that made this start gave the key its TTL, on the clock
-    -- every instance reads: PEXPIRE ... GT would change nothing.
+    -- every instance reads: PEXPIRE ... GT would change nothing. The key
+    -- lives ttl more at least (what the records' TTL is held to).
+    st[5] = math.max(st[5] or 0, ttl)
     ttl = 0
   end
   if charge == '1' and allowed == 1 then
@@ -181,7 +183,7 @@ if remembered then
     format = '%015d,%s' .. string.rep(',%d', #reply - 1)
     record_formats[#reply] = format
   end
-  places.at[place(places, now, expiry, ARGV[4] + 0)] = string.format(format, expiry, eval_id, unpack(reply, 2))
+  places.at[place(places, now, ARGV[argv_head + 7] + 0, expiry, ARGV[4] + 0)] = string.format(format, expiry, eval_id, unpack(reply, 2))
 end
 
 -- A delayed admission (an enforced policy's retry_ms above 0) leaves its

@@ -99,7 +99,8 @@ end
 -- it once, each seeing what the ones before it wrote: for each key read,
 -- {its fields (s, c, p, t, n, x), whether the key existed before the call
 -- (it has a TTL), the longest TTL a charge asked for, whether a decision
--- charged it}.
+-- charged it, and how long the key is known to live on: set by a charge
+-- within the start it found (ttl_by_start, epilogue.lua), nil else}.
 local states, touched = {}, {}
 
 -- state_of is key's entry in states, read on first use; nil when the key
@@ -141,24 +142,35 @@ end
 local function read_places()
   for key, ttl in pairs(asked) do
     local e = state_of(key)
-    local raw = e and e[1]
-    local n = raw and (raw[5] == false and 0 or tonumber(raw[5]))
-    local x = raw and (raw[6] == false and 0 or tonumber(raw[6]))
-    if n and x then
-      records[key] = {next = n, newest = x, ttl = ttl, at = {}, stale = 0}
+    if e then
+      -- (An n or x that is not a number starts the ring over.)
+      records[key] = {next = tonumber(e[1][5]) or 0, newest = tonumber(e[1][6]) or 0, ttl = ttl, at = {}, stale = 0}
     else
       records[key] = false
     end
   end
 end
 
+-- A command's arguments are passed with unpack, which Lua bounds (about
+-- 8,000 values): a ring's places, written or read all at once, go in
+-- pieces of at most this many fields.
+local fields_at_once = 1000
+
+-- hset writes args (field, value, field, value ...) to key.
+local function hset(key, args)
+  for i = 1, #args, 2 * fields_at_once do
+    redis.call('HSET', key, unpack(args, i, math.min(i + 2 * fields_at_once - 1, #args)))
+  end
+end
+
 -- place is where r's next record goes, of expiry at now, in a ring of
 -- size places: the first of the call starts the ring over when every
--- record in it has expired.
-local function place(r, now, expiry, places)
+-- record in it has expired by now, on any clock within regression of it
+-- (another instance's retry may read one behind this one's).
+local function place(r, now, regression, expiry, places)
   if not r.placed then
     r.placed = true
-    if r.newest <= now then
+    if r.newest + regression <= now then
       r.stale, r.next = math.min(r.next, places), 0
     end
   end
@@ -186,11 +198,16 @@ local function recorded(key, r, head, places)
     end
   end
   if not r.stored then
-    local all = {}
-    for j = 1, places do
-      all[j] = j - 1
+    r.stored = {}
+    for from = 0, places - 1, fields_at_once do
+      local some = {}
+      for j = from, math.min(from + fields_at_once, places) - 1 do
+        some[#some + 1] = j
+      end
+      for _, rec in ipairs(redis.call('HMGET', key, unpack(some))) do
+        r.stored[#r.stored + 1] = rec
+      end
     end
-    r.stored = redis.call('HMGET', key, unpack(all))
   end
   for _, rec in ipairs(r.stored) do
     if rec and string.find(rec, head, 17, true) == 17 then
@@ -225,10 +242,13 @@ local function flush()
           at = at + 2
         end
       end
-      ttl = math.max(ttl, r.ttl)
+      -- (Unless a charge within its start found the key living longer.)
+      if r.ttl > (e[5] or 0) then
+        ttl = math.max(ttl, r.ttl)
+      end
     end
     if #args > 0 then
-      redis.call('HSET', key, unpack(args))
+      hset(key, args)
       if ttl == 0 then
         -- Only give-backs and charges within the start they found, which
         -- keep the key's TTL.
