@@ -17,20 +17,23 @@
 --   n, the records placed since the ring last started over, and x, the
 --   newest record's expiry (ms). Record k goes to place k mod places, so
 --   the hash holds a subject's last places records, the oldest written
---   over first. A call that finds every record expired (x passed) starts
---   the ring over at place 0 and empties the places it does not write
+--   over first. A call that finds every record expired (x passed, on any
+--   clock within the first policy's max clock regression) starts the
+--   ring over at place 0 and empties the places it does not write
 --   ("" in the same HSET), so a subject's records are those of its last
 --   burst: the records of one subject and the state they are kept with
 --   live as long as the longer of them needs, as on the memory backend.
 -- KEYS[1] .. ':r:' .. the evaluation ID: a delayed request's reservation
 --           record (epilogue.lua), made from KEYS[1] in the script
 -- Every key shares one hash tag, the subject's, so one Cluster slot. A
--- hash is written once a call, in one HSET, and its TTL set once, to the
--- longest its writes asked: a charge, its state's need; a record, the
--- dedup TTL. So remembering costs no command of its own: two more fields
--- read (n, x) and the records written with the state; a decision that may
--- repeat an earlier one (ARGV 5) reads the whole ring once a call and
--- looks at every record in it.
+-- hash is written once a call, in one HSET (a ring's thousands of places
+-- in pieces), and its TTL set once, to the longest its writes asked: a
+-- charge, its state's need; a record, the dedup TTL; and not at all when
+-- a charge within its start found the key living as long (flush). So
+-- remembering costs no command of its own: two more fields read (n, x)
+-- and the records written with the state; a decision that may repeat an
+-- earlier one (ARGV 5) reads the whole ring once a call and looks at
+-- every record in it.
 --
 -- ARGV:
 --   1 n    2 cost    3 dedup TTL in ms (the first policy's)
