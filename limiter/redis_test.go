@@ -282,22 +282,10 @@ func BenchmarkRedisParallel(b *testing.B) {
 			p := limitertest.FixedWindow(1<<40, time.Hour)
 			p.Clock = limiter.ClockBackend
 			subject := limitertest.Subject()
-			calls, usec := evalshaStats(b, s)
-			var writes, sent float64
-			if batching {
-				writes, sent = batches(b, reg)
+			if !batching {
+				reg = nil
 			}
-			cpu := cpuTime(b)
-			admitInParallel(b, r, p, []string{subject}, 32)
-			cpu = cpuTime(b) - cpu
-			callsAfter, usecAfter := evalshaStats(b, s)
-			b.ReportMetric((usecAfter-usec)/float64(b.N), "redis-µs/op")
-			b.ReportMetric((callsAfter-calls)/float64(b.N), "evalsha/op")
-			b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "cpu-µs/op")
-			if batching {
-				writesAfter, sentAfter := batches(b, reg)
-				b.ReportMetric((sentAfter-sent)/(writesAfter-writes), "calls/write")
-			}
+			reportRedisCost(b, s, reg, func() { admitInParallel(b, r, p, []string{subject}, 32) })
 		})
 	}
 }
@@ -333,18 +321,31 @@ func BenchmarkRedisRotation(b *testing.B) {
 		b.Run(fmt.Sprint("parallelism=", parallelism), func(b *testing.B) {
 			reg := prometheus.NewRegistry()
 			r := redistest.NewLimiter(b, limiter.RedisOptions{Addrs: []string{s.Addr}, Registerer: reg})
-			calls, usec := evalshaStats(b, s)
-			writes, sent := batches(b, reg)
-			cpu := cpuTime(b)
-			admitInParallel(b, r, p, subjects, parallelism)
-			cpu = cpuTime(b) - cpu
-			callsAfter, usecAfter := evalshaStats(b, s)
-			writesAfter, sentAfter := batches(b, reg)
-			b.ReportMetric((usecAfter-usec)/float64(b.N), "redis-µs/op")
-			b.ReportMetric((callsAfter-calls)/float64(b.N), "evalsha/op")
-			b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "cpu-µs/op")
-			b.ReportMetric((sentAfter-sent)/(writesAfter-writes), "calls/write")
+			reportRedisCost(b, s, reg, func() { admitInParallel(b, r, p, subjects, parallelism) })
 		})
+	}
+}
+
+// reportRedisCost runs b.N decisions (run) and reports what each cost:
+// redis-server's EVALSHA time (redis-µs/op), its calls (evalsha/op), this
+// process's CPU (cpu-µs/op) and, with the batcher's registry reg (nil:
+// no batching), the calls that shared a write (calls/write).
+func reportRedisCost(b *testing.B, s *redistest.Server, reg *prometheus.Registry, run func()) {
+	calls, usec := evalshaStats(b, s)
+	var writes, sent float64
+	if reg != nil {
+		writes, sent = batches(b, reg)
+	}
+	cpu := cpuTime(b)
+	run()
+	cpu = cpuTime(b) - cpu
+	callsAfter, usecAfter := evalshaStats(b, s)
+	b.ReportMetric((usecAfter-usec)/float64(b.N), "redis-µs/op")
+	b.ReportMetric((callsAfter-calls)/float64(b.N), "evalsha/op")
+	b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "cpu-µs/op")
+	if reg != nil {
+		writesAfter, sentAfter := batches(b, reg)
+		b.ReportMetric((sentAfter-sent)/(writesAfter-writes), "calls/write")
 	}
 }
 

@@ -2,7 +2,7 @@
 -- from the call's by the driver, driver.lua), and every return ends it.
 local n = ARGV[1] + 0
 local cost = ARGV[2] + 0
-local remembered = ARGV[4] ~= '0' and KEYS[1]
+local remembered = remembered_in(KEYS, ARGV)
 local eval_id = ARGV[argv_head + n * per_policy + 1]
 
 -- The evaluation's ring of records, and, when the ID may have been

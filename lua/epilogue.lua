@@ -12,8 +12,8 @@
 local reply = {0, 0, 0, 0, 0}
 local state = {}
 local admitted = true
--- (The reservation record's key is made only where it is used: a string
--- per decision otherwise.)
+-- (The reservation record's key, reservation_of, is made only where it
+-- is used: a string per decision otherwise.)
 local reserved
 -- Each policy's state start, replied when a lease of budget was asked for.
 local starts
@@ -23,7 +23,7 @@ if ARGV[argv_head + 9] == '5' then
     reserved[i] = tonumber(ARGV[argv_head + (i - 1) * per_policy + 11])
   end
 elseif ARGV[argv_head + 9] == '3' then
-  local reservation = eval_id and KEYS[1] .. ':r:' .. eval_id
+  local reservation = eval_id and reservation_of(KEYS, eval_id)
   local rec = reservation and redis.call('GET', reservation)
   if not rec then
     return {0}
@@ -201,7 +201,7 @@ if admitted and eval_id and not reserved then
     for i = 1, n do
       starts[i] = state[i][11] and state[i][3] or 'x'
     end
-    redis.call('SET', KEYS[1] .. ':r:' .. eval_id, table.concat(starts, ','), 'PX', held + tonumber(ARGV[argv_head + 6]))
+    redis.call('SET', reservation_of(KEYS, eval_id), table.concat(starts, ','), 'PX', held + tonumber(ARGV[argv_head + 6]))
   end
 end
 

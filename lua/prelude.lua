@@ -135,9 +135,20 @@ end
 -- HVALS or HDEL: the commands a strict ACL already allows, docs/redis.md.)
 local records, asked = {}, {}
 
+-- remembered_in is the key a decision's records go to (its first
+-- policy's state), or false when it is not remembered (ARGV 4 is 0).
+local function remembered_in(keys, argv)
+  return argv[4] ~= '0' and keys[1]
+end
+
+-- reservation_of is the key of a delayed request's reservation record.
+local function reservation_of(keys, eval_id)
+  return keys[1] .. ':r:' .. eval_id
+end
+
 local function ask_places(keys, argv)
-  if argv[4] ~= '0' then
-    local key = keys[1]
+  local key = remembered_in(keys, argv)
+  if key then
     asked[key] = math.max(asked[key] or 0, argv[3] + 0)
   end
 end
@@ -226,11 +237,8 @@ end
 local function flush()
   for _, key in ipairs(touched) do
     local e, r = states[key], records[key]
-    local args, ttl = {}, e[3]
-    if e[4] then
-      local raw = e[1]
-      args = {'s', raw[1], 'c', raw[2], 'p', raw[3], 't', raw[4]}
-    end
+    local raw, ttl = e[1], e[3]
+    local args = e[4] and {'s', raw[1], 'c', raw[2], 'p', raw[3], 't', raw[4]} or {}
     if r and #r > 0 then
       local at = #args
       args[at + 1], args[at + 2], args[at + 3], args[at + 4] = 'n', r.next, 'x', r.newest
