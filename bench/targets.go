@@ -48,8 +48,17 @@ const (
 )
 
 // Policies of the two modes: main never denies, flood holds one subject
-// over five requests a minute.
-var modeLimits = map[string]int64{"main": 1_000_000_000, "flood": 5}
+// over five requests a minute. Main's window is long, about the longest
+// the gateway accepts for a billion requests (the quota times the window
+// in ms stays below 2^51), so that a subject of the rotation (-subjects) finds its
+// state of its turn in the round before, as the hot key finds its own:
+// under a minute's window, with other targets' rounds between two of its
+// own, nearly every request of the rotation started its subject's window
+// afresh (a new key on Redis), a load the hot key never sees.
+var (
+	modeLimits  = map[string]int64{"main": 1_000_000_000, "flood": 5}
+	modeWindows = map[string]string{"main": "30m", "flood": "1m"}
+)
 
 // startTargets starts the mode's targets, in targetOrder. Flood mode has
 // no use for the targets that do not limit.
@@ -194,7 +203,7 @@ subject {
 }
 `
 	}
-	policy := fmt.Sprintf("algorithm = \"fixed-window\"\n  limit     = %d\n  window    = \"1m\"", modeLimits[mode])
+	policy := fmt.Sprintf("algorithm = \"fixed-window\"\n  limit     = %d\n  window    = %q", modeLimits[mode], modeWindows[mode])
 	switch name {
 	case "gateway-redis-inflight":
 		policy = fmt.Sprintf("algorithm = \"concurrency\"\n  limit     = %d", modeLimits[mode])
