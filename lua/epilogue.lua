@@ -183,7 +183,7 @@ if remembered then
     format = '%015d,%s' .. string.rep(',%d', #reply - 1)
     record_formats[#reply] = format
   end
-  places.at[place(places, now, ARGV[argv_head + 7] + 0, expiry, ARGV[4] + 0)] = string.format(format, expiry, eval_id, unpack(reply, 2))
+  places.at[place(places, now, ARGV[argv_head + 7], expiry, ARGV[4] + 0)] = string.format(format, expiry, eval_id, unpack(reply, 2))
 end
 
 -- A delayed admission (an enforced policy's retry_ms above 0) leaves its

@@ -179,8 +179,9 @@ end
 
 -- place is where r's next record goes, of expiry at now, in a ring of
 -- size places: the first of the call starts the ring over when every
--- record in it has expired by now, on any clock within regression of it
--- (another instance's retry may read one behind this one's).
+-- record in it has expired by now, on any clock within regression (ms,
+-- ARGV's string, read only then) of it (another instance's retry may
+-- read one behind this one's).
 local function place(r, now, regression, expiry, places)
   if not r.placed then
     r.placed = true
