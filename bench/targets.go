@@ -49,11 +49,11 @@ const (
 
 // Policies of the two modes: main never denies, flood holds one subject
 // over five requests a minute. Main's window is long, about the longest
-// the gateway accepts for a billion requests (the quota times the window
-// in ms stays below 2^51), so that a subject of the rotation (-subjects) finds its
-// state of its turn in the round before, as the hot key finds its own:
-// under a minute's window, with other targets' rounds between two of its
-// own, nearly every request of the rotation started its subject's window
+// the gateway accepts for a billion requests (TestGatewayConfigsAreValid),
+// so that a subject of the rotation (-subjects) finds the state of its
+// turn in the round before, as the hot key finds its own: under a
+// minute's window, with other targets' rounds between two of its own,
+// nearly every request of the rotation started its subject's window
 // afresh (a new key on Redis), a load the hot key never sees.
 var (
 	modeLimits  = map[string]int64{"main": 1_000_000_000, "flood": 5}
