@@ -51,39 +51,6 @@ func runRole(role string, args []string) int {
 // never through a proxy.
 const upstreamStatsPath = "/__bench/stats"
 
-// serveUpstream answers every request 200 with a small JSON body over
-// keep-alive connections, and counts requests and accepted connections
-// (a proxy that re-dials its upstream shows up in the second).
-func serveUpstream(addr string) error {
-	body := []byte(`{"ok":true,"from":"bench upstream"}` + "\n")
-	contentType := []string{"application/json"}
-	contentLength := []string{fmt.Sprint(len(body))}
-	var requests, conns atomic.Int64
-	srv := &http.Server{
-		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if r.URL.Path == upstreamStatsPath {
-				fmt.Fprintf(w, "requests=%d conns=%d\n", requests.Load(), conns.Load())
-				return
-			}
-			requests.Add(1)
-			h := w.Header()
-			h["Content-Type"], h["Content-Length"] = contentType, contentLength
-			w.Write(body)
-		}),
-		ConnState: func(_ net.Conn, s http.ConnState) {
-			if s == http.StateNew {
-				conns.Add(1)
-			}
-		},
-		ReadHeaderTimeout: 10 * time.Second,
-	}
-	l, err := net.Listen("tcp", addr)
-	if err != nil {
-		return err
-	}
-	return srv.Serve(l)
-}
-
 // serveBareProxy is the floor the gateway is measured against: a
 // ReverseProxy with Rewrite + SetURL and a Transport that keeps enough idle
 // connections for any connection count the harness uses, nothing else.
