@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -279,8 +280,15 @@ func (h *harness) runMode(ctx context.Context, mode string) ([]sample, error) {
 		(time.Duration(h.s.rounds*len(h.s.conns)*len(targets)) * perRun).Round(time.Second))
 	var samples []sample
 	for round := 1; round <= h.s.rounds; round++ {
+		// Every other round the other way round: a machine that speeds up
+		// or slows down through a round favours neither target of a pair
+		// over the run (ratioTable pairs each round's figures).
+		order := slices.Clone(targets)
+		if round%2 == 0 {
+			slices.Reverse(order)
+		}
 		for _, conns := range h.s.conns {
-			for _, t := range targets {
+			for _, t := range order {
 				if err := sleep(ctx, 300*time.Millisecond); err != nil {
 					return nil, err
 				}

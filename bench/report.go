@@ -138,7 +138,7 @@ func (h *harness) report(mode string, samples []sample) string {
 				s.target, s.conns, thousands(s.perSecond), formatMillis(s.p50), formatMillis(s.p99), s.microsPerRequest, s.loadMicros,
 				100*s.proxyCoreBusy, 100*s.loadCoreBusy, 100*s.otherCPU, orDash("%.2f", s.redisCallsPerRequest), orDash("%.1f", s.redisMicrosPerCall), s.upstreamConns)
 		}
-		b.WriteString(ratioTable(sums, h.rotations))
+		b.WriteString(ratioTable(samples, h.rotations))
 	case "flood":
 		fmt.Fprintf(&b, "### Flood mode: one subject over a 5/min limit (medians of %d interleaved rounds of %s)\n\n", h.s.rounds, h.s.duration)
 		b.WriteString("| target | conns | req/s | p50 | p99 | 429 share | CPU µs/req | proxy core busy | load core busy | other CPU | Redis calls/req | upstream reqs/req |\n")
@@ -156,8 +156,13 @@ func (h *harness) report(mode string, samples []sample) string {
 
 // ratioTable compares targets at each connection count, and each
 // rotation of subjects with its hot key; a ratio whose targets did not
-// both run is left out.
-func ratioTable(sums []summary, rotations [][2]string) string {
+// both run is left out. Each ratio is the median over the rounds of that
+// round's own ratio: the two targets of a round ran within a minute of
+// each other (in the reverse order every other round, runMode), so a
+// machine whose speed moves between rounds moves both sides of a round's
+// ratio, where the medians of each target over the rounds can come from
+// rounds of different speeds.
+func ratioTable(samples []sample, rotations [][2]string) string {
 	type pair struct{ label, num, den string }
 	var pairs []pair
 	for _, r := range rotations {
@@ -172,22 +177,20 @@ func ratioTable(sums []summary, rotations [][2]string) string {
 		{"gateway-redis / nginx", "gateway-redis", "nginx"},
 		{"bare-proxy / nginx", "bare-proxy", "nginx"},
 	}...)
-	find := func(target string, conns int) *summary {
-		for i := range sums {
-			if sums[i].target == target && sums[i].conns == conns {
-				return &sums[i]
-			}
-		}
-		return nil
+	type key struct {
+		target       string
+		conns, round int
 	}
+	byKey := map[key]*sample{}
 	var conns []int
-	for _, s := range sums {
+	for i, s := range samples {
+		byKey[key{s.target, s.conns, s.round}] = &samples[i]
 		if !slices.Contains(conns, s.conns) {
 			conns = append(conns, s.conns)
 		}
 	}
 	var b strings.Builder
-	b.WriteString("\n| req/s ratio (CPU µs/req ratio) |")
+	b.WriteString("\n| req/s ratio (CPU µs/req ratio), median of the rounds' own |")
 	for _, c := range conns {
 		fmt.Fprintf(&b, " %d conns |", c)
 	}
@@ -197,13 +200,22 @@ func ratioTable(sums []summary, rotations [][2]string) string {
 		line := "| " + p.label + " |"
 		present := false
 		for _, c := range conns {
-			num, den := find(p.num, c), find(p.den, c)
-			if num == nil || den == nil {
+			var perSecond, micros []float64
+			for _, s := range samples {
+				if s.target != p.num || s.conns != c {
+					continue
+				}
+				if den := byKey[key{p.den, c, s.round}]; den != nil {
+					perSecond = append(perSecond, s.load.perSecond/den.load.perSecond)
+					micros = append(micros, s.microsPerRequest/den.microsPerRequest)
+				}
+			}
+			if len(perSecond) == 0 {
 				line += " – |"
 				continue
 			}
 			present = true
-			line += fmt.Sprintf(" %.2f (%.2f) |", num.perSecond/den.perSecond, num.microsPerRequest/den.microsPerRequest)
+			line += fmt.Sprintf(" %.2f (%.2f) |", median(perSecond), median(micros))
 		}
 		if present {
 			b.WriteString(line + "\n")

@@ -50,11 +50,21 @@ func TestSubjectsFlagPerMode(t *testing.T) {
 }
 
 func TestRatioTableComparesARotationWithItsHotKey(t *testing.T) {
-	sums := []summary{
-		{target: "gateway-memory", conns: 64, perSecond: 1000, microsPerRequest: 100},
-		{target: "gateway-memory-100k-subjects", conns: 64, perSecond: 900, microsPerRequest: 110},
+	var samples []sample
+	add := func(target string, round int, perSecond, micros float64) {
+		samples = append(samples, sample{target: target, conns: 64, round: round, load: loadResult{perSecond: perSecond}, microsPerRequest: micros})
 	}
-	got := ratioTable(sums, [][2]string{{"gateway-memory-100k-subjects", "gateway-memory"}})
+	// The rounds' own ratios are 0.90, 0.90 and 0.50 (1.10, 1.10, 2.00);
+	// the medians of each target over the rounds (1000 and 500 req/s)
+	// would make 0.50 of it.
+	add("gateway-memory", 1, 1000, 100)
+	add("gateway-memory-100k-subjects", 1, 900, 110)
+	add("gateway-memory", 2, 500, 200)
+	add("gateway-memory-100k-subjects", 2, 450, 220)
+	add("gateway-memory", 3, 1000, 100)
+	add("gateway-memory-100k-subjects", 3, 500, 200)
+	add("gateway-memory-100k-subjects", 4, 1, 1) // its hot key never ran in round 4
+	got := ratioTable(samples, [][2]string{{"gateway-memory-100k-subjects", "gateway-memory"}})
 	if want := "| gateway-memory-100k-subjects / gateway-memory | 0.90 (1.10) |"; !strings.Contains(got, want) {
 		t.Errorf("ratio table:\n%s\nwant a row %s", got, want)
 	}
