@@ -68,7 +68,8 @@ type budgetShard struct {
 // budgetSet is the leases of one policy list and subject, one per policy.
 type budgetSet struct {
 	mu      sync.Mutex
-	ps      []*Policy
+	set     *PolicySet
+	ps      []*Policy // set's
 	subject string
 	leases  []budgetLease
 	// used is when a request last took from the set, by the first
@@ -124,23 +125,10 @@ func newBudgetLeases() *budgetLeases {
 	return b
 }
 
-// leased reports whether every policy of ps has a lease: only then may a
-// request be admitted without Redis. A list that mixes policies with and
-// without one needs Redis for every request anyway, so it is decided there
-// exactly.
-func leased(ps []*Policy) bool {
-	for _, p := range ps {
-		if p.Lease <= 1 {
-			return false
-		}
-	}
-	return true
-}
-
 // set is the set of ps and subject, made on first use; nil when its shard
 // is full.
-func (b *budgetLeases) set(ps []*Policy, subject string) *budgetSet {
-	k := newDenialKey(ps, subject, 0)
+func (b *budgetLeases) set(set *PolicySet, subject string) *budgetSet {
+	k := denialKey{set: set, subject: subject}
 	sh := &b.shards[maphash.String(b.seed, subject)%budgetShards]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -149,7 +137,7 @@ func (b *budgetLeases) set(ps []*Policy, subject string) *budgetSet {
 		if len(sh.m) >= b.perShard {
 			return nil
 		}
-		s = &budgetSet{ps: ps, subject: subject, leases: make([]budgetLease, len(ps))}
+		s = &budgetSet{set: set, ps: set.list, subject: subject, leases: make([]budgetLease, set.Len())}
 		sh.m[k] = s
 	}
 	return s
@@ -190,10 +178,9 @@ const budgetCovered = -1
 // its order, and the first the leases cannot admit sends the next call:
 // a call wakes only those it serves, and no request is passed over.
 func (r *Redis) evaluateLeased(ctx context.Context, req Request) Outcome {
-	ps := req.Policies
 	var s *budgetSet
 	for s == nil {
-		if s = r.budget.set(ps, req.Subject); s == nil {
+		if s = r.budget.set(req.Policies, req.Subject); s == nil {
 			return r.evaluate(ctx, req, nil)
 		}
 		s.mu.Lock()
@@ -453,7 +440,7 @@ func minTime(a, b time.Time) time.Time {
 
 // leaseReturn is one lease's unused units, to go back to Redis.
 type leaseReturn struct {
-	p       *Policy
+	set     *PolicySet // the lease's policy alone
 	subject string
 	units   int64
 	start   int64
@@ -475,7 +462,7 @@ func (r *Redis) sweepBudget(ctx context.Context, idle time.Duration) {
 				delete(sh.m, k)
 				for j, p := range s.ps {
 					if l := s.leases[j]; l.units > 0 && r.now(p).Before(l.until) {
-						back = append(back, leaseReturn{p: p, subject: s.subject, units: l.units, start: l.start})
+						back = append(back, leaseReturn{set: s.set.alone(j), subject: s.subject, units: l.units, start: l.start})
 					}
 				}
 			}
@@ -497,8 +484,7 @@ func (r *Redis) sweepBudget(ctx context.Context, idle time.Duration) {
 // takes them off the state the lease was charged to, when it still is
 // that state (chargeGiveBack).
 func (r *Redis) returnLease(ctx context.Context, g leaseReturn) {
-	ps := []*Policy{g.p}
-	cmd := r.appendArgs(r.script.command(r.keys(ps, g.subject), argsHead+argsPerPolicy), ps, g.units, Admission, false, remembering{})
+	cmd := r.appendArgs(r.script.command(r.keys(g.set, g.subject), argsHead+argsPerPolicy), g.set, g.units, Admission, false, remembering{})
 	args := argv(cmd)
 	args[argsHead+argCharge] = chargeGiveBack
 	args[argsHead+argLease] = g.start

@@ -43,30 +43,25 @@ func (p *Policy) maxDelayMillis(mayDelay bool) int64 {
 	return p.MaxDelay.Milliseconds()
 }
 
-// Delays reports whether any of ps may delay a request (MaxDelay): its
-// caller should say whether it can hold one (Request.MayDelay).
-func Delays(ps []*Policy) bool {
-	return slices.ContainsFunc(ps, func(p *Policy) bool { return p.MaxDelay > 0 })
-}
-
 // Held is how long the caller holds req, decided as e, before it goes on:
 // the longest Delay of its enforced policies when every one of them
 // allowed, else zero. A shadow policy's delay holds nothing: its request
 // goes on at once, and the delay is only reported.
 func Held(req Request, e Evaluated) time.Duration {
-	if !req.MayDelay || len(req.Policies) == 0 {
+	if !req.MayDelay || req.Policies == nil {
 		return 0
 	}
+	ps := req.Policies.list
 	var each []Decision
 	if e.Policies == nil {
 		each = []Decision{e.Decision}
 	} else {
 		each = e.Policies
 	}
-	if len(each) != len(req.Policies) || !admitted(req.Policies, each) {
+	if len(each) != len(ps) || !admitted(ps, each) {
 		return 0
 	}
-	return delay(req.Policies, each)
+	return delay(ps, each)
 }
 
 // delay is the longest Delay of the enforced policies of an admitted
@@ -161,7 +156,7 @@ func (m *Memory) GiveBack(req Request, reserved Evaluated) {
 	var keysOn [scratchPolicies]memoryKey
 	keys := keysOn[:0]
 	var keyBuf [160]byte
-	for _, p := range req.Policies {
+	for _, p := range req.Policies.list {
 		keys = append(keys, m.sum(appendMemoryKey(keyBuf[:0], p, req.Subject)))
 	}
 	m.evaluate(req, keys)
@@ -185,9 +180,9 @@ func (r *Redis) GiveBack(req Request, reserved Evaluated) {
 	if reserved.Fallback || Held(req, reserved) == 0 || req.EvaluationID == "" {
 		return
 	}
-	ps := req.Policies
-	cmd := r.script.command(r.keys(ps, req.Subject), argsHead+argsPerPolicy*len(ps)+1)
-	cmd = append(r.appendArgs(cmd, ps, req.Cost, givingBack, true, remembering{}), req.EvaluationID)
+	set := req.Policies
+	cmd := r.script.command(r.keys(set, req.Subject), argsHead+argsPerPolicy*set.Len()+1)
+	cmd = append(r.appendArgs(cmd, set, req.Cost, givingBack, true, remembering{}), req.EvaluationID)
 	r.inBackground(cmd, func() {
 		if r.denials != nil {
 			r.denials.forget(req.Subject)

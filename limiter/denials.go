@@ -12,8 +12,7 @@ import (
 //
 // Only a denial that cannot turn into an allow before its retry time is
 // kept: a Certain decision (never an estimate), for
-// the exact policy value (a reloaded policy is another pointer, so it never
-// meets the denials of its predecessor) and cost that were refused. The
+// the exact policy set and cost that were refused. The
 // retry time is counted from before the request was sent, so the entry
 // ends no later than the backend's own denial would (a millisecond sooner,
 // for the scripts' rounding). A concurrency denial is never kept: any
@@ -42,24 +41,13 @@ type denialShard struct {
 	m  map[denialKey]denial
 }
 
+// denialKey is what a request is remembered under: its policy set (a
+// reloaded set is another one, so it never meets the denials of its
+// predecessor), its subject and its cost.
 type denialKey struct {
-	policy *Policy
-	// set is the first element of a request's Policies when it has more
-	// than one: a route with several policies is remembered as a whole.
-	set     **Policy
+	set     *PolicySet
 	subject string
 	cost    int64
-}
-
-// newDenialKey is the key a request is remembered under. A policy value
-// stands for itself alone; a list of several, which may share its first
-// policy with another list, by its own first element.
-func newDenialKey(ps []*Policy, subject string, cost int64) denialKey {
-	k := denialKey{policy: ps[0], subject: subject, cost: cost}
-	if len(ps) > 1 {
-		k.set = &ps[0]
-	}
-	return k
 }
 
 // denial is a refused request as the backend decided it, each policy's
@@ -132,7 +120,8 @@ func (d *denials) forget(subject string) {
 
 // get returns the outcome a remembered denial still stands for at now: the
 // whole decision as it was, each policy's times counted down to now.
-func (d *denials) get(k denialKey, ps []*Policy, now time.Time) (Evaluated, bool) {
+func (d *denials) get(k denialKey, now time.Time) (Evaluated, bool) {
+	ps := k.set.list
 	e, ok := d.standing(k, now)
 	if !ok || len(e.each) != len(ps) {
 		return Evaluated{}, false
@@ -153,7 +142,8 @@ func (d *denials) get(k denialKey, ps []*Policy, now time.Time) (Evaluated, bool
 // stands (while one does, the request is refused whatever the others
 // say), and one that every policy denied, all of them shadow ones, kept
 // while every denial is certain and stands.
-func (d *denials) put(k denialKey, ps []*Policy, o Evaluated, sent time.Time) {
+func (d *denials) put(k denialKey, o Evaluated, sent time.Time) {
+	ps := k.set.list
 	refused := false
 	for i, p := range ps {
 		if !p.Shadow && !o.PolicyDecision(i).Allowed {

@@ -16,7 +16,7 @@ func (m *Memory) Len() int { return m.entries() }
 func (m *Memory) Sweep() { m.sweep() }
 
 // Key is the Redis key a policy and subject are counted under.
-func (r *Redis) Key(p *Policy, subject string) string { return r.key(p, subject) }
+func (r *Redis) Key(p *Policy, subject string) string { return r.key(MustPolicySet(p), 0, subject) }
 
 // ClassifyRedisError maps a go-redis error to its metric cause and outcome.
 var ClassifyRedisError = classifyRedisError

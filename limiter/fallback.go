@@ -41,7 +41,7 @@ type fallback struct {
 	// pointer, so a policy scaled again finds its budget where it was.
 	mu     sync.Mutex
 	scaled map[*Policy]*Policy
-	sets   map[**Policy][]*Policy // scaled Request.Policies, by their first element
+	sets   map[*PolicySet]*PolicySet // scaled Request.Policies
 
 	// decisions counts the fallback's decisions of admissions made for a
 	// route, by route, policy and decision; nil without a Registerer.
@@ -54,7 +54,7 @@ const maxScaled = 4096
 // its decisions of admissions made for a route.
 func newFallback(shared Backend, opts FallbackOptions, fallbacks *prometheus.CounterVec) *fallback {
 	return &fallback{shared: shared, local: NewMemory(MemoryOptions{}), instances: int64(opts.Instances),
-		scaled: map[*Policy]*Policy{}, sets: map[**Policy][]*Policy{}, decisions: fallbacks}
+		scaled: map[*Policy]*Policy{}, sets: map[*PolicySet]*PolicySet{}, decisions: fallbacks}
 }
 
 func (f *fallback) Evaluate(ctx context.Context, req Request) Outcome {
@@ -64,7 +64,7 @@ func (f *fallback) Evaluate(ctx context.Context, req Request) Outcome {
 	default:
 		return o
 	}
-	if ctx.Err() != nil || len(req.Policies) == 0 {
+	if ctx.Err() != nil || req.Policies == nil {
 		return o // the client went away; nobody needs a decision
 	}
 	local := req
@@ -77,7 +77,7 @@ func (f *fallback) Evaluate(ctx context.Context, req Request) Outcome {
 	}
 	e.Fallback = true
 	if f.decisions != nil && req.observed() {
-		for i, p := range req.Policies {
+		for i, p := range req.Policies.list {
 			decision := "denied"
 			if e.PolicyDecision(i).Allowed {
 				decision = "allowed"
@@ -111,23 +111,24 @@ func (f *fallback) Renew(ctx context.Context, req Request, leased Evaluated) {
 	b.Renew(ctx, req, leased)
 }
 
-// scaleAll is scale for every policy of a request, made once per slice.
-func (f *fallback) scaleAll(ps []*Policy) []*Policy {
+// scaleAll is scale for every policy of a set, made once per set.
+func (f *fallback) scaleAll(set *PolicySet) *PolicySet {
 	f.mu.Lock()
-	s, ok := f.sets[&ps[0]]
+	s, ok := f.sets[set]
 	f.mu.Unlock()
 	if ok {
 		return s
 	}
-	s = make([]*Policy, len(ps))
-	for i, p := range ps {
-		s[i] = f.scale(p)
+	ps := make([]*Policy, set.Len())
+	for i, p := range set.list {
+		ps[i] = f.scale(p)
 	}
+	s = compileSet(ps)
 	f.mu.Lock()
 	if len(f.sets) >= maxScaled {
 		clear(f.sets)
 	}
-	f.sets[&ps[0]] = s
+	f.sets[set] = s
 	f.mu.Unlock()
 	return s
 }

@@ -38,7 +38,7 @@ func TestFallbackScaledPoliciesStayBoundedAcrossReloads(t *testing.T) {
 		if err := p.Validate(); err != nil {
 			t.Fatal(err)
 		}
-		o := f.Evaluate(context.Background(), Request{Policies: []*Policy{p}, Subject: "s", Cost: 1})
+		o := f.Evaluate(context.Background(), Request{Policies: MustPolicySet(p), Subject: "s", Cost: 1})
 		e, ok := o.(Evaluated)
 		if !ok || !e.Fallback {
 			t.Fatalf("reload %d: %#v, want a fallback decision", reload, o)
@@ -64,7 +64,7 @@ func TestFallbackDividesAConcurrencyLimitAndReleasesLocally(t *testing.T) {
 	defer f.Close()
 	p := &Policy{Name: "in-flight", Revision: 1, Algorithm: Concurrency, Limit: 5, LeaseTTL: time.Minute, MaxCost: 1,
 		CleanupGrace: DefaultCleanupGrace, MaxClockRegression: DefaultMaxClockRegression, Dedup: DefaultDedup}
-	ps := []*Policy{p}
+	ps := MustPolicySet(p)
 	acquire := func(i int) (Request, Evaluated) {
 		req := Request{Policies: ps, Subject: "s", Cost: 1, EvaluationID: "e" + strconv.Itoa(i)}
 		e, ok := f.Evaluate(context.Background(), req).(Evaluated)

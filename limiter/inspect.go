@@ -29,7 +29,7 @@ func (m *Memory) Peek(ctx context.Context, req Request) Outcome {
 	if o := peekable(ctx, req); o != nil {
 		return o
 	}
-	ps := req.Policies
+	ps := req.Policies.list
 	each := make([]Decision, len(ps))
 	var keyBuf [160]byte
 	for i, p := range ps {
@@ -61,7 +61,7 @@ func (m *Memory) Reset(ctx context.Context, req Request) error {
 		return err
 	}
 	var keyBuf [160]byte
-	for _, p := range req.Policies {
+	for _, p := range req.Policies.list {
 		key := m.sum(appendMemoryKey(keyBuf[:0], p, req.Subject))
 		s := &m.shards[key[0]%memoryShards]
 		s.mu.Lock()
@@ -76,13 +76,8 @@ func (m *Memory) Reset(ctx context.Context, req Request) error {
 
 // resettable is the check Reset makes of req before it writes.
 func resettable(ctx context.Context, req Request) error {
-	if len(req.Policies) == 0 || req.Subject == "" {
+	if req.Policies == nil || req.Subject == "" {
 		return errors.New("reset: no policy or no subject")
-	}
-	for _, p := range req.Policies {
-		if p == nil {
-			return errors.New("reset: a nil policy")
-		}
 	}
 	return ctx.Err()
 }
@@ -97,9 +92,9 @@ func (r *Redis) Peek(ctx context.Context, req Request) Outcome {
 	if o := peekable(ctx, req); o != nil {
 		return o
 	}
-	ps := req.Policies
-	cmd := r.script.command(r.keys(ps, req.Subject), argsHead+argsPerPolicy*len(ps))
-	return r.decide(ctx, ps, r.appendArgs(cmd, ps, 0, Admission, false, remembering{}), nil)
+	set := req.Policies
+	cmd := r.script.command(r.keys(set, req.Subject), argsHead+argsPerPolicy*set.Len())
+	return r.decide(ctx, set, r.appendArgs(cmd, set, 0, Admission, false, remembering{}), nil)
 }
 
 // Reset deletes req.Subject's state for each of req's policies, with the

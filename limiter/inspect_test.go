@@ -17,7 +17,7 @@ type inspector interface {
 	Reset(ctx context.Context, req limiter.Request) error
 }
 
-func peek(t *testing.T, b inspector, ps []*limiter.Policy, subject string) limiter.Evaluated {
+func peek(t *testing.T, b inspector, ps *limiter.PolicySet, subject string) limiter.Evaluated {
 	t.Helper()
 	o := b.Peek(context.Background(), limiter.Request{Policies: ps, Subject: subject})
 	e, ok := o.(limiter.Evaluated)
@@ -27,7 +27,7 @@ func peek(t *testing.T, b inspector, ps []*limiter.Policy, subject string) limit
 	return e
 }
 
-func charge(t *testing.T, b inspector, ps []*limiter.Policy, subject string, cost int64) limiter.Evaluated {
+func charge(t *testing.T, b inspector, ps *limiter.PolicySet, subject string, cost int64) limiter.Evaluated {
 	t.Helper()
 	o := b.Evaluate(context.Background(), limiter.Request{Policies: ps, Subject: subject, Cost: cost, EvaluationID: limitertest.Subject()})
 	e, ok := o.(limiter.Evaluated)
@@ -40,12 +40,13 @@ func charge(t *testing.T, b inspector, ps []*limiter.Policy, subject string, cos
 // Peek reads what each policy has left, as the last decision said, and
 // charges nothing however often it is asked; Reset makes the budgets whole.
 func testPeekAndReset(t *testing.T, b inspector) {
-	ps := []*limiter.Policy{limitertest.FixedWindow(5, time.Minute), limitertest.TokenBucket(10, 1, time.Minute)}
-	for _, p := range ps {
-		p.MaxCost = 10
+	list := []*limiter.Policy{limitertest.FixedWindow(5, time.Minute), limitertest.TokenBucket(10, 1, time.Minute)}
+	for _, p := range list {
+		p.MaxCost = 5
 		p.Clock = limiter.ClockBackend
 		p.Dedup = limiter.Dedup{Enabled: true, TTL: time.Minute, MaxEntries: 10, MaxBytes: 4096}
 	}
+	ps := limiter.MustPolicySet(list...)
 	subject := limitertest.Subject()
 	fresh := peek(t, b, ps, subject)
 	if got := fresh.PolicyDecision(0).Remaining; got != 5 {
@@ -58,7 +59,7 @@ func testPeekAndReset(t *testing.T, b inspector) {
 	last := charge(t, b, ps, subject, 2)
 	for range 3 {
 		now := peek(t, b, ps, subject)
-		for i := range ps {
+		for i := range ps.Len() {
 			got, want := now.PolicyDecision(i), last.PolicyDecision(i)
 			if got.Remaining != want.Remaining || got.Limit != want.Limit || got.ResetAfter > want.ResetAfter || got.ResetAfter < want.ResetAfter-2*time.Second {
 				t.Fatalf("policy %d: peek %+v, the last decision %+v", i, got, want)
@@ -83,7 +84,7 @@ func testPeekAndReset(t *testing.T, b inspector) {
 // Reset frees them.
 func testPeekAndResetLeases(t *testing.T, b inspector) {
 	p := limitertest.Concurrency(2, time.Minute)
-	ps := []*limiter.Policy{p}
+	ps := limitertest.One(p)
 	subject := limitertest.Subject()
 	charge(t, b, ps, subject, 1)
 	for range 2 {
@@ -116,7 +117,7 @@ func TestRedisPeekReadsWithoutChargingAndResetForgets(t *testing.T) {
 		c := s.Client(t)
 		before := c.DBSize(context.Background()).Val()
 		p := limitertest.TokenBucket(10, 1, time.Minute)
-		peek(t, r, []*limiter.Policy{p}, limitertest.Subject())
+		peek(t, r, limitertest.One(p), limitertest.Subject())
 		if after := c.DBSize(context.Background()).Val(); after != before {
 			t.Fatalf("%d keys before the peek, %d after", before, after)
 		}
@@ -125,7 +126,7 @@ func TestRedisPeekReadsWithoutChargingAndResetForgets(t *testing.T) {
 		c := s.Client(t)
 		p := limitertest.FixedWindow(5, time.Minute)
 		p.Dedup = limiter.Dedup{Enabled: true, TTL: time.Minute, MaxEntries: 10, MaxBytes: 4096}
-		ps := []*limiter.Policy{p}
+		ps := limitertest.One(p)
 		subject := limitertest.Subject()
 		before := c.DBSize(context.Background()).Val()
 		charge(t, r, ps, subject, 1)
@@ -165,7 +166,7 @@ func testResetReachesAnotherInstance(t *testing.T, opts limiter.RedisOptions) {
 	b := redistest.NewLimiter(t, opts)
 	p := limitertest.FixedWindow(1, time.Hour)
 	p.Clock = limiter.ClockBackend
-	ps := []*limiter.Policy{p}
+	ps := limitertest.One(p)
 	subject := limitertest.Subject()
 	charge(t, a, ps, subject, 1)
 	for _, r := range []*limiter.Redis{a, b} {

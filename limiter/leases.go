@@ -12,10 +12,10 @@ import "context"
 // it has a concurrency policy and was admitted (every enforced policy
 // allowed; a shadow one takes its lease even when it would have refused).
 func holdsLeases(req Request, e Evaluated) bool {
-	if req.EvaluationID == "" || !HoldsLeases(req.Policies) {
+	if req.EvaluationID == "" || !req.Policies.holdsLeases {
 		return false
 	}
-	for i, p := range req.Policies {
+	for i, p := range req.Policies.list {
 		if !p.Shadow && !e.PolicyDecision(i).Allowed {
 			return false
 		}
@@ -89,7 +89,7 @@ func (m *Memory) eachLease(req Request, leased Evaluated, fn func(s *memoryShard
 	}
 	id := m.sumString(req.EvaluationID)
 	var keyBuf [160]byte
-	for _, p := range req.Policies {
+	for _, p := range req.Policies.list {
 		if !p.HoldsLeases() {
 			continue
 		}

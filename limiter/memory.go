@@ -181,7 +181,7 @@ func (m *Memory) Evaluate(ctx context.Context, req Request) Outcome {
 	var keysOn [scratchPolicies]memoryKey
 	keys := keysOn[:0]
 	var keyBuf [160]byte
-	for _, p := range req.Policies {
+	for _, p := range req.Policies.list {
 		keys = append(keys, m.sum(appendMemoryKey(keyBuf[:0], p, req.Subject)))
 	}
 	return m.evaluate(req, keys)
@@ -198,7 +198,8 @@ const scratchPolicies = 4
 // decision under the evaluation ID; a retry is a replay only when every
 // key still does.
 func (m *Memory) evaluate(req Request, keys []memoryKey) Outcome {
-	ps := req.Policies
+	set := req.Policies
+	ps := set.list
 	n := len(ps)
 	var (
 		idxOn   [scratchPolicies]uint32
@@ -211,9 +212,9 @@ func (m *Memory) evaluate(req Request, keys []memoryKey) Outcome {
 		idx, slots, steps, each = make([]uint32, 0, n), make([]*memorySlot, 0, n), make([]step, 0, n), make([]Decision, 0, n)
 	}
 	idx, slots, steps, each = idx[:n], slots[:n], steps[:n], each[:n]
-	dedup := ps[0].Dedup.Enabled && req.EvaluationID != "" && req.Phase != givingBack
-	leased := HoldsLeases(ps)
-	reserves := req.Phase == givingBack || req.MayDelay && Delays(ps)
+	dedup := set.Dedup().Enabled && req.EvaluationID != "" && req.Phase != givingBack
+	leased := set.holdsLeases
+	reserves := req.Phase == givingBack || req.MayDelay && set.delays
 	var id evaluationKey
 	if dedup || leased || reserves {
 		id = m.sumString(req.EvaluationID)
@@ -315,8 +316,8 @@ func (m *Memory) evaluate(req Request, keys []memoryKey) Outcome {
 			}
 		}
 		if dedup {
-			s.remember(i, e, id, len(req.EvaluationID), each[k], nowMillis, ps[0].Dedup)
-			e.expiresAt = max(e.expiresAt, nowMillis+ps[0].Dedup.TTL.Milliseconds())
+			s.remember(i, e, id, len(req.EvaluationID), each[k], nowMillis, set.Dedup())
+			e.expiresAt = max(e.expiresAt, nowMillis+set.Dedup().TTL.Milliseconds())
 		}
 	}
 	if reserves && charge && req.Phase == Admission {

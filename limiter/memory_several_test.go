@@ -31,7 +31,7 @@ func TestSeveralPoliciesOnAFullShardKeepTheirKeysApart(t *testing.T) {
 	for range 5 {
 		evaluateMemory(t, m, b, subject, 1, "")
 	}
-	o := m.Evaluate(context.Background(), limiter.Request{Policies: []*limiter.Policy{a, b}, Subject: subject, Cost: 1})
+	o := m.Evaluate(context.Background(), limiter.Request{Policies: limiter.MustPolicySet(a, b), Subject: subject, Cost: 1})
 	if e, ok := o.(limiter.Evaluated); !ok || !e.Allowed {
 		t.Fatalf("outcome %#v, want allowed", o)
 	}

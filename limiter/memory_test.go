@@ -45,7 +45,7 @@ func TestMemoryEvictsLeastRecentlyUsedWhenFull(t *testing.T) {
 	t.Cleanup(func() { m.Close() })
 	p := limitertest.FixedWindow(1, time.Minute)
 	for i := 0; i < 1000; i++ {
-		m.Evaluate(context.Background(), limiter.Request{Policies: []*limiter.Policy{p}, Subject: fmt.Sprint("s", i), Cost: 1})
+		m.Evaluate(context.Background(), limiter.Request{Policies: limitertest.One(p), Subject: fmt.Sprint("s", i), Cost: 1})
 	}
 	if n := m.Len(); n > 64 {
 		t.Fatalf("%d keys held, cap is 64", n)
@@ -71,13 +71,13 @@ func TestMemorySweepsOnTheInjectedClock(t *testing.T) {
 	long := limitertest.FixedWindow(1, 24*time.Hour)
 	long.Dedup = limiter.Dedup{}
 	for i := range 10 {
-		m.Evaluate(context.Background(), limiter.Request{Policies: []*limiter.Policy{short}, Subject: fmt.Sprint("s", i), Cost: 1})
+		m.Evaluate(context.Background(), limiter.Request{Policies: limitertest.One(short), Subject: fmt.Sprint("s", i), Cost: 1})
 	}
 	if n := m.Len(); n != 10 {
 		t.Fatalf("%d keys, want 10", n)
 	}
 	clock.Advance(time.Hour)
-	m.Evaluate(context.Background(), limiter.Request{Policies: []*limiter.Policy{long}, Subject: "kept", Cost: 1})
+	m.Evaluate(context.Background(), limiter.Request{Policies: limitertest.One(long), Subject: "kept", Cost: 1})
 	for deadline := time.Now().Add(10 * time.Second); m.Len() != 1; time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("%d keys an hour of the backend's clock after they expired, want 1 (the live one)", m.Len())
@@ -86,7 +86,7 @@ func TestMemorySweepsOnTheInjectedClock(t *testing.T) {
 	// The next sweep is due an hour later on that clock, and not before:
 	// the other key, whose day-long window has ended by then, is swept.
 	clock.Advance(24 * time.Hour)
-	m.Evaluate(context.Background(), limiter.Request{Policies: []*limiter.Policy{short}, Subject: "fresh", Cost: 1})
+	m.Evaluate(context.Background(), limiter.Request{Policies: limitertest.One(short), Subject: "fresh", Cost: 1})
 	for deadline := time.Now().Add(10 * time.Second); m.Len() != 1; time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("%d keys after the second sweep was due, want 1 (the fresh one)", m.Len())
@@ -101,7 +101,7 @@ func TestMemorySweepDropsExpiredKeys(t *testing.T) {
 	p := limitertest.FixedWindow(1, time.Second)
 	p.Dedup = limiter.Dedup{}
 	for i := 0; i < 100; i++ {
-		m.Evaluate(context.Background(), limiter.Request{Policies: []*limiter.Policy{p}, Subject: fmt.Sprint("s", i), Cost: 1})
+		m.Evaluate(context.Background(), limiter.Request{Policies: limitertest.One(p), Subject: fmt.Sprint("s", i), Cost: 1})
 	}
 	clock.Advance(time.Second + p.CleanupGrace - time.Millisecond)
 	m.Sweep()
@@ -162,7 +162,7 @@ func TestMemoryKeepsKeysApartThatShareTheFirstHalfOfTheirHash(t *testing.T) {
 			remaining := []int64{10, 10, 10, 10}
 			evaluate := func(k int, cost int64) {
 				t.Helper()
-				o := m.EvaluateKeyed(limiter.Request{Policies: []*limiter.Policy{policies[k]}, Subject: "ignored", Cost: cost, EvaluationID: fmt.Sprint(k, "-", remaining[k])}, keys[k])
+				o := m.EvaluateKeyed(limiter.Request{Policies: limitertest.One(policies[k]), Subject: "ignored", Cost: cost, EvaluationID: fmt.Sprint(k, "-", remaining[k])}, keys[k])
 				remaining[k] -= cost
 				if e, ok := o.(limiter.Evaluated); !ok || e.Remaining != remaining[k] {
 					t.Fatalf("key %d: got %#v, want %d remaining", k, o, remaining[k])
@@ -419,7 +419,7 @@ func TestMemoryStaysConsistentUnderConcurrentEvictionExpiryAndRetries(t *testing
 				if rng.IntN(4) == 0 {
 					id = fmt.Sprint(g, "-", max(i-rng.IntN(8), 0))
 				}
-				o := m.Evaluate(context.Background(), limiter.Request{Policies: []*limiter.Policy{p}, Subject: subjects[rng.IntN(len(subjects))], Cost: 1, EvaluationID: id})
+				o := m.Evaluate(context.Background(), limiter.Request{Policies: limitertest.One(p), Subject: subjects[rng.IntN(len(subjects))], Cost: 1, EvaluationID: id})
 				// A goroutine that read the clock before others moved it on
 				// may find the state further ahead than the bound allows.
 				if u, ok := o.(limiter.Unavailable); ok && u.Category == limiter.ClockUnsafe {
@@ -449,7 +449,7 @@ func TestMemoryStaysConsistentUnderConcurrentEvictionExpiryAndRetries(t *testing
 
 func evaluateMemory(t *testing.T, m *limiter.Memory, p *limiter.Policy, subject string, cost int64, id string) limiter.Decision {
 	t.Helper()
-	o := m.Evaluate(context.Background(), limiter.Request{Policies: []*limiter.Policy{p}, Subject: subject, Cost: cost, EvaluationID: id})
+	o := m.Evaluate(context.Background(), limiter.Request{Policies: limitertest.One(p), Subject: subject, Cost: cost, EvaluationID: id})
 	e, ok := o.(limiter.Evaluated)
 	if !ok {
 		t.Fatalf("outcome %#v, want Evaluated", o)
@@ -484,7 +484,7 @@ func BenchmarkMemory(b *testing.B) {
 				for i := range ids {
 					ids[i] = fmt.Sprint("eval-", i)
 				}
-				ps := []*limiter.Policy{&q}
+				ps := limitertest.One(&q)
 				b.ReportAllocs()
 				i := 0
 				for b.Loop() {
@@ -507,7 +507,7 @@ func BenchmarkMemoryParallel(b *testing.B) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
 	defer cancel()
 	b.ReportAllocs()
-	ps := []*limiter.Policy{p}
+	ps := limitertest.One(p)
 	b.RunParallel(func(pb *testing.PB) {
 		s := limitertest.Subject()
 		for pb.Next() {
@@ -536,7 +536,7 @@ func BenchmarkMemoryFreshEvaluations(b *testing.B) {
 	defer cancel()
 	var id []byte
 	i := 0
-	ps := []*limiter.Policy{p}
+	ps := limitertest.One(p)
 	evaluate := func() {
 		if i%100 == 0 {
 			clock.Advance(100 * time.Second / subjects)
@@ -575,7 +575,7 @@ func BenchmarkMemoryRotation(b *testing.B) {
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
 			defer cancel()
-			ps := []*limiter.Policy{p}
+			ps := limitertest.One(p)
 			i := 0
 			evaluate := func() {
 				o := m.Evaluate(ctx, limiter.Request{Policies: ps, Subject: names[i%n], Cost: 1})
@@ -616,8 +616,9 @@ func BenchmarkMemoryMillionSubjects(b *testing.B) {
 		b.StartTimer()
 		// The cap is split over shards; room to spare keeps every subject.
 		m := limiter.NewMemory(limiter.MemoryOptions{Clock: clock, MaxEntries: 2 * subjects})
+		ps := limitertest.One(p)
 		for i := range subjects {
-			o := m.Evaluate(ctx, limiter.Request{Policies: []*limiter.Policy{p}, Subject: pseudonym(i), Cost: 1, EvaluationID: evaluationID(i)})
+			o := m.Evaluate(ctx, limiter.Request{Policies: ps, Subject: pseudonym(i), Cost: 1, EvaluationID: evaluationID(i)})
 			if e, ok := o.(limiter.Evaluated); !ok || !e.Allowed {
 				b.Fatalf("subject %d: outcome %#v", i, o)
 			}

@@ -22,10 +22,10 @@ func TestAdmissionsForARouteAreCountedByTheLimiter(t *testing.T) {
 	p.Limit, p.Window, p.Clock = 2, time.Hour, ClockGateway
 	ctx := context.Background()
 	for range 3 {
-		b.Evaluate(ctx, Request{Policies: []*Policy{p}, Subject: "s", Cost: 1, Route: "orders"})
+		b.Evaluate(ctx, Request{Policies: MustPolicySet(p), Subject: "s", Cost: 1, Route: "orders"})
 	}
-	b.Evaluate(ctx, Request{Policies: []*Policy{p}, Subject: "t", Cost: 1})
-	b.Evaluate(ctx, Request{Policies: []*Policy{p}, Subject: "u", Cost: 1, Route: "orders", Phase: Settlement})
+	b.Evaluate(ctx, Request{Policies: MustPolicySet(p), Subject: "t", Cost: 1})
+	b.Evaluate(ctx, Request{Policies: MustPolicySet(p), Subject: "u", Cost: 1, Route: "orders", Phase: Settlement})
 	if n := testutil.CollectAndCount(m.duration); n != 2 {
 		t.Errorf("%d duration series, want fallback_allowed and fallback_denied", n)
 	}
@@ -61,7 +61,7 @@ func TestAnAdmissionIsTimedFromItsStart(t *testing.T) {
 	defer b.Close()
 	p := NewPolicy("per-hour", FixedWindow)
 	p.Limit, p.Window = 2, time.Hour
-	b.Evaluate(context.Background(), Request{Policies: []*Policy{p}, Subject: "s", Cost: 1, Route: "orders", Start: time.Now().Add(-time.Minute)})
+	b.Evaluate(context.Background(), Request{Policies: MustPolicySet(p), Subject: "s", Cost: 1, Route: "orders", Start: time.Now().Add(-time.Minute)})
 	families, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)

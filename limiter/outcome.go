@@ -182,14 +182,12 @@ func (d Decision) Delay() time.Duration {
 // raw identity.
 type Request struct {
 	// Policies are decided at once, atomically, for the same subject and
-	// cost; there is at least one. The request is admitted when every
-	// enforced (not Shadow) policy allows, and then each policy that allows
-	// is charged; when any enforced one denies, none is charged.
-	// De-duplication follows the first policy's Dedup. Backends keep the
-	// slice (a route's, made once): it must not change. When any policy
-	// holds leases (HoldsLeases), an admitted request holds them under
+	// cost (PolicySet). The request is admitted when every enforced (not
+	// Shadow) policy allows, and then each policy that allows is charged;
+	// when any enforced one denies, none is charged. When the set holds
+	// leases (PolicySet.HoldsLeases), an admitted request holds them under
 	// EvaluationID, which it then needs, until Backend.Release.
-	Policies     []*Policy
+	Policies     *PolicySet
 	Subject      string
 	Cost         int64
 	EvaluationID string
@@ -231,13 +229,10 @@ const DefaultDeadline = 750 * time.Millisecond
 // It returns nil when the request may be evaluated. The deadline is wall-clock
 // time, whatever clock the algorithms read.
 func admit(ctx context.Context, req Request) Outcome {
-	if len(req.Policies) == 0 {
+	if req.Policies == nil {
 		return Incompatible{Reason: UnknownPolicy}
 	}
-	for _, p := range req.Policies {
-		if p == nil {
-			return Incompatible{Reason: UnknownPolicy}
-		}
+	for _, p := range req.Policies.list {
 		if req.Cost < 1 || req.Cost > p.MaxCost {
 			return Incompatible{Reason: CostOutOfRange}
 		}

@@ -143,17 +143,6 @@ const (
 // it is released: whether p counts requests in flight (concurrency).
 func (p *Policy) HoldsLeases() bool { return p.Algorithm.spec().leases }
 
-// HoldsLeases reports whether any of ps holds leases: a request admitted
-// under them must be released (Backend.Release).
-func HoldsLeases(ps []*Policy) bool {
-	for _, p := range ps {
-		if p.HoldsLeases() {
-			return true
-		}
-	}
-	return false
-}
-
 // Quota is the most a subject may spend at once: the window's limit or the
 // bucket's capacity.
 func (p *Policy) Quota() int64 { return p.Algorithm.spec().quota(p) }

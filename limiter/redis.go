@@ -139,9 +139,6 @@ type Redis struct {
 	// waits for.
 	leaseScript *script
 	releases    sync.WaitGroup
-	// policies holds a *compiledPolicy per *Policy; compiledCount bounds it.
-	policies      sync.Map
-	compiledCount atomic.Int64
 	// budget holds this instance's leases of budget (Policy.Lease).
 	budget  *budgetLeases
 	denials *denials // nil: off
@@ -392,7 +389,7 @@ func (r *Redis) Evaluate(ctx context.Context, req Request) Outcome {
 	if o := admit(ctx, req); o != nil {
 		return o
 	}
-	if req.Phase == Admission && leased(req.Policies) {
+	if req.Phase == Admission && req.Policies.leased {
 		return r.evaluateLeased(ctx, req)
 	}
 	return r.evaluate(ctx, req, nil)
@@ -401,34 +398,34 @@ func (r *Redis) Evaluate(ctx context.Context, req Request) Outcome {
 // evaluate decides req in one script call, which with call also asks for
 // leases of budget (budget_lease.go).
 func (r *Redis) evaluate(ctx context.Context, req Request, call *budgetCall) Outcome {
-	ps := req.Policies
-	dk := newDenialKey(ps, req.Subject, req.Cost)
-	sent := r.now(ps[0])
+	set := req.Policies
+	dk := denialKey{set: set, subject: req.Subject, cost: req.Cost}
+	sent := r.now(set.clockPolicy())
 	// A settlement never denies: a remembered denial is no answer to it.
 	denials := r.denials
 	if req.Phase == Settlement {
 		denials = nil
 	}
 	if denials != nil {
-		if e, ok := denials.get(dk, ps, sent); ok {
+		if e, ok := denials.get(dk, sent); ok {
 			r.m.cached.Inc()
 			return e
 		}
 	}
 	ctx, bounded := withDeadline(ctx, req.Deadline)
-	dedup := ps[0].Dedup.Enabled && req.EvaluationID != ""
+	dedup := set.Dedup().Enabled && req.EvaluationID != ""
 	var rem remembering
 	if dedup {
 		rem = remembering{on: true, look: !req.NewID}
 	}
 	// The ID of the record, lease or reservation, after every policy's.
-	withID := dedup || HoldsLeases(ps) || req.MayDelay && Delays(ps)
+	withID := dedup || set.holdsLeases || req.MayDelay && set.delays
 	extra := 0
 	if withID {
 		extra = 1
 	}
-	cmd := r.script.command(r.keys(ps, req.Subject), argsHead+argsPerPolicy*len(ps)+extra)
-	cmd = r.appendArgs(cmd, ps, req.Cost, req.Phase, req.MayDelay, rem)
+	cmd := r.script.command(r.keys(set, req.Subject), argsHead+argsPerPolicy*set.Len()+extra)
+	cmd = r.appendArgs(cmd, set, req.Cost, req.Phase, req.MayDelay, rem)
 	if withID {
 		cmd = append(cmd, req.EvaluationID)
 	}
@@ -437,7 +434,7 @@ func (r *Redis) evaluate(ctx context.Context, req Request, call *budgetCall) Out
 		call.apply(argv(cmd))
 		starts = call.starts
 	}
-	o := r.decide(ctx, ps, cmd, starts)
+	o := r.decide(ctx, set, cmd, starts)
 	if _, ambiguous := o.(Indeterminate); ambiguous && dedup && ctx.Err() == nil {
 		// The first call may have been charged; the same evaluation ID makes
 		// a repeat return that first result instead of charging again. (A
@@ -446,7 +443,7 @@ func (r *Redis) evaluate(ctx context.Context, req Request, call *budgetCall) Out
 			cmd = slices.Clone(cmd)
 			argv(cmd)[argLook] = 1
 		}
-		o = r.decide(ctx, ps, cmd, starts)
+		o = r.decide(ctx, set, cmd, starts)
 	} else if _, replied := o.(Evaluated); replied {
 		// A reply was read for every try: no batch holds cmd or ctx any
 		// more. A call that stopped waiting leaves both to the collector.
@@ -455,8 +452,8 @@ func (r *Redis) evaluate(ctx context.Context, req Request, call *budgetCall) Out
 	}
 	// A request that could not be held is refused later than one that
 	// could: its denial is no answer to the next.
-	if e, ok := o.(Evaluated); ok && denials != nil && (req.MayDelay || !Delays(ps)) {
-		denials.put(dk, ps, e, sent)
+	if e, ok := o.(Evaluated); ok && denials != nil && (req.MayDelay || !set.delays) {
+		denials.put(dk, e, sent)
 	}
 	return o
 }
@@ -473,15 +470,15 @@ func policyNow(clock Clock, p *Policy) time.Time {
 	return time.Now()
 }
 
-// decide sends cmd, an EVALSHA of the rate-limit script over ps, and
+// decide sends cmd, an EVALSHA of the rate-limit script over set, and
 // reads its reply; starts, when not nil, receives each policy's state
 // start when the reply carries them (a lease of budget asked for).
-func (r *Redis) decide(ctx context.Context, ps []*Policy, cmd []any, starts []int64) Outcome {
+func (r *Redis) decide(ctx context.Context, set *PolicySet, cmd []any, starts []int64) Outcome {
 	reply, err := r.evalsha(ctx, cmd)
 	if err != nil {
 		return r.classify(err)
 	}
-	return decodeReply(ps, reply, r.clock, starts)
+	return decodeReply(set, reply, r.clock, starts)
 }
 
 // ParseRedisMode maps a configuration name to a RedisMode.

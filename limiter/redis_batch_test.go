@@ -34,7 +34,7 @@ func TestConcurrentDecisionsShareWritesAndStayExact(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			<-start
-			o := r.Evaluate(context.Background(), limiter.Request{Policies: []*limiter.Policy{p}, Subject: subject, Cost: 1,
+			o := r.Evaluate(context.Background(), limiter.Request{Policies: limitertest.One(p), Subject: subject, Cost: 1,
 				EvaluationID: "e" + strconv.Itoa(i), Deadline: time.Now().Add(5 * time.Second)})
 			switch o := o.(type) {
 			case limiter.Evaluated:
@@ -115,7 +115,7 @@ func TestBatchedDecisionsShareScriptCallsAndStayExact(t *testing.T) {
 						go func() {
 							defer wg.Done()
 							<-start
-							o := r.Evaluate(context.Background(), limiter.Request{Policies: ps, Subject: subject, Cost: 1,
+							o := r.Evaluate(context.Background(), limiter.Request{Policies: limiter.MustPolicySet(ps...), Subject: subject, Cost: 1,
 								EvaluationID: subject + "-" + strconv.Itoa(ri) + "-" + strconv.Itoa(i), Deadline: time.Now().Add(5 * time.Second)})
 							e, ok := o.(limiter.Evaluated)
 							if !ok {
@@ -226,7 +226,7 @@ func TestABatchedDecisionsRefusalIsItsOwn(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			<-start
-			req := limiter.Request{Policies: []*limiter.Policy{a.p}, Subject: a.subject, Cost: 1,
+			req := limiter.Request{Policies: limitertest.One(a.p), Subject: a.subject, Cost: 1,
 				EvaluationID: "e" + strconv.Itoa(i), Deadline: time.Now().Add(5 * time.Second)}
 			o := r.Evaluate(ctx, req)
 			e, decided := o.(limiter.Evaluated)

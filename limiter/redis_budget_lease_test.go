@@ -24,7 +24,7 @@ func TestRedisLeaseCostsOneCallPerLease(t *testing.T) {
 	r := redistest.NewLimiter(t, limiter.RedisOptions{Addrs: []string{s.Addr}, Registerer: reg})
 	p := limitertest.Leased(limitertest.FixedWindow(100_000, time.Hour), 50)
 	p.Clock = limiter.ClockBackend
-	ps := []*limiter.Policy{p}
+	ps := limitertest.One(p)
 	subject := limitertest.Subject()
 	before, _ := evalshaStats(t, s)
 	for i := range 1000 {
@@ -58,7 +58,7 @@ func TestRedisTokenBucketLeaseEndsAtTheNextRefill(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	r := redistest.NewLimiter(t, limiter.RedisOptions{Addrs: []string{s.Addr}, Clock: clock, Registerer: reg})
 	p := limitertest.Leased(limitertest.TokenBucket(100, 1, time.Second), 10)
-	ps := []*limiter.Policy{p}
+	ps := limitertest.One(p)
 	subject := limitertest.Subject()
 	ask := func(cost int64) {
 		t.Helper()
@@ -94,7 +94,7 @@ func TestRedisLeaseServesConcurrentRequestsInLine(t *testing.T) {
 	r := redistest.NewLimiter(t, limiter.RedisOptions{Addrs: []string{s.Addr}})
 	p := limitertest.Leased(limitertest.FixedWindow(100_000, time.Hour), 50)
 	p.Clock = limiter.ClockBackend
-	ps := []*limiter.Policy{p}
+	ps := limitertest.One(p)
 	subject := limitertest.Subject()
 	before, _ := evalshaStats(t, s)
 	var admitted atomic.Int64
@@ -133,7 +133,7 @@ func TestRedisLeaseWaiterLeavesTheLineAtItsDeadline(t *testing.T) {
 	r := redistest.NewLimiter(t, limiter.RedisOptions{Addrs: []string{s.Addr}})
 	p := limitertest.Leased(limitertest.FixedWindow(100, time.Hour), 5)
 	p.Clock = limiter.ClockBackend
-	ps := []*limiter.Policy{p}
+	ps := limitertest.One(p)
 	subject := limitertest.Subject()
 	ask := func(within time.Duration) limiter.Outcome {
 		return r.Evaluate(context.Background(), limiter.Request{Policies: ps, Subject: subject, Cost: 1,
@@ -193,7 +193,7 @@ func TestRedisResetDropsTheSubjectsLeases(t *testing.T) {
 	r := redistest.NewLimiter(t, limiter.RedisOptions{Addrs: []string{s.Addr}})
 	p := limitertest.Leased(limitertest.FixedWindow(10, time.Hour), 5)
 	p.Clock = limiter.ClockBackend
-	req := limiter.Request{Policies: []*limiter.Policy{p}, Subject: limitertest.Subject(), Cost: 1}
+	req := limiter.Request{Policies: limitertest.One(p), Subject: limitertest.Subject(), Cost: 1}
 	remaining := func() int64 {
 		t.Helper()
 		req.EvaluationID = limitertest.Subject()
@@ -227,7 +227,7 @@ func TestRedisCloseGivesTheLeasesBack(t *testing.T) {
 	other := redistest.NewLimiter(t, opts)
 	p := limitertest.Leased(limitertest.FixedWindow(10, time.Hour), 5)
 	p.Clock = limiter.ClockBackend
-	req := limiter.Request{Policies: []*limiter.Policy{p}, Subject: limitertest.Subject(), Cost: 1}
+	req := limiter.Request{Policies: limitertest.One(p), Subject: limitertest.Subject(), Cost: 1}
 	admitted := func(b interface {
 		Evaluate(context.Context, limiter.Request) limiter.Outcome
 	}) int {

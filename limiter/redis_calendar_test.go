@@ -42,7 +42,7 @@ func TestRedisPlacesACalendarPolicyByRedisTime(t *testing.T) {
 		if time.Until(end) < 10*time.Second {
 			t.Skip("too close to a period's end to tell the periods apart")
 		}
-		req := limiter.Request{Policies: []*limiter.Policy{p}, Subject: limitertest.Subject(), Cost: 1}
+		req := limiter.Request{Policies: limitertest.One(p), Subject: limitertest.Subject(), Cost: 1}
 		for i := range 3 {
 			e, ok := r.Evaluate(context.Background(), req).(limiter.Evaluated)
 			if !ok {

@@ -76,7 +76,7 @@ func TestRedisClusterFollowsASlotMigration(t *testing.T) {
 					for i := range 8 {
 						ctx, cancel := context.WithTimeout(context.Background(), limiter.DefaultDeadline)
 						start := time.Now()
-						o := r.Evaluate(ctx, limiter.Request{Policies: []*limiter.Policy{q, q2}, Subject: subject, Cost: 1, EvaluationID: fmt.Sprint("half-moved-new-route", i)})
+						o := r.Evaluate(ctx, limiter.Request{Policies: limiter.MustPolicySet(q, q2), Subject: subject, Cost: 1, EvaluationID: fmt.Sprint("half-moved-new-route", i)})
 						took := time.Since(start)
 						cancel()
 						if u, ok := o.(limiter.Unavailable); !ok || u.Category != limiter.UnavailableBeforeSend {

@@ -110,7 +110,7 @@ func (r *Redis) checkTopology(ctx context.Context) error {
 	return nil
 }
 
-var canaryPolicies = []*Policy{canaryPolicy()}
+var canaryPolicies = MustPolicySet(canaryPolicy())
 
 // canaryPolicy is a fixed window no canary fills, with NewPolicy's
 // defaults; its keys are kept a second past the window.

@@ -49,7 +49,7 @@ func TestTheBreakersProbeRunsOnAConnectionDialedSinceItOpened(t *testing.T) {
 	p.Clock = limiter.ClockBackend
 	subject := limitertest.Subject()
 	ask := func(id string, deadline time.Duration) limiter.Outcome {
-		return r.Evaluate(context.Background(), limiter.Request{Policies: []*limiter.Policy{p}, Subject: subject,
+		return r.Evaluate(context.Background(), limiter.Request{Policies: limitertest.One(p), Subject: subject,
 			Cost: 1, EvaluationID: id, Deadline: time.Now().Add(deadline)})
 	}
 	mustAllow(t, ask("warm", time.Second))

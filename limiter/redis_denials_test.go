@@ -62,7 +62,7 @@ func TestARememberedDenialEndsOnTimeAndOnlyForItsCost(t *testing.T) {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
-		o := r.Evaluate(ctx, limiter.Request{Policies: []*limiter.Policy{p}, Subject: subject, Cost: cost})
+		o := r.Evaluate(ctx, limiter.Request{Policies: limitertest.One(p), Subject: subject, Cost: cost})
 		e, ok := o.(limiter.Evaluated)
 		if !ok {
 			t.Fatalf("outcome %#v", o)

@@ -21,7 +21,7 @@ func evaluate(r *limiter.Redis, p *limiter.Policy, subject, id string) (limiter.
 	ctx, cancel := context.WithTimeout(context.Background(), limiter.DefaultDeadline)
 	defer cancel()
 	start := time.Now()
-	o := r.Evaluate(ctx, limiter.Request{Policies: []*limiter.Policy{p}, Subject: subject, Cost: 1, EvaluationID: id})
+	o := r.Evaluate(ctx, limiter.Request{Policies: limitertest.One(p), Subject: subject, Cost: 1, EvaluationID: id})
 	return o, time.Since(start)
 }
 
@@ -31,7 +31,7 @@ func evaluateNew(r *limiter.Redis, p *limiter.Policy, subject, id string) (limit
 	ctx, cancel := context.WithTimeout(context.Background(), limiter.DefaultDeadline)
 	defer cancel()
 	start := time.Now()
-	o := r.Evaluate(ctx, limiter.Request{Policies: []*limiter.Policy{p}, Subject: subject, Cost: 1, EvaluationID: id, NewID: true})
+	o := r.Evaluate(ctx, limiter.Request{Policies: limitertest.One(p), Subject: subject, Cost: 1, EvaluationID: id, NewID: true})
 	return o, time.Since(start)
 }
 
@@ -179,7 +179,7 @@ func TestRedisClusterSpreadsKeysOverMasters(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		start := time.Now()
-		o := r.Evaluate(ctx, limiter.Request{Policies: []*limiter.Policy{p}, Subject: subject, Cost: 1, EvaluationID: id})
+		o := r.Evaluate(ctx, limiter.Request{Policies: limitertest.One(p), Subject: subject, Cost: 1, EvaluationID: id})
 		return o, time.Since(start)
 	}
 	for i := 0; i < 12; i++ {
@@ -398,7 +398,7 @@ func TestTheCircuitBreakerFailsFastAndRecovers(t *testing.T) {
 	subject := limitertest.Subject()
 	ask := func(id string, deadline time.Duration) (limiter.Outcome, time.Duration) {
 		start := time.Now()
-		o := r.Evaluate(context.Background(), limiter.Request{Policies: []*limiter.Policy{p}, Subject: subject, Cost: 1, EvaluationID: id, Deadline: start.Add(deadline)})
+		o := r.Evaluate(context.Background(), limiter.Request{Policies: limitertest.One(p), Subject: subject, Cost: 1, EvaluationID: id, Deadline: start.Add(deadline)})
 		return o, time.Since(start)
 	}
 	mustAllow(t, first(ask("warm", time.Second)))
@@ -462,7 +462,7 @@ func TestTheFallbackDecidesWithADividedBudgetWhileRedisIsDown(t *testing.T) {
 	subject := limitertest.Subject()
 	ask := func(id string) limiter.Decision {
 		t.Helper()
-		o := b.Evaluate(context.Background(), limiter.Request{Policies: []*limiter.Policy{p}, Subject: subject, Cost: 1, EvaluationID: id, Deadline: time.Now().Add(time.Second)})
+		o := b.Evaluate(context.Background(), limiter.Request{Policies: limitertest.One(p), Subject: subject, Cost: 1, EvaluationID: id, Deadline: time.Now().Add(time.Second)})
 		e, ok := o.(limiter.Evaluated)
 		if !ok {
 			t.Fatalf("outcome %#v", o)

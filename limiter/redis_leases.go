@@ -55,11 +55,11 @@ func (r *Redis) leaseCall(req Request, leased Evaluated, op string) ([]string, [
 	}
 	var keys []string
 	args := []any{op, req.EvaluationID, req.Cost}
-	for _, p := range req.Policies {
+	for i, p := range req.Policies.list {
 		if !p.HoldsLeases() {
 			continue
 		}
-		keys = append(keys, r.key(p, req.Subject)+":l")
+		keys = append(keys, r.key(req.Policies, i, req.Subject)+":l")
 		now := ""
 		if p.Clock == ClockGateway {
 			now = strconv.FormatInt(r.clock.Now().UnixMilli(), 10)

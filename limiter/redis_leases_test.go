@@ -23,7 +23,7 @@ func TestRedisLostReleaseIsRecoveredByExpiry(t *testing.T) {
 	subject := limitertest.Subject()
 	acquire := func() (limiter.Request, limiter.Evaluated) {
 		t.Helper()
-		req := limiter.Request{Policies: []*limiter.Policy{p}, Subject: subject, Cost: 1, EvaluationID: limitertest.Subject()}
+		req := limiter.Request{Policies: limitertest.One(p), Subject: subject, Cost: 1, EvaluationID: limitertest.Subject()}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		e, ok := r.Evaluate(ctx, req).(limiter.Evaluated)

@@ -79,26 +79,26 @@ func argv(cmd []any) []any { return cmd[cmdHead+cmd[2].(int):] }
 // whose slot the call goes to.
 func firstKey(cmd []any) string { return *cmd[cmdHead].(*string) }
 
-// key is the Redis key of a policy revision and subject:
+// key is the Redis key of a set's i-th policy and subject:
 // <prefix>{<subject>}:<policy>:<revision>. The hash tag is the subject
 // alone, so all the policies of one subject and operation (the pseudonym
 // covers both) live on one Cluster slot and one script can decide them
 // together. The subject is a pseudonym, so no raw identity reaches Redis.
-func (r *Redis) key(p *Policy, subject string) string {
-	return r.prefix + "{" + subject + r.compiled(p).keyTail
+func (r *Redis) key(set *PolicySet, i int, subject string) string {
+	return r.prefix + "{" + subject + set.script[i].keyTail
 }
 
-// compiledPolicy is what every call of one policy shares, made once: the
-// end of its keys and its script arguments, boxed once.
-type compiledPolicy struct {
-	policy   Policy // what it was made from: a policy changed in place is made again
+// scriptPolicy is what every call of one policy shares, made once with
+// its PolicySet: the end of its keys and its script arguments, boxed once.
+type scriptPolicy struct {
+	policy   *Policy
 	keyTail  string // "}:" + name + ":" + revision
 	args     [argsPerPolicy]any
 	dedupTTL any // ARGV 3, when it is a request's first policy
 	places   any // ARGV 4, when it is a request's only policy, remembered
 	// calendar is a calendar policy's window argument, made again when
 	// the gateway's clock leaves the period it was made in.
-	calendar atomic.Pointer[calendarBounds]
+	calendar *atomic.Pointer[calendarBounds]
 }
 
 // The script's ARGV (lua/prelude.lua): argsHead values for the request,
@@ -139,17 +139,8 @@ const (
 	chargeGiveBack = 5
 )
 
-// maxCompiled bounds the compiled policies kept: every reload brings new
-// ones, and the old ones are not told apart from those still in use.
-const maxCompiled = 1024
-
-func (r *Redis) compiled(p *Policy) *compiledPolicy {
-	if v, ok := r.policies.Load(p); ok {
-		if c := v.(*compiledPolicy); c.policy == *p {
-			return c
-		}
-	}
-	c := &compiledPolicy{policy: *p, keyTail: "}:" + p.Name + ":" + strconv.FormatInt(p.Revision, 10)}
+func newScriptPolicy(p *Policy) scriptPolicy {
+	c := scriptPolicy{policy: p, keyTail: "}:" + p.Name + ":" + strconv.FormatInt(p.Revision, 10)}
 	shadow := 0
 	if p.Shadow {
 		shadow = 1
@@ -161,11 +152,9 @@ func (r *Redis) compiled(p *Policy) *compiledPolicy {
 	}
 	c.dedupTTL = p.Dedup.TTL.Milliseconds()
 	c.places = rememberedPlaces(p.Dedup, 1)
-	if r.compiledCount.Add(1) > maxCompiled {
-		r.policies.Clear()
-		r.compiledCount.Store(1)
+	if p.Calendar != 0 {
+		c.calendar = new(atomic.Pointer[calendarBounds])
 	}
-	r.policies.Store(p, c)
 	return c
 }
 
@@ -173,30 +162,26 @@ func (r *Redis) compiled(p *Policy) *compiledPolicy {
 // string. They share the subject's hash tag: one Cluster slot. With
 // de-duplication the first holds the remembered evaluations too. See
 // lua/prelude.lua.
-func (r *Redis) keys(ps []*Policy, subject string) []string {
-	var tailsOn [scratchPolicies]string
-	tails := tailsOn[:0]
+func (r *Redis) keys(set *PolicySet, subject string) []string {
 	head := len(r.prefix) + 1 + len(subject)
 	size := 0
-	for _, p := range ps {
-		t := r.compiled(p).keyTail
-		tails = append(tails, t)
-		size += head + len(t)
+	for _, c := range set.script {
+		size += head + len(c.keyTail)
 	}
 	var b strings.Builder
 	b.Grow(size)
-	for _, t := range tails {
+	for _, c := range set.script {
 		b.WriteString(r.prefix)
 		b.WriteByte('{')
 		b.WriteString(subject)
-		b.WriteString(t)
+		b.WriteString(c.keyTail)
 	}
 	all := b.String()
-	keys := make([]string, 0, len(ps))
+	keys := make([]string, 0, len(set.script))
 	at := 0
-	for _, t := range tails {
-		keys = append(keys, all[at:at+head+len(t)])
-		at += head + len(t)
+	for _, c := range set.script {
+		keys = append(keys, all[at:at+head+len(c.keyTail)])
+		at += head + len(c.keyTail)
 	}
 	return keys
 }
@@ -226,20 +211,20 @@ type remembering struct {
 }
 
 // appendArgs appends to cmd the script's ARGV for a request of cost over
-// ps in phase; mayDelay: its caller can hold it (Request.MayDelay). With
+// set in phase; mayDelay: its caller can hold it (Request.MayDelay). With
 // de-duplication, rem says how it is remembered.
-func (r *Redis) appendArgs(cmd []any, ps []*Policy, cost int64, phase Phase, mayDelay bool, rem remembering) []any {
-	args := append(cmd, len(ps), cost)
-	for i, p := range ps {
-		c := r.compiled(p)
+func (r *Redis) appendArgs(cmd []any, set *PolicySet, cost int64, phase Phase, mayDelay bool, rem remembering) []any {
+	args := append(cmd, len(set.list), cost)
+	for i, c := range set.script {
+		p := c.policy
 		if i == 0 {
 			var places, look any = 0, 0
 			switch {
 			case !rem.on:
-			case len(ps) == 1:
+			case len(set.list) == 1:
 				places = c.places
 			default:
-				places = rememberedPlaces(p.Dedup, len(ps))
+				places = rememberedPlaces(p.Dedup, len(set.list))
 			}
 			if rem.look {
 				look = 1
@@ -270,7 +255,7 @@ func (r *Redis) appendArgs(cmd []any, ps []*Policy, cost int64, phase Phase, may
 // midnight with; the gateway's clock is within seconds of Redis's, so the
 // periods on either side of the gateway's hold Redis's now. The list is
 // made once a period, not once a request.
-func (c *compiledPolicy) calendarArg(nowMillis int64) any {
+func (c *scriptPolicy) calendarArg(nowMillis int64) any {
 	b := c.calendar.Load()
 	if b == nil || nowMillis < b.from || nowMillis >= b.until {
 		b = c.policy.Calendar.bounds(c.policy.Timezone, nowMillis)
@@ -295,7 +280,7 @@ const (
 // the reply has none). clock is the
 // gateway's injected clock: with the wall clock it is how a calendar
 // policy's period is found from the time to its end.
-func decodeReply(ps []*Policy, reply []any, clock Clock, starts []int64) Outcome {
+func decodeReply(set *PolicySet, reply []any, clock Clock, starts []int64) Outcome {
 	if len(reply) == 0 {
 		return Indeterminate{Err: errMalformedReply}
 	}
@@ -312,6 +297,7 @@ func decodeReply(ps []*Policy, reply []any, clock Clock, starts []int64) Outcome
 	default:
 		return Indeterminate{Err: errMalformedReply}
 	}
+	ps := set.list
 	if len(reply) != 1+4*len(ps) && (starts == nil || len(reply) != 1+5*len(ps)) {
 		return Indeterminate{Err: errMalformedReply}
 	}

@@ -11,15 +11,15 @@ import (
 	"github.com/edgegate/gateway/limiter/redistest"
 )
 
-func severalPolicies() []*limiter.Policy {
+func severalPolicies() *limiter.PolicySet {
 	small, large := limitertest.FixedWindow(2, time.Minute), limitertest.TokenBucket(100, 1, time.Hour)
 	small.Clock, large.Clock = limiter.ClockBackend, limiter.ClockBackend
-	return []*limiter.Policy{small, large}
+	return limiter.MustPolicySet(small, large)
 }
 
 func evaluateAll(t *testing.T, b interface {
 	Evaluate(context.Context, limiter.Request) limiter.Outcome
-}, ps []*limiter.Policy, subject, id string) limiter.Evaluated {
+}, ps *limiter.PolicySet, subject, id string) limiter.Evaluated {
 	t.Helper()
 	o := b.Evaluate(context.Background(), limiter.Request{Policies: ps, Subject: subject, Cost: 1, EvaluationID: id,
 		NewID: id != "", Deadline: time.Now().Add(time.Second)})
@@ -49,7 +49,7 @@ func TestSeveralPoliciesOnRedis(t *testing.T) {
 			t.Fatalf("after the retry %+v, want 0 and 98 left", e.Policies)
 		}
 		admin := s.Client(t)
-		if c := admin.HGet(context.Background(), r.Key(ps[1], subject), "c").Val(); c != "98" {
+		if c := admin.HGet(context.Background(), r.Key(ps.Policy(1), subject), "c").Val(); c != "98" {
 			t.Fatalf("stored tokens %q, want 98: the lost call was charged twice", c)
 		}
 	})
@@ -86,7 +86,7 @@ func TestSeveralPoliciesOnRedis(t *testing.T) {
 		defer b.Close()
 		small, large := limitertest.FixedWindow(10, time.Minute), limitertest.FixedWindow(4, time.Hour)
 		small.Clock, large.Clock = limiter.ClockBackend, limiter.ClockBackend
-		ps := []*limiter.Policy{small, large}
+		ps := limiter.MustPolicySet(small, large)
 		subject := limitertest.Subject()
 		s.Kill()
 		var admitted int

@@ -215,7 +215,7 @@ func BenchmarkRedis(b *testing.B) {
 				subject := limitertest.Subject()
 				ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
 				defer cancel()
-				ps := []*limiter.Policy{&q}
+				ps := limitertest.One(&q)
 				calls, usec := evalshaStats(b, s)
 				cpu := cpuTime(b)
 				b.ReportAllocs()
@@ -312,7 +312,7 @@ func BenchmarkRedisRotation(b *testing.B) {
 	for w := range 32 {
 		wg.Go(func() {
 			for i := w; i < len(subjects); i += 32 {
-				warm.Evaluate(context.Background(), limiter.Request{Policies: []*limiter.Policy{p}, Subject: subjects[i], Cost: 1})
+				warm.Evaluate(context.Background(), limiter.Request{Policies: limitertest.One(p), Subject: subjects[i], Cost: 1})
 			}
 		})
 	}
@@ -358,7 +358,7 @@ func reportRedisCost(b *testing.B, s *redistest.Server, reg *prometheus.Registry
 func admitInParallel(b *testing.B, backend interface {
 	Evaluate(context.Context, limiter.Request) limiter.Outcome
 }, p *limiter.Policy, subjects []string, parallelism int) {
-	ps := []*limiter.Policy{p}
+	ps := limitertest.One(p)
 	var ids atomic.Int64
 	b.ReportAllocs()
 	b.SetParallelism(parallelism)
@@ -412,11 +412,12 @@ func BenchmarkRedisMemoryPerSubject(b *testing.B) {
 			before := used()
 			n := 0
 			ctx := context.Background()
+			ps := limitertest.One(p)
 			for b.Loop() {
 				// A pseudonym as the gateway makes them: v1: and 64 hex digits.
 				subject := fmt.Sprintf("v1:%064x", n)
 				for i := range tc.decisions {
-					r.Evaluate(ctx, limiter.Request{Policies: []*limiter.Policy{p}, Subject: subject, Cost: 1, EvaluationID: fmt.Sprintf("%024x-%x", 1, n*tc.decisions+i), NewID: true})
+					r.Evaluate(ctx, limiter.Request{Policies: ps, Subject: subject, Cost: 1, EvaluationID: fmt.Sprintf("%024x-%x", 1, n*tc.decisions+i), NewID: true})
 				}
 				n++
 			}

@@ -9,10 +9,10 @@ package limiter
 // backend's own state, without charging anything. A request with several
 // policies is not looked up (false).
 func (m *Memory) StandingDenial(req Request) (Evaluated, bool) {
-	if len(req.Policies) != 1 || req.Policies[0] == nil || req.Cost < 1 {
+	if req.Policies == nil || req.Policies.Len() != 1 || req.Cost < 1 {
 		return Evaluated{}, false
 	}
-	p := req.Policies[0]
+	p := req.Policies.list[0]
 	if p.HoldsLeases() {
 		return Evaluated{}, false // any release may end it
 	}
@@ -37,11 +37,11 @@ func (m *Memory) StandingDenial(req Request) (Evaluated, bool) {
 // (see denials), without a Redis call. Without the cache, or for a
 // request with several policies, it reports none.
 func (r *Redis) StandingDenial(req Request) (Evaluated, bool) {
-	ps := req.Policies
-	if r.denials == nil || len(ps) != 1 || ps[0] == nil {
+	set := req.Policies
+	if r.denials == nil || set == nil || set.Len() != 1 {
 		return Evaluated{}, false
 	}
-	e, ok := r.denials.get(newDenialKey(ps, req.Subject, req.Cost), ps, r.now(ps[0]))
+	e, ok := r.denials.get(denialKey{set: set, subject: req.Subject, cost: req.Cost}, r.now(set.clockPolicy()))
 	if !ok {
 		return Evaluated{}, false
 	}

@@ -108,7 +108,7 @@ func (h *Handler) adminLimits(w http.ResponseWriter, r *http.Request, c *compile
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), adminLimitsTimeout)
 	defer cancel()
-	req := limiter.Request{Policies: l.policies, Subject: s.Pseudonym}
+	req := limiter.Request{Policies: l.set, Subject: s.Pseudonym}
 	if r.Method == http.MethodDelete {
 		if err := backend.Reset(ctx, req); err != nil {
 			h.opts.Logger.LogAttrs(ctx, slog.LevelError, "admin reset failed",

@@ -17,19 +17,24 @@ import (
 // response, compiled: the limiter checks it before forwarding with the
 // route's other policies, and the response says what it costs.
 type responseCharge struct {
-	policies []*limiter.Policy // the policy, a list of one: a settlement's Request.Policies
+	policy   *limiter.Policy
+	alone    *limiter.PolicySet // the policy, a set of one: a settlement's Request.Policies
 	name     string
 	statuses *limiter.Statuses // nil when header says the cost
 	header   string            // the cost header's canonical name
 }
 
-func newResponseCharges(ps []*limiter.Policy) []responseCharge {
+func newResponseCharges(ps []*limiter.Policy) ([]responseCharge, error) {
 	var charges []responseCharge
 	for _, p := range ps {
 		if !p.ChargedByResponse() {
 			continue
 		}
-		ch := responseCharge{policies: []*limiter.Policy{p}, name: p.Name}
+		alone, err := limiter.NewPolicySet(p)
+		if err != nil {
+			return nil, err
+		}
+		ch := responseCharge{policy: p, alone: alone, name: p.Name}
 		if p.CostHeader != "" {
 			ch.header = textproto.CanonicalMIMEHeaderKey(p.CostHeader)
 		} else {
@@ -37,7 +42,7 @@ func newResponseCharges(ps []*limiter.Policy) []responseCharge {
 		}
 		charges = append(charges, ch)
 	}
-	return charges
+	return charges, nil
 }
 
 // settlement is one request's charges after its response: made when the
@@ -115,7 +120,7 @@ func (s *settlement) finish(h http.Header) {
 func (s *settlement) cost(ch *responseCharge, v []string) int64 {
 	if len(v) == 1 {
 		if n, err := strconv.ParseInt(strings.TrimSpace(v[0]), 10, 64); err == nil && n >= 0 {
-			return min(n, ch.policies[0].MaxCost)
+			return min(n, ch.policy.MaxCost)
 		}
 	}
 	if m := s.h.opts.Metrics; m != nil {
@@ -134,7 +139,7 @@ func (s *settlement) charge(ch *responseCharge, cost int64) {
 	go func() {
 		defer s.wg.Done()
 		req := limiter.Request{
-			Policies:     ch.policies,
+			Policies:     ch.alone,
 			Subject:      s.subject,
 			Cost:         cost,
 			EvaluationID: s.h.evalIDs.next(),

@@ -46,12 +46,12 @@ func (r *recordingLimiter) Evaluate(ctx context.Context, req limiter.Request) li
 	from := time.Now()
 	o := r.Limiter.Evaluate(ctx, req)
 	e := evaluation{subject: req.Subject, phase: req.Phase, cost: req.Cost, from: from, to: time.Now()}
-	for _, p := range req.Policies {
+	for _, p := range req.Policies.Policies() {
 		e.policies = append(e.policies, p.Name)
 	}
 	if d, ok := o.(limiter.Evaluated); ok && !d.Fallback {
 		e.decided, e.admitted = true, d.Allowed
-		for i := range req.Policies {
+		for i := range req.Policies.Len() {
 			e.allowed = append(e.allowed, d.PolicyDecision(i).Allowed)
 		}
 	}

@@ -25,6 +25,8 @@ import (
 // may be a shadow policy, which is decided and charged but never changes
 // the answer.
 type limits struct {
+	// set is what the limiter is asked; policies its policies, in order.
+	set      *limiter.PolicySet
 	policies []*limiter.Policy
 	// shadowOnly: no policy is enforced, so nothing the limiter says (or
 	// fails to say) keeps a request from the upstream.
@@ -62,12 +64,13 @@ type limits struct {
 // newLimits compiles a list of policies that Route.Validate passed: none
 // nil, each once.
 func newLimits(ps []*limiter.Policy) (*limits, error) {
-	l := &limits{policies: ps, shadowOnly: true}
+	set, err := limiter.NewPolicySet(ps...)
+	if err != nil {
+		return nil, err
+	}
+	l := &limits{set: set, policies: set.Policies(), shadowOnly: true}
 	var members, enforced []string
 	for _, p := range ps {
-		if err := p.Validate(); err != nil {
-			return nil, err
-		}
 		l.names = append(l.names, sfString(p.Name))
 		if !p.Shadow {
 			l.shadowOnly = false
@@ -81,14 +84,16 @@ func newLimits(ps []*limiter.Policy) (*limits, error) {
 	}
 	l.enforced = len(enforced)
 	l.problem429 = quotaProblem(enforced)
-	l.leases = limiter.HoldsLeases(ps)
+	l.leases = set.HoldsLeases()
 	for _, p := range ps {
 		if p.HoldsLeases() && (l.leaseTTL == 0 || p.LeaseTTL < l.leaseTTL) {
 			l.leaseTTL = p.LeaseTTL
 		}
 	}
-	l.charges = newResponseCharges(ps)
-	l.delays = limiter.Delays(ps)
+	if l.charges, err = newResponseCharges(ps); err != nil {
+		return nil, err
+	}
+	l.delays = set.Delays()
 	return l, nil
 }
 
@@ -201,7 +206,7 @@ func (h *Handler) limit(w http.ResponseWriter, r *http.Request, c *compiled, rt 
 	}
 	start := time.Now()
 	req := limiter.Request{
-		Policies:     l.policies,
+		Policies:     l.set,
 		Subject:      s.Pseudonym,
 		Cost:         rt.Cost,
 		EvaluationID: h.evalIDs.next(),

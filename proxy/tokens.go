@@ -55,7 +55,7 @@ func (b *tokenBudget) AdmitToken(_ context.Context, client subject.Subject) erro
 }
 
 func (b *tokenBudget) request(pseudonym string, start time.Time) limiter.Request {
-	req := limiter.Request{Policies: b.limits.policies, Subject: pseudonym, Cost: 1}
+	req := limiter.Request{Policies: b.limits.set, Subject: pseudonym, Cost: 1}
 	if !start.IsZero() {
 		req.EvaluationID, req.NewID, req.Deadline = b.evalIDs.next(), true, start.Add(b.deadline)
 	}

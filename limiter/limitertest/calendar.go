@@ -34,7 +34,7 @@ func runCalendar(t *testing.T, newBackend Factory) {
 		clock := clockAt(t, "Europe/Berlin", 2026, time.March, 28, 23, 59, 59, 999)
 		b := newBackend(t, clock)
 		s := Subject()
-		req := limiter.Request{Policies: []*limiter.Policy{p}, Subject: s, Cost: 1}
+		req := limiter.Request{Policies: One(p), Subject: s, Cost: 1}
 		for i, w := range []limiter.Decision{
 			{Allowed: true, Remaining: 1, ResetAfter: time.Millisecond, WindowSeconds: 86400},
 			{Allowed: true, Remaining: 0, ResetAfter: time.Millisecond, WindowSeconds: 86400},
@@ -76,7 +76,7 @@ func runCalendar(t *testing.T, newBackend Factory) {
 			t.Run(c.name, func(t *testing.T) {
 				p := Calendar(5, c.calendar, c.zone)
 				b := newBackend(t, c.clock(t))
-				d := evaluated(t, b.Evaluate(ctx(t), limiter.Request{Policies: []*limiter.Policy{p}, Subject: Subject(), Cost: 1}))
+				d := evaluated(t, b.Evaluate(ctx(t), limiter.Request{Policies: One(p), Subject: Subject(), Cost: 1}))
 				if !d.Allowed || d.WindowSeconds != c.seconds || d.ResetAfter != c.reset {
 					t.Fatalf("%+v, want allowed in a period of %ds with %s to its end", d, c.seconds, c.reset)
 				}
@@ -87,7 +87,7 @@ func runCalendar(t *testing.T, newBackend Factory) {
 		p := Calendar(3, limiter.CalendarDay, "Europe/Berlin")
 		clock := clockAt(t, "Europe/Berlin", 2026, time.March, 29, 0, 0, 0, 1)
 		b := newBackend(t, clock)
-		req := limiter.Request{Policies: []*limiter.Policy{p}, Subject: Subject(), Cost: 1}
+		req := limiter.Request{Policies: One(p), Subject: Subject(), Cost: 1}
 		evaluated(t, b.Evaluate(ctx(t), req))
 		clock.Advance(-2 * time.Millisecond) // the day before, by this clock
 		w := limiter.Decision{Allowed: true, Limit: 3, Remaining: 1, ResetAfter: 23*time.Hour - time.Millisecond, WindowSeconds: 82800}
@@ -103,7 +103,7 @@ func runCalendar(t *testing.T, newBackend Factory) {
 		p := Calendar(3, limiter.CalendarDay, "Europe/Berlin")
 		clock := clockAt(t, "Europe/Berlin", 2026, time.October, 25, 1, 0, 0, 0)
 		b := newBackend(t, clock)
-		req := limiter.Request{Policies: []*limiter.Policy{p}, Subject: Subject(), Cost: 1, EvaluationID: Subject()}
+		req := limiter.Request{Policies: One(p), Subject: Subject(), Cost: 1, EvaluationID: Subject()}
 		first := evaluated(t, b.Evaluate(ctx(t), req))
 		again := evaluated(t, b.Evaluate(ctx(t), req))
 		if first != again || first.WindowSeconds != 90000 || first.Remaining != 2 {

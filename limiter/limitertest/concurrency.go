@@ -14,7 +14,7 @@ type leaseHolder struct {
 }
 
 // acquire asks b for ps at cost for subject under a fresh evaluation ID.
-func acquire(t *testing.T, b Backend, ps []*limiter.Policy, subject string, cost int64) leaseHolder {
+func acquire(t *testing.T, b Backend, ps *limiter.PolicySet, subject string, cost int64) leaseHolder {
 	t.Helper()
 	req := limiter.Request{Policies: ps, Subject: subject, Cost: cost, EvaluationID: Subject()}
 	o := b.Evaluate(ctx(t), req)
@@ -40,7 +40,7 @@ func release(t *testing.T, b Backend, h leaseHolder) {
 // refuse).
 func free(t *testing.T, b Backend, p *limiter.Policy, subject string) int64 {
 	t.Helper()
-	h := acquire(t, b, []*limiter.Policy{p}, subject, 1)
+	h := acquire(t, b, One(p), subject, 1)
 	release(t, b, h)
 	if !h.e.Allowed {
 		return h.e.Remaining
@@ -64,7 +64,7 @@ func heldFor(t *testing.T, clock *Clock, b Backend, p *limiter.Policy, subject s
 
 // runConcurrency holds a backend to the concurrency algorithm's rules.
 func runConcurrency(t *testing.T, newBackend Factory) {
-	one := func(p *limiter.Policy) []*limiter.Policy { return []*limiter.Policy{p} }
+	one := func(p *limiter.Policy) *limiter.PolicySet { return One(p) }
 	t.Run("concurrency admits the limit at once, refuses the next, and admits again when one is released", func(t *testing.T) {
 		p := Concurrency(3, 10*time.Second)
 		b := newBackend(t, NewClock())
@@ -145,7 +145,7 @@ func runConcurrency(t *testing.T, newBackend Factory) {
 	})
 	t.Run("several policies with concurrency: a refused request takes no lease and is charged nothing", func(t *testing.T) {
 		inFlight, perMinute := Concurrency(5, 10*time.Second), FixedWindow(2, time.Minute)
-		ps := []*limiter.Policy{inFlight, perMinute}
+		ps := limiter.MustPolicySet(inFlight, perMinute)
 		b := newBackend(t, NewClock())
 		s := Subject()
 		var held []leaseHolder
@@ -165,7 +165,7 @@ func runConcurrency(t *testing.T, newBackend Factory) {
 		acquire(t, b, one(full), s2, 1)
 		window := FixedWindow(5, time.Minute)
 		for range 3 {
-			if h := acquire(t, b, []*limiter.Policy{full, window}, s2, 1); h.e.Allowed {
+			if h := acquire(t, b, limiter.MustPolicySet(full, window), s2, 1); h.e.Allowed {
 				t.Fatal("admitted past the concurrency limit")
 			}
 		}

@@ -19,7 +19,7 @@ func delayed(p *limiter.Policy, d time.Duration) *limiter.Policy {
 func runDelay(t *testing.T, newBackend Factory) {
 	// hold asks for ps at cost 1 as a caller that can hold the request
 	// (mayDelay), under an evaluation ID of its own.
-	hold := func(t *testing.T, b Backend, ps []*limiter.Policy, s string, mayDelay bool) (limiter.Request, limiter.Evaluated) {
+	hold := func(t *testing.T, b Backend, ps *limiter.PolicySet, s string, mayDelay bool) (limiter.Request, limiter.Evaluated) {
 		t.Helper()
 		req := limiter.Request{Policies: ps, Subject: s, Cost: 1, EvaluationID: Subject(), MayDelay: mayDelay}
 		e, ok := b.Evaluate(ctx(t), req).(limiter.Evaluated)
@@ -32,7 +32,7 @@ func runDelay(t *testing.T, newBackend Factory) {
 		clock := NewClock()
 		b := newBackend(t, clock)
 		p := delayed(TokenBucket(2, 1, 250*time.Millisecond), time.Second)
-		ps := []*limiter.Policy{p}
+		ps := One(p)
 		s := Subject()
 		for i, want := range []time.Duration{0, 0, 250 * time.Millisecond, 500 * time.Millisecond, 750 * time.Millisecond, time.Second} {
 			req, e := hold(t, b, ps, s, true)
@@ -56,7 +56,7 @@ func runDelay(t *testing.T, newBackend Factory) {
 		clock := NewClock()
 		b := newBackend(t, clock)
 		p := delayed(FixedWindow(2, time.Second), 500*time.Millisecond)
-		ps := []*limiter.Policy{p}
+		ps := One(p)
 		s := Subject()
 		clock.Advance(100 * time.Millisecond)
 		hold(t, b, ps, s, true)
@@ -88,7 +88,7 @@ func runDelay(t *testing.T, newBackend Factory) {
 			// The request's other policy gets its cost back too: a fixed
 			// window's, or a sliding counter's.
 			other := []*limiter.Policy{FixedWindow(10, time.Minute), SlidingCounter(10, time.Minute)}[i]
-			ps := []*limiter.Policy{p, other}
+			ps := limiter.MustPolicySet(p, other)
 			s := Subject()
 			clock.Advance(100 * time.Millisecond)
 			hold(t, b, ps, s, true)
@@ -118,11 +118,11 @@ func runDelay(t *testing.T, newBackend Factory) {
 		b := newBackend(t, NewClock())
 		p := delayed(TokenBucket(1, 1, time.Second), time.Second)
 		s := Subject()
-		hold(t, b, []*limiter.Policy{p}, s, false)
-		if _, e := hold(t, b, []*limiter.Policy{p}, s, false); e.Allowed || e.RetryAfter != time.Second {
+		hold(t, b, One(p), s, false)
+		if _, e := hold(t, b, One(p), s, false); e.Allowed || e.RetryAfter != time.Second {
 			t.Fatalf("allowed %v, retry %s; want refused, retry 1s", e.Allowed, e.RetryAfter)
 		}
-		if _, e := hold(t, b, []*limiter.Policy{p}, s, true); !e.Allowed || e.Delay() != time.Second {
+		if _, e := hold(t, b, One(p), s, true); !e.Allowed || e.Delay() != time.Second {
 			t.Fatalf("a caller that can hold it: allowed %v, delay %s; want allowed after 1s", e.Allowed, e.Delay())
 		}
 	})
@@ -131,18 +131,18 @@ func runDelay(t *testing.T, newBackend Factory) {
 		b := newBackend(t, clock)
 		slow, fast := delayed(TokenBucket(1, 1, time.Second), time.Second), delayed(TokenBucket(1, 1, 500*time.Millisecond), time.Second)
 		s := Subject()
-		hold(t, b, []*limiter.Policy{slow, fast}, s, true)
-		req, e := hold(t, b, []*limiter.Policy{slow, fast}, s, true)
+		hold(t, b, limiter.MustPolicySet(slow, fast), s, true)
+		req, e := hold(t, b, limiter.MustPolicySet(slow, fast), s, true)
 		if !e.Allowed || e.Delay() != time.Second || e.Policies[1].Delay() != 500*time.Millisecond || limiter.Held(req, e) != time.Second {
 			t.Fatalf("delays %s and %s, summed up as %s; want 1s and 500ms, held 1s", e.Policies[0].Delay(), e.Policies[1].Delay(), e.Delay())
 		}
 		full := FixedWindow(1, time.Minute)
 		t2 := Subject()
-		hold(t, b, []*limiter.Policy{slow, full}, t2, true)
-		if _, e := hold(t, b, []*limiter.Policy{slow, full}, t2, true); e.Allowed || !e.Policies[0].Allowed {
+		hold(t, b, limiter.MustPolicySet(slow, full), t2, true)
+		if _, e := hold(t, b, limiter.MustPolicySet(slow, full), t2, true); e.Allowed || !e.Policies[0].Allowed {
 			t.Fatalf("one policy full: %+v; want refused, the other would have delayed", e)
 		}
-		if _, e := hold(t, b, []*limiter.Policy{slow}, t2, true); e.Delay() != time.Second || e.Remaining != -1 {
+		if _, e := hold(t, b, One(slow), t2, true); e.Delay() != time.Second || e.Remaining != -1 {
 			t.Fatalf("after the refusal: delay %s, remaining %d; want 1s, -1 (the refusal reserved nothing)", e.Delay(), e.Remaining)
 		}
 	})
@@ -150,7 +150,7 @@ func runDelay(t *testing.T, newBackend Factory) {
 		b := newBackend(t, NewClock())
 		shadow := delayed(TokenBucket(1, 1, time.Second), time.Second)
 		shadow.Shadow = true
-		ps := []*limiter.Policy{FixedWindow(10, time.Minute), shadow}
+		ps := limiter.MustPolicySet(FixedWindow(10, time.Minute), shadow)
 		s := Subject()
 		hold(t, b, ps, s, true)
 		req, e := hold(t, b, ps, s, true)
@@ -162,14 +162,14 @@ func runDelay(t *testing.T, newBackend Factory) {
 		b := newBackend(t, NewClock())
 		p := delayed(TokenBucket(1, 1, time.Second), 2*time.Second)
 		s := Subject()
-		hold(t, b, []*limiter.Policy{p}, s, true)
-		req := limiter.Request{Policies: []*limiter.Policy{p}, Subject: s, Cost: 1, EvaluationID: "retried", MayDelay: true}
+		hold(t, b, One(p), s, true)
+		req := limiter.Request{Policies: One(p), Subject: s, Cost: 1, EvaluationID: "retried", MayDelay: true}
 		first := evaluated(t, b.Evaluate(ctx(t), req))
 		again := evaluated(t, b.Evaluate(ctx(t), req))
 		if again != first || first.Delay() != time.Second {
 			t.Fatalf("retry %+v, first %+v; want the first, delayed 1s", again, first)
 		}
-		if _, e := hold(t, b, []*limiter.Policy{p}, s, true); e.Delay() != 2*time.Second {
+		if _, e := hold(t, b, One(p), s, true); e.Delay() != 2*time.Second {
 			t.Fatalf("next: delay %s, want 2s", e.Delay())
 		}
 	})

@@ -39,7 +39,7 @@ func RunLeases(t *testing.T, newInstances Instances) {
 						go func() {
 							defer wg.Done()
 							for {
-								o := b.Evaluate(ctx(t), limiter.Request{Policies: []*limiter.Policy{p}, Subject: s, Cost: 1, EvaluationID: Subject()})
+								o := b.Evaluate(ctx(t), limiter.Request{Policies: One(p), Subject: s, Cost: 1, EvaluationID: Subject()})
 								if e, ok := o.(limiter.Evaluated); !ok || !e.Allowed {
 									return
 								}
@@ -62,11 +62,11 @@ func RunLeases(t *testing.T, newInstances Instances) {
 		s := Subject()
 		admitted := 0
 		for _, b := range bs {
-			if ask(t, b, []*limiter.Policy{p}, s, 1) {
+			if ask(t, b, One(p), s, 1) {
 				admitted++
 			}
 		}
-		for ask(t, bs[0], []*limiter.Policy{p}, s, 1) {
+		for ask(t, bs[0], One(p), s, 1) {
 			admitted++
 		}
 		if least := 4*lease - (n-1)*(lease-1); admitted < least || admitted > 4*lease {
@@ -83,7 +83,7 @@ func RunLeases(t *testing.T, newInstances Instances) {
 			for open := true; open; {
 				open = false
 				for _, b := range bs {
-					if ask(t, b, []*limiter.Policy{p}, s, cost) {
+					if ask(t, b, One(p), s, cost) {
 						admitted += cost
 						open = true
 					}
@@ -109,16 +109,16 @@ func RunLeases(t *testing.T, newInstances Instances) {
 			clock := NewClock()
 			bs := newInstances(t, clock, 2)
 			s := Subject()
-			if !ask(t, bs[0], []*limiter.Policy{c.p}, s, 1) {
+			if !ask(t, bs[0], One(c.p), s, 1) {
 				t.Fatal("the first request was refused")
 			}
 			clock.Advance(time.Second)
 			for i := range 10 {
-				if !ask(t, bs[1], []*limiter.Policy{c.p}, s, 1) {
+				if !ask(t, bs[1], One(c.p), s, 1) {
 					t.Fatalf("request %d %s refused", i+1, c.full)
 				}
 			}
-			if ask(t, bs[0], []*limiter.Policy{c.p}, s, 1) {
+			if ask(t, bs[0], One(c.p), s, 1) {
 				t.Fatal(c.past)
 			}
 		})
@@ -129,16 +129,16 @@ func RunLeases(t *testing.T, newInstances Instances) {
 		bs := newInstances(t, clock, 2)
 		s := Subject()
 		admitted := 0
-		for ask(t, bs[0], []*limiter.Policy{p}, s, 1) {
+		for ask(t, bs[0], One(p), s, 1) {
 			admitted++
 			if admitted == 8 {
 				break
 			}
 		}
-		for ask(t, bs[1], []*limiter.Policy{p}, s, 1) {
+		for ask(t, bs[1], One(p), s, 1) {
 			admitted++
 		}
-		admitted += untilIdleGivesBack(t, clock, bs[1], []*limiter.Policy{p}, s, 10-admitted)
+		admitted += untilIdleGivesBack(t, clock, bs[1], One(p), s, 10-admitted)
 		if admitted != 10 {
 			t.Fatalf("%d admitted, want every unit of the limit, 10", admitted)
 		}
@@ -148,7 +148,7 @@ func RunLeases(t *testing.T, newInstances Instances) {
 		clock := NewClock()
 		bs := newInstances(t, clock, 2)
 		s := Subject()
-		both := []*limiter.Policy{large, small}
+		both := limiter.MustPolicySet(large, small)
 		admitted := 0
 		for range 6 {
 			if ask(t, bs[0], both, s, 1) {
@@ -160,7 +160,7 @@ func RunLeases(t *testing.T, newInstances Instances) {
 		}
 		// The refused requests kept none of the large policy's units: once
 		// the first instance idles they are all the second's.
-		got := untilIdleGivesBack(t, clock, bs[1], []*limiter.Policy{large}, s, 7)
+		got := untilIdleGivesBack(t, clock, bs[1], One(large), s, 7)
 		if got != 7 {
 			t.Fatalf("the large policy admitted %d more alone, want 7", got)
 		}
@@ -171,7 +171,7 @@ func RunLeases(t *testing.T, newInstances Instances) {
 		b := newInstances(t, NewClock(), 1)[0]
 		s := Subject()
 		// A route's list, made once, as Request.Policies asks.
-		both := []*limiter.Policy{enforced, shadow}
+		both := limiter.MustPolicySet(enforced, shadow)
 		for i := range 6 {
 			o := b.Evaluate(ctx(t), limiter.Request{Policies: both, Subject: s, Cost: 1, EvaluationID: Subject()})
 			e, ok := o.(limiter.Evaluated)
@@ -186,7 +186,7 @@ func RunLeases(t *testing.T, newInstances Instances) {
 }
 
 // ask reports whether the request of ps, subject and cost was admitted.
-func ask(t *testing.T, b Backend, ps []*limiter.Policy, subject string, cost int64) bool {
+func ask(t *testing.T, b Backend, ps *limiter.PolicySet, subject string, cost int64) bool {
 	t.Helper()
 	o := b.Evaluate(ctx(t), limiter.Request{Policies: ps, Subject: subject, Cost: cost, EvaluationID: Subject()})
 	e, ok := o.(limiter.Evaluated)
@@ -200,7 +200,7 @@ func ask(t *testing.T, b Backend, ps []*limiter.Policy, subject string, cost int
 // and then asks b until it is refused, for want admissions at most: the
 // units come back in the background, so it waits for them, a few seconds
 // at most. It returns how many were admitted.
-func untilIdleGivesBack(t *testing.T, clock *Clock, b Backend, ps []*limiter.Policy, subject string, want int) int {
+func untilIdleGivesBack(t *testing.T, clock *Clock, b Backend, ps *limiter.PolicySet, subject string, want int) int {
 	t.Helper()
 	admitted := 0
 	for try := 0; try < 20 && admitted < want; try++ {

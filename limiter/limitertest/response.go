@@ -12,7 +12,7 @@ import (
 func runResponseCharged(t *testing.T, newBackend Factory) {
 	// ask is one request at cost in phase, under an evaluation ID of its own
 	// unless id is given.
-	ask := func(t *testing.T, b Backend, ps []*limiter.Policy, s string, cost int64, phase limiter.Phase, id string) limiter.Evaluated {
+	ask := func(t *testing.T, b Backend, ps *limiter.PolicySet, s string, cost int64, phase limiter.Phase, id string) limiter.Evaluated {
 		t.Helper()
 		if id == "" {
 			id = Subject()
@@ -30,7 +30,7 @@ func runResponseCharged(t *testing.T, newBackend Factory) {
 			b := newBackend(t, NewClock())
 			s := Subject()
 			for i := range 4 {
-				if e := ask(t, b, []*limiter.Policy{p}, s, 1, limiter.Admission, ""); !e.Allowed || e.Remaining != 2 {
+				if e := ask(t, b, One(p), s, 1, limiter.Admission, ""); !e.Allowed || e.Remaining != 2 {
 					t.Fatalf("%s: admission %d: allowed %v, remaining %d; want allowed with 2 left", p.Algorithm, i+1, e.Allowed, e.Remaining)
 				}
 			}
@@ -41,7 +41,7 @@ func runResponseCharged(t *testing.T, newBackend Factory) {
 		b := newBackend(t, clock)
 		p := TokenBucket(100, 10, time.Second)
 		p.CostHeader = "X-Usage-Cost"
-		ps := []*limiter.Policy{p}
+		ps := One(p)
 		s := Subject()
 		for i, want := range []int64{60, 20, -20} {
 			if e := ask(t, b, ps, s, 40, limiter.Settlement, ""); !e.Allowed || e.Remaining != want {
@@ -101,7 +101,7 @@ func runResponseCharged(t *testing.T, newBackend Factory) {
 		b := newBackend(t, NewClock())
 		p := FixedWindow(5, time.Minute)
 		p.CountStatuses = limiter.StatusSet(401)
-		ps := []*limiter.Policy{p}
+		ps := One(p)
 		s, id := Subject(), Subject()
 		for i := range 6 {
 			// A debt's negative remaining survives the replay too.
@@ -125,13 +125,13 @@ func runResponseCharged(t *testing.T, newBackend Factory) {
 		b := newBackend(t, NewClock())
 		counted, failures := FixedWindow(3, time.Minute), FixedWindow(1, time.Minute)
 		failures.CountStatuses = limiter.StatusSet(401)
-		ps := []*limiter.Policy{counted, failures}
+		ps := limiter.MustPolicySet(counted, failures)
 		s := Subject()
 		e := ask(t, b, ps, s, 1, limiter.Admission, "")
 		if !e.Allowed || e.Policies[0].Remaining != 2 || e.Policies[1].Remaining != 1 {
 			t.Fatalf("first: %+v; want allowed, 2 and 1 left", e)
 		}
-		ask(t, b, []*limiter.Policy{failures}, s, 1, limiter.Settlement, "")
+		ask(t, b, One(failures), s, 1, limiter.Settlement, "")
 		e = ask(t, b, ps, s, 1, limiter.Admission, "")
 		if e.Allowed || e.Policies[0].Remaining != 2 || !e.Policies[0].Allowed || e.Policies[1].Allowed || e.Policies[1].Remaining != 0 {
 			t.Fatalf("after a failure: %+v; want denied by the second, the first uncharged with 2 left", e)

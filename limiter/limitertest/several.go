@@ -11,15 +11,15 @@ import (
 
 // all asks for the policies of ps at once and returns each one's decision
 // with the summary.
-func all(t *testing.T, b Backend, ps []*limiter.Policy, subject, id string) limiter.Evaluated {
+func all(t *testing.T, b Backend, ps *limiter.PolicySet, subject, id string) limiter.Evaluated {
 	t.Helper()
 	o := b.Evaluate(ctx(t), limiter.Request{Policies: ps, Subject: subject, Cost: 1, EvaluationID: id})
 	e, ok := o.(limiter.Evaluated)
 	if !ok {
 		t.Fatalf("outcome %#v, want Evaluated", o)
 	}
-	if len(e.Policies) != len(ps) {
-		t.Fatalf("%d decisions for %d policies", len(e.Policies), len(ps))
+	if len(e.Policies) != ps.Len() {
+		t.Fatalf("%d decisions for %d policies", len(e.Policies), ps.Len())
 	}
 	return e
 }
@@ -27,7 +27,7 @@ func all(t *testing.T, b Backend, ps []*limiter.Policy, subject, id string) limi
 // left is what policy p has left for subject, asked alone at cost 1.
 func left(t *testing.T, b Backend, p *limiter.Policy, subject string) int64 {
 	t.Helper()
-	d := evaluated(t, b.Evaluate(ctx(t), limiter.Request{Policies: []*limiter.Policy{p}, Subject: subject, Cost: 1, EvaluationID: Subject()}))
+	d := evaluated(t, b.Evaluate(ctx(t), limiter.Request{Policies: One(p), Subject: subject, Cost: 1, EvaluationID: Subject()}))
 	return d.Remaining + 1
 }
 
@@ -38,7 +38,7 @@ func runSeveral(t *testing.T, newBackend Factory) {
 		b := newBackend(t, NewClock())
 		s := Subject()
 		for i := range 5 {
-			e := all(t, b, []*limiter.Policy{small, large}, s, Subject())
+			e := all(t, b, limiter.MustPolicySet(small, large), s, Subject())
 			if e.Allowed != (i < 2) {
 				t.Fatalf("request %d: allowed %v", i+1, e.Allowed)
 			}
@@ -55,7 +55,7 @@ func runSeveral(t *testing.T, newBackend Factory) {
 		}
 	})
 	t.Run("several policies of every algorithm are decided together", func(t *testing.T) {
-		ps := []*limiter.Policy{FixedWindow(5, time.Hour), TokenBucket(3, 1, time.Hour), SlidingCounter(4, time.Hour)}
+		ps := limiter.MustPolicySet(FixedWindow(5, time.Hour), TokenBucket(3, 1, time.Hour), SlidingCounter(4, time.Hour))
 		b := newBackend(t, NewClock())
 		s := Subject()
 		for i := range 5 {
@@ -69,15 +69,15 @@ func runSeveral(t *testing.T, newBackend Factory) {
 				}
 			}
 		}
-		if n := left(t, b, ps[0], s); n != 2 {
+		if n := left(t, b, ps.Policy(0), s); n != 2 {
 			t.Fatalf("fixed window: %d left, want 2", n)
 		}
-		if n := left(t, b, ps[2], s); n != 1 {
+		if n := left(t, b, ps.Policy(2), s); n != 1 {
 			t.Fatalf("sliding counter: %d left, want 1", n)
 		}
 	})
 	t.Run("several policies: the longest wait of the denying ones", func(t *testing.T) {
-		ps := []*limiter.Policy{FixedWindow(1, time.Minute), FixedWindow(1, time.Hour)}
+		ps := limiter.MustPolicySet(FixedWindow(1, time.Minute), FixedWindow(1, time.Hour))
 		b := newBackend(t, NewClock())
 		s := Subject()
 		all(t, b, ps, s, Subject())
@@ -93,7 +93,7 @@ func runSeveral(t *testing.T, newBackend Factory) {
 		b := newBackend(t, NewClock())
 		s := Subject()
 		for i := range 4 {
-			e := all(t, b, []*limiter.Policy{enforced, trial}, s, Subject())
+			e := all(t, b, limiter.MustPolicySet(enforced, trial), s, Subject())
 			if !e.Allowed || e.Policies[1].Allowed != (i < 2) {
 				t.Fatalf("request %d: %+v", i+1, e)
 			}
@@ -103,7 +103,7 @@ func runSeveral(t *testing.T, newBackend Factory) {
 		}
 	})
 	t.Run("a retried evaluation of several policies returns its first result and is charged once", func(t *testing.T) {
-		ps := []*limiter.Policy{FixedWindow(3, time.Minute), TokenBucket(5, 1, time.Minute)}
+		ps := limiter.MustPolicySet(FixedWindow(3, time.Minute), TokenBucket(5, 1, time.Minute))
 		clock := NewClock()
 		b := newBackend(t, clock)
 		s := Subject()
@@ -113,7 +113,7 @@ func runSeveral(t *testing.T, newBackend Factory) {
 		if again.Decision != first.Decision || again.Policies[0] != first.Policies[0] || again.Policies[1] != first.Policies[1] {
 			t.Fatalf("retry got %+v, first was %+v", again, first)
 		}
-		if n := left(t, b, ps[0], s); n != 2 {
+		if n := left(t, b, ps.Policy(0), s); n != 2 {
 			t.Fatalf("%d left, want 2", n)
 		}
 	})
@@ -127,7 +127,7 @@ func runSeveral(t *testing.T, newBackend Factory) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				o := b.Evaluate(ctx(t), limiter.Request{Policies: []*limiter.Policy{small, large}, Subject: s, Cost: 1, EvaluationID: Subject()})
+				o := b.Evaluate(ctx(t), limiter.Request{Policies: limiter.MustPolicySet(small, large), Subject: s, Cost: 1, EvaluationID: Subject()})
 				if e, ok := o.(limiter.Evaluated); ok && e.Allowed {
 					allowed.Add(1)
 				}

@@ -132,7 +132,7 @@ func Run(t *testing.T, newBackend Factory) {
 		clock := NewClock()
 		b := newBackend(t, clock)
 		p := FixedWindow(2, time.Minute)
-		req := limiter.Request{Policies: []*limiter.Policy{p}, Subject: Subject(), Cost: 1}
+		req := limiter.Request{Policies: One(p), Subject: Subject(), Cost: 1}
 		standing := func() (limiter.Evaluated, bool) {
 			var e limiter.Evaluated
 			var ok bool
@@ -192,11 +192,11 @@ func Run(t *testing.T, newBackend Factory) {
 	})
 	t.Run("sliding counter says it is approximate", func(t *testing.T) {
 		b := newBackend(t, NewClock())
-		d := evaluated(t, b.Evaluate(ctx(t), limiter.Request{Policies: []*limiter.Policy{SlidingCounter(2, time.Second)}, Subject: Subject(), Cost: 1}))
+		d := evaluated(t, b.Evaluate(ctx(t), limiter.Request{Policies: limiter.MustPolicySet(SlidingCounter(2, time.Second)), Subject: Subject(), Cost: 1}))
 		if d.Certainty != limiter.Approximate {
 			t.Fatalf("certainty = %v, want approximate", d.Certainty)
 		}
-		d = evaluated(t, b.Evaluate(ctx(t), limiter.Request{Policies: []*limiter.Policy{FixedWindow(2, time.Second)}, Subject: Subject(), Cost: 1}))
+		d = evaluated(t, b.Evaluate(ctx(t), limiter.Request{Policies: limiter.MustPolicySet(FixedWindow(2, time.Second)), Subject: Subject(), Cost: 1}))
 		if d.Certainty != limiter.Certain {
 			t.Fatalf("fixed window certainty = %v, want certain", d.Certainty)
 		}
@@ -230,13 +230,13 @@ func Run(t *testing.T, newBackend Factory) {
 		b := newBackend(t, NewClock())
 		p, q := FixedWindow(1, time.Minute), FixedWindow(1, time.Minute)
 		alice, bob := Subject(), Subject()
-		for _, r := range []limiter.Request{{Policies: []*limiter.Policy{p}, Subject: alice}, {Policies: []*limiter.Policy{p}, Subject: bob}, {Policies: []*limiter.Policy{q}, Subject: alice}} {
+		for _, r := range []limiter.Request{{Policies: One(p), Subject: alice}, {Policies: One(p), Subject: bob}, {Policies: One(q), Subject: alice}} {
 			r.Cost = 1
 			if d := evaluated(t, b.Evaluate(ctx(t), r)); !d.Allowed {
-				t.Fatalf("first request of %s under %s denied", r.Subject, r.Policies[0].Name)
+				t.Fatalf("first request of %s under %s denied", r.Subject, r.Policies.Policy(0).Name)
 			}
 		}
-		if d := evaluated(t, b.Evaluate(ctx(t), limiter.Request{Policies: []*limiter.Policy{p}, Subject: alice, Cost: 1})); d.Allowed {
+		if d := evaluated(t, b.Evaluate(ctx(t), limiter.Request{Policies: One(p), Subject: alice, Cost: 1})); d.Allowed {
 			t.Fatal("second request allowed over a limit of one")
 		}
 	})
@@ -244,13 +244,13 @@ func Run(t *testing.T, newBackend Factory) {
 		b := newBackend(t, NewClock())
 		p := FixedWindow(1, time.Minute)
 		s := Subject()
-		evaluated(t, b.Evaluate(ctx(t), limiter.Request{Policies: []*limiter.Policy{p}, Subject: s, Cost: 1}))
-		if d := evaluated(t, b.Evaluate(ctx(t), limiter.Request{Policies: []*limiter.Policy{p}, Subject: s, Cost: 1})); d.Allowed {
+		evaluated(t, b.Evaluate(ctx(t), limiter.Request{Policies: One(p), Subject: s, Cost: 1}))
+		if d := evaluated(t, b.Evaluate(ctx(t), limiter.Request{Policies: One(p), Subject: s, Cost: 1})); d.Allowed {
 			t.Fatal("allowed over the limit")
 		}
 		next := *p
 		next.Revision++
-		if d := evaluated(t, b.Evaluate(ctx(t), limiter.Request{Policies: []*limiter.Policy{&next}, Subject: s, Cost: 1})); !d.Allowed {
+		if d := evaluated(t, b.Evaluate(ctx(t), limiter.Request{Policies: One(&next), Subject: s, Cost: 1})); !d.Allowed {
 			t.Fatal("revision 2 inherited revision 1's count")
 		}
 	})
@@ -263,9 +263,9 @@ func Run(t *testing.T, newBackend Factory) {
 			want limiter.IncompatibleReason
 		}{
 			"no policy":      {limiter.Request{Subject: Subject(), Cost: 1}, limiter.UnknownPolicy},
-			"cost above max": {limiter.Request{Policies: []*limiter.Policy{p}, Subject: Subject(), Cost: 3}, limiter.CostOutOfRange},
-			"cost of zero":   {limiter.Request{Policies: []*limiter.Policy{p}, Subject: Subject(), Cost: 0}, limiter.CostOutOfRange},
-			"negative cost":  {limiter.Request{Policies: []*limiter.Policy{p}, Subject: Subject(), Cost: -1}, limiter.CostOutOfRange},
+			"cost above max": {limiter.Request{Policies: One(p), Subject: Subject(), Cost: 3}, limiter.CostOutOfRange},
+			"cost of zero":   {limiter.Request{Policies: One(p), Subject: Subject(), Cost: 0}, limiter.CostOutOfRange},
+			"negative cost":  {limiter.Request{Policies: One(p), Subject: Subject(), Cost: -1}, limiter.CostOutOfRange},
 		} {
 			o, ok := b.Evaluate(ctx(t), tc.req).(limiter.Incompatible)
 			if !ok || o.Reason != tc.want {
@@ -279,11 +279,11 @@ func Run(t *testing.T, newBackend Factory) {
 		s := Subject()
 		c, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Millisecond))
 		defer cancel()
-		o, ok := b.Evaluate(c, limiter.Request{Policies: []*limiter.Policy{p}, Subject: s, Cost: 1}).(limiter.Unavailable)
+		o, ok := b.Evaluate(c, limiter.Request{Policies: One(p), Subject: s, Cost: 1}).(limiter.Unavailable)
 		if !ok || o.Category != limiter.AdmissionRejected {
 			t.Fatalf("got %#v, want Unavailable(admission_rejected)", o)
 		}
-		if d := evaluated(t, b.Evaluate(ctx(t), limiter.Request{Policies: []*limiter.Policy{p}, Subject: s, Cost: 1})); !d.Allowed {
+		if d := evaluated(t, b.Evaluate(ctx(t), limiter.Request{Policies: One(p), Subject: s, Cost: 1})); !d.Allowed {
 			t.Fatal("the rejected request was charged")
 		}
 	})
@@ -292,7 +292,7 @@ func Run(t *testing.T, newBackend Factory) {
 			clock := NewClock()
 			b := newBackend(t, clock)
 			s := Subject()
-			req := limiter.Request{Policies: []*limiter.Policy{p}, Subject: s, Cost: 1}
+			req := limiter.Request{Policies: One(p), Subject: s, Cost: 1}
 			evaluated(t, b.Evaluate(ctx(t), req))
 			clock.Advance(-p.MaxClockRegression)
 			if d := evaluated(t, b.Evaluate(ctx(t), req)); !d.Allowed || d.Remaining != 8 {
@@ -316,19 +316,19 @@ func Run(t *testing.T, newBackend Factory) {
 			s := Subject()
 			// The first is new, as the gateway's are: remembered all the
 			// same; the retry is not.
-			first := evaluated(t, b.Evaluate(ctx(t), limiter.Request{Policies: []*limiter.Policy{p}, Subject: s, Cost: 1, EvaluationID: "eval-1", NewID: true}))
+			first := evaluated(t, b.Evaluate(ctx(t), limiter.Request{Policies: One(p), Subject: s, Cost: 1, EvaluationID: "eval-1", NewID: true}))
 			clock.Advance(time.Second)
-			again := evaluated(t, b.Evaluate(ctx(t), limiter.Request{Policies: []*limiter.Policy{p}, Subject: s, Cost: 1, EvaluationID: "eval-1"}))
+			again := evaluated(t, b.Evaluate(ctx(t), limiter.Request{Policies: One(p), Subject: s, Cost: 1, EvaluationID: "eval-1"}))
 			if again != first {
 				t.Fatalf("%s: retry got %+v, first was %+v", p.Algorithm, again, first)
 			}
-			next := evaluated(t, b.Evaluate(ctx(t), limiter.Request{Policies: []*limiter.Policy{p}, Subject: s, Cost: 1, EvaluationID: "eval-2", NewID: true}))
+			next := evaluated(t, b.Evaluate(ctx(t), limiter.Request{Policies: One(p), Subject: s, Cost: 1, EvaluationID: "eval-2", NewID: true}))
 			if next.Remaining != 1 {
 				t.Fatalf("%s: after a retry %d left, want 1", p.Algorithm, next.Remaining)
 			}
 			// Past the dedup TTL the ID is forgotten and charges again.
 			clock.Advance(p.Dedup.TTL)
-			late := evaluated(t, b.Evaluate(ctx(t), limiter.Request{Policies: []*limiter.Policy{p}, Subject: s, Cost: 1, EvaluationID: "eval-1"}))
+			late := evaluated(t, b.Evaluate(ctx(t), limiter.Request{Policies: One(p), Subject: s, Cost: 1, EvaluationID: "eval-1"}))
 			if late.Remaining != 0 || !late.Allowed {
 				t.Fatalf("%s: a forgotten ID got %+v, want charged with 0 left", p.Algorithm, late)
 			}
@@ -339,8 +339,8 @@ func Run(t *testing.T, newBackend Factory) {
 		p.Dedup = limiter.Dedup{}
 		b := newBackend(t, NewClock())
 		s := Subject()
-		evaluated(t, b.Evaluate(ctx(t), limiter.Request{Policies: []*limiter.Policy{p}, Subject: s, Cost: 1, EvaluationID: "same"}))
-		if d := evaluated(t, b.Evaluate(ctx(t), limiter.Request{Policies: []*limiter.Policy{p}, Subject: s, Cost: 1, EvaluationID: "same"})); d.Remaining != 1 {
+		evaluated(t, b.Evaluate(ctx(t), limiter.Request{Policies: One(p), Subject: s, Cost: 1, EvaluationID: "same"}))
+		if d := evaluated(t, b.Evaluate(ctx(t), limiter.Request{Policies: One(p), Subject: s, Cost: 1, EvaluationID: "same"})); d.Remaining != 1 {
 			t.Fatalf("remaining %d, want 1", d.Remaining)
 		}
 	})
@@ -350,14 +350,14 @@ func Run(t *testing.T, newBackend Factory) {
 		b := newBackend(t, NewClock())
 		s := Subject()
 		for _, id := range []string{"a", "b", "c"} {
-			evaluated(t, b.Evaluate(ctx(t), limiter.Request{Policies: []*limiter.Policy{p}, Subject: s, Cost: 1, EvaluationID: id}))
+			evaluated(t, b.Evaluate(ctx(t), limiter.Request{Policies: One(p), Subject: s, Cost: 1, EvaluationID: id}))
 		}
 		// "a" fell out of the two remembered IDs, so it is charged again;
 		// "c" is still remembered.
-		if d := evaluated(t, b.Evaluate(ctx(t), limiter.Request{Policies: []*limiter.Policy{p}, Subject: s, Cost: 1, EvaluationID: "a"})); d.Remaining != 96 {
+		if d := evaluated(t, b.Evaluate(ctx(t), limiter.Request{Policies: One(p), Subject: s, Cost: 1, EvaluationID: "a"})); d.Remaining != 96 {
 			t.Fatalf("forgotten ID: remaining %d, want 96", d.Remaining)
 		}
-		if d := evaluated(t, b.Evaluate(ctx(t), limiter.Request{Policies: []*limiter.Policy{p}, Subject: s, Cost: 1, EvaluationID: "a"})); d.Remaining != 96 {
+		if d := evaluated(t, b.Evaluate(ctx(t), limiter.Request{Policies: One(p), Subject: s, Cost: 1, EvaluationID: "a"})); d.Remaining != 96 {
 			t.Fatalf("remembered ID: remaining %d, want 96", d.Remaining)
 		}
 	})
@@ -371,7 +371,7 @@ func Run(t *testing.T, newBackend Factory) {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					o := b.Evaluate(ctx(t), limiter.Request{Policies: []*limiter.Policy{p}, Subject: s, Cost: 1, EvaluationID: Subject()})
+					o := b.Evaluate(ctx(t), limiter.Request{Policies: One(p), Subject: s, Cost: 1, EvaluationID: Subject()})
 					if e, ok := o.(limiter.Evaluated); ok && e.Allowed {
 						allowed.Add(1)
 					}
@@ -397,7 +397,7 @@ func sequence(t *testing.T, newBackend Factory, p *limiter.Policy, steps []want)
 	s := Subject()
 	for i, w := range steps {
 		clock.Advance(w.advance)
-		d := evaluated(t, b.Evaluate(ctx(t), limiter.Request{Policies: []*limiter.Policy{p}, Subject: s, Cost: w.cost, EvaluationID: Subject(), Phase: w.phase}))
+		d := evaluated(t, b.Evaluate(ctx(t), limiter.Request{Policies: One(p), Subject: s, Cost: w.cost, EvaluationID: Subject(), Phase: w.phase}))
 		got := want{advance: w.advance, phase: w.phase, cost: w.cost, allowed: d.Allowed, remaining: d.Remaining, retry: d.RetryAfter, reset: d.ResetAfter}
 		if got != w {
 			t.Fatalf("step %d: got %+v\n        want %+v", i, got, w)
