@@ -1,6 +1,9 @@
 package limiter
 
-import "slices"
+import (
+	"context"
+	"slices"
+)
 
 // admitted reports whether every enforced policy allowed: the rule that
 // decides a request.
@@ -70,5 +73,68 @@ func uncharged(policies []*Policy, each []Decision, cost int64) {
 		if each[i].Allowed && !p.ChargedByResponse() {
 			each[i].Remaining += cost
 		}
+	}
+}
+
+// Admitted is what may follow an admitted request, carried by its
+// outcome (Evaluated.Admitted) as an http.Response carries its Body's
+// Close: the leases it holds released or renewed (a concurrency policy),
+// and the place it took given back when it is never used (a delayed
+// request whose client left). It goes to the backend that decided the
+// request, with the request as that backend took it (a fallback's
+// divided policies included). A nil *Admitted has nothing to follow:
+// each of its methods does nothing.
+type Admitted struct {
+	by      follower
+	req     Request
+	decided Evaluated
+}
+
+// follower is a backend that made an admission, acting on it.
+type follower interface {
+	release(req Request, leased Evaluated)
+	renew(ctx context.Context, req Request, leased Evaluated)
+	giveBack(req Request, reserved Evaluated)
+}
+
+// admission is e, the outcome of req decided by by, with the Admitted
+// that follows it when it holds leases or a delayed place; e as it is
+// otherwise.
+func admission(by follower, req Request, e Evaluated) Evaluated {
+	if holdsLeases(req, e) || Held(req, e) > 0 && req.EvaluationID != "" {
+		e.admitted = &Admitted{by: by, req: req, decided: e}
+	}
+	return e
+}
+
+// Admitted is what may follow e (see Admitted); nil when nothing does.
+func (e Evaluated) Admitted() *Admitted { return e.admitted }
+
+// Release gives back the leases the request holds. It never blocks: on
+// Redis the release is sent in the background, and one that fails is
+// recovered by the leases' expiry. A lease released twice is released
+// once.
+func (a *Admitted) Release() {
+	if a != nil {
+		a.by.release(a.req, a.decided)
+	}
+}
+
+// Renew gives the leases the request holds another LeaseTTL; a caller
+// whose request is open for longer than a third of it renews. It blocks
+// for at most the backend's call.
+func (a *Admitted) Renew(ctx context.Context) {
+	if a != nil {
+		a.by.renew(ctx, a.req, a.decided)
+	}
+}
+
+// GiveBack gives back the place a request admitted with a delay (Held)
+// took, and will never use: its client left while it was held. It never
+// blocks: on Redis it is sent in the background, and one that fails
+// leaves the place taken.
+func (a *Admitted) GiveBack() {
+	if a != nil {
+		a.by.giveBack(a.req, a.decided)
 	}
 }

@@ -12,7 +12,7 @@ import (
 // next window's count grows), atomically with the request's other
 // policies, so that every instance sharing the backend sees it. Its
 // caller holds it for the delay, then forwards it; a caller whose client
-// leaves first gives the place back (GiveBack). The admission leaves a
+// leaves first gives the place back (Admitted.GiveBack). The admission leaves a
 // reservation record, by the request's evaluation ID, of where each
 // policy was charged, which the give-back reads and deletes: a place is
 // given back once, to the window it was taken in, and a record nobody
@@ -76,7 +76,7 @@ func delay(policies []*Policy, each []Decision) time.Duration {
 	return d
 }
 
-// givingBack is the phase of a give-back (GiveBack): each policy of the
+// givingBack is the phase of a give-back (Admitted.GiveBack): each policy of the
 // request that its reservation record says was charged gets its cost
 // back. It is never asked of Evaluate from outside the package.
 const givingBack = Settlement + 1
@@ -143,12 +143,12 @@ func (s *memoryShard) sweepReservations(nowMillis int64) {
 	}
 }
 
-// GiveBack gives back the place req, decided as reserved, took when it
+// giveBack gives back the place req, decided as reserved, took when it
 // was admitted with a delay (Held) and that it will never use: its client
 // left while it was held. Every policy it charged gets its cost back
 // where it was charged, once. It never blocks; it does nothing for a
 // request that was not held.
-func (m *Memory) GiveBack(req Request, reserved Evaluated) {
+func (m *Memory) giveBack(req Request, reserved Evaluated) {
 	if Held(req, reserved) == 0 || req.EvaluationID == "" {
 		return
 	}
@@ -162,13 +162,7 @@ func (m *Memory) GiveBack(req Request, reserved Evaluated) {
 	m.evaluate(req, keys)
 }
 
-// GiveBack gives back where the place was taken.
-func (f *fallback) GiveBack(req Request, reserved Evaluated) {
-	b, req := f.decidedBy(req, reserved)
-	b.GiveBack(req, reserved)
-}
-
-// GiveBack sends the give-back of req's place in the background, like a
+// giveBack sends the give-back of req's place in the background, like a
 // release: the rate-limit script in the give-back phase, which reads and
 // deletes the request's reservation record. A give-back that fails, or
 // is lost, leaves the place taken: the budget is spent as if the request
@@ -176,7 +170,7 @@ func (f *fallback) GiveBack(req Request, reserved Evaluated) {
 // remembers of the subject, which the place given back may end; another
 // instance's stand until their retry time, refusing no more than they
 // would have without the give-back.
-func (r *Redis) GiveBack(req Request, reserved Evaluated) {
+func (r *Redis) giveBack(req Request, reserved Evaluated) {
 	if reserved.Fallback || Held(req, reserved) == 0 || req.EvaluationID == "" {
 		return
 	}

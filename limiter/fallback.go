@@ -88,29 +88,6 @@ func (f *fallback) Evaluate(ctx context.Context, req Request) Outcome {
 	return e
 }
 
-// decidedBy is the backend that decided e, an outcome of req, with req
-// as that backend took it: the shared one, or this instance's (with the
-// scaled policies) when the decision was a fallback's.
-func (f *fallback) decidedBy(req Request, e Evaluated) (Backend, Request) {
-	if e.Fallback {
-		req.Policies = f.scaleAll(req.Policies)
-		return f.local, req
-	}
-	return f.shared, req
-}
-
-// Release gives the leases back where they were taken.
-func (f *fallback) Release(req Request, leased Evaluated) {
-	b, req := f.decidedBy(req, leased)
-	b.Release(req, leased)
-}
-
-// Renew renews where Release would release.
-func (f *fallback) Renew(ctx context.Context, req Request, leased Evaluated) {
-	b, req := f.decidedBy(req, leased)
-	b.Renew(ctx, req, leased)
-}
-
 // scaleAll is scale for every policy of a set, made once per set.
 func (f *fallback) scaleAll(set *PolicySet) *PolicySet {
 	f.mu.Lock()

@@ -65,27 +65,26 @@ func TestFallbackDividesAConcurrencyLimitAndReleasesLocally(t *testing.T) {
 	p := &Policy{Name: "in-flight", Revision: 1, Algorithm: Concurrency, Limit: 5, LeaseTTL: time.Minute, MaxCost: 1,
 		CleanupGrace: DefaultCleanupGrace, MaxClockRegression: DefaultMaxClockRegression, Dedup: DefaultDedup}
 	ps := MustPolicySet(p)
-	acquire := func(i int) (Request, Evaluated) {
+	acquire := func(i int) Evaluated {
 		req := Request{Policies: ps, Subject: "s", Cost: 1, EvaluationID: "e" + strconv.Itoa(i)}
 		e, ok := f.Evaluate(context.Background(), req).(Evaluated)
 		if !ok || !e.Fallback {
 			t.Fatalf("request %d: not a fallback decision", i)
 		}
-		return req, e
+		return e
 	}
-	var first Request
 	var firstE Evaluated
 	for i := range 4 {
-		req, e := acquire(i)
+		e := acquire(i)
 		if e.Allowed != (i < 3) {
 			t.Fatalf("request %d: allowed %v, want the first 3 of ceil(5/2)", i, e.Allowed)
 		}
 		if i == 0 {
-			first, firstE = req, e
+			firstE = e
 		}
 	}
-	f.Release(first, firstE)
-	if _, e := acquire(9); !e.Allowed {
+	firstE.Admitted().Release()
+	if e := acquire(9); !e.Allowed {
 		t.Fatal("a lease released to the fallback did not free a slot")
 	}
 }

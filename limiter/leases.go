@@ -53,10 +53,10 @@ func (s *memoryShard) lease(key memoryKey, id evaluationKey, cost, expiresAt int
 	set[id] = heldLease{cost: cost, expiresAt: expiresAt}
 }
 
-// Release gives back the leases req took when it was admitted (leased,
-// its outcome). It never blocks. A request with no concurrency policy, or
-// one refused, holds none. A lease released twice is released once.
-func (m *Memory) Release(req Request, leased Evaluated) {
+// release gives back the leases req took when it was admitted (leased,
+// its outcome; Admitted.Release). A request with no concurrency policy,
+// or one refused, holds none.
+func (m *Memory) release(req Request, leased Evaluated) {
 	m.eachLease(req, leased, func(s *memoryShard, key memoryKey, set map[evaluationKey]heldLease, id evaluationKey, _ *Policy, _ int64) {
 		delete(set, id)
 		if len(set) == 0 {
@@ -65,9 +65,9 @@ func (m *Memory) Release(req Request, leased Evaluated) {
 	})
 }
 
-// Renew gives the leases req holds another LeaseTTL from now. A lease
+// renew gives the leases req holds another LeaseTTL from now. A lease
 // released, or void already, stays so.
-func (m *Memory) Renew(_ context.Context, req Request, leased Evaluated) {
+func (m *Memory) renew(_ context.Context, req Request, leased Evaluated) {
 	m.eachLease(req, leased, func(s *memoryShard, key memoryKey, set map[evaluationKey]heldLease, id evaluationKey, p *Policy, now int64) {
 		l, ok := set[id]
 		if !ok || l.expiresAt <= now {

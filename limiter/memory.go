@@ -184,7 +184,11 @@ func (m *Memory) Evaluate(ctx context.Context, req Request) Outcome {
 	for _, p := range req.Policies.list {
 		keys = append(keys, m.sum(appendMemoryKey(keyBuf[:0], p, req.Subject)))
 	}
-	return m.evaluate(req, keys)
+	o := m.evaluate(req, keys)
+	if e, ok := o.(Evaluated); ok {
+		return admission(m, req, e)
+	}
+	return o
 }
 
 // scratchPolicies is how many policies a request may have before a

@@ -57,27 +57,15 @@ type Options struct {
 }
 
 // Backend is a ready limiter that the gateway owns for its whole life: it
-// outlives configuration reloads, so counters survive them.
+// outlives configuration reloads, so counters survive them. What follows
+// one admission (a release, a renewal, a give-back) is the admission's
+// own (Evaluated.Admitted), not the backend's.
 type Backend interface {
 	Evaluate(ctx context.Context, req Request) Outcome
 	// StandingDenial reports a denial of req that the backend can tell
 	// now without charging anything and without a round trip; false
 	// means only Evaluate can tell.
 	StandingDenial(req Request) (Evaluated, bool)
-	// Release gives back the leases req holds (see HoldsLeases): leased
-	// is its outcome, which admitted it. It never blocks: on Redis the
-	// release is sent in the background, and one that fails is recovered
-	// by the leases' expiry.
-	Release(req Request, leased Evaluated)
-	// Renew gives the leases req holds another LeaseTTL; the caller of
-	// a request open for longer than a third of it renews. It blocks for
-	// at most the backend's call.
-	Renew(ctx context.Context, req Request, leased Evaluated)
-	// GiveBack gives back the place req took when it was admitted with a
-	// delay (Held; reserved is its outcome) and that it will never use:
-	// its client left while it was held. It never blocks: on Redis it is
-	// sent in the background, and one that fails leaves the place taken.
-	GiveBack(req Request, reserved Evaluated)
 	// Peek reports the state of req's policies for its subject without
 	// charging anything (see inspect.go); Reset forgets it, on every
 	// instance that shares the backend.

@@ -28,6 +28,7 @@ type Outcome interface {
 type Evaluated struct {
 	Decision
 	Policies []Decision
+	admitted *Admitted
 }
 
 // PolicyDecision is the decision of the request's i-th policy.
@@ -155,7 +156,7 @@ type Decision struct {
 	ResetAfter time.Duration
 	RetryAfter time.Duration
 	// The small fields come last, packed in one word: an Evaluated, which
-	// a backend returns boxed in an Outcome, stays in a 64-byte size class.
+	// a backend returns boxed in an Outcome, stays in an 80-byte size class.
 	//
 	// WindowSeconds is, for a policy with a Calendar, the length in
 	// seconds of the period the decision counted in (a day of a
@@ -186,7 +187,7 @@ type Request struct {
 	// Shadow) policy allows, and then each policy that allows is charged;
 	// when any enforced one denies, none is charged. When the set holds
 	// leases (PolicySet.HoldsLeases), an admitted request holds them under
-	// EvaluationID, which it then needs, until Backend.Release.
+	// EvaluationID, which it then needs, until it is released (Admitted.Release).
 	Policies     *PolicySet
 	Subject      string
 	Cost         int64
@@ -207,7 +208,7 @@ type Request struct {
 	// charged by the response) whatever they have left.
 	Phase Phase
 	// MayDelay: the caller can hold an admitted request for its Delay
-	// before it goes on, and give its place back (Backend.GiveBack) if it
+	// before it goes on, and give its place back (Admitted.GiveBack) if it
 	// never goes; the policies' MaxDelay applies, and a delayed request
 	// needs an EvaluationID. Without it a request MaxDelay would have
 	// delayed is refused.

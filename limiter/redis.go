@@ -392,7 +392,11 @@ func (r *Redis) Evaluate(ctx context.Context, req Request) Outcome {
 	if req.Phase == Admission && req.Policies.leased {
 		return r.evaluateLeased(ctx, req)
 	}
-	return r.evaluate(ctx, req, nil)
+	o := r.evaluate(ctx, req, nil)
+	if e, ok := o.(Evaluated); ok {
+		return admission(r, req, e)
+	}
+	return o
 }
 
 // evaluate decides req in one script call, which with call also asks for

@@ -241,7 +241,7 @@ func TestABatchedDecisionsRefusalIsItsOwn(t *testing.T) {
 				}
 			}
 			if decided && a.p == inFlight {
-				r.Release(req, e)
+				e.Admitted().Release()
 			}
 		}()
 	}

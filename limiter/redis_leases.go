@@ -10,11 +10,11 @@ import (
 // on a request's path: a release that runs out is recovered by expiry.
 const leaseCallTimeout = time.Second
 
-// Release sends the release of req's leases in the background, through
+// release sends the release of req's leases in the background, through
 // the node's batcher, and returns at once: the response it ends is never
 // kept waiting. A release that fails, or is lost, is recovered by the
 // leases' expiry (LeaseTTL).
-func (r *Redis) Release(req Request, leased Evaluated) {
+func (r *Redis) release(req Request, leased Evaluated) {
 	keys, args := r.leaseCall(req, leased, "release")
 	if keys == nil {
 		return
@@ -35,8 +35,8 @@ func (r *Redis) inBackground(cmd []any, done func()) {
 	}()
 }
 
-// Renew gives req's leases another LeaseTTL, by the policies' clock.
-func (r *Redis) Renew(ctx context.Context, req Request, leased Evaluated) {
+// renew gives req's leases another LeaseTTL, by the policies' clock.
+func (r *Redis) renew(ctx context.Context, req Request, leased Evaluated) {
 	keys, args := r.leaseCall(req, leased, "renew")
 	if keys == nil {
 		return

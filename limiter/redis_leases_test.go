@@ -32,12 +32,12 @@ func TestRedisLostReleaseIsRecoveredByExpiry(t *testing.T) {
 		}
 		return req, e
 	}
-	req, e := acquire()
+	_, e := acquire()
 	if !e.Allowed {
 		t.Fatal("the first request was refused")
 	}
 	link.Blackhole()
-	r.Release(req, e)
+	e.Admitted().Release()
 	r.WaitReleases() // the release times out inside the black hole
 	link.Heal()
 	clock.Advance(5*time.Second - time.Millisecond)

@@ -230,7 +230,7 @@ func BenchmarkRedis(b *testing.B) {
 						b.Fatalf("outcome %#v", o)
 					}
 					if q.HoldsLeases() {
-						r.Release(req, e)
+						e.Admitted().Release()
 						r.WaitReleases()
 					}
 					n++

@@ -50,11 +50,11 @@ func (l *limits) bindDelayHistograms(m *Metrics, route string) {
 	}
 }
 
-// hold keeps the request req, decided as o, for held before it goes on,
+// hold keeps the request r, decided as o, for held before it goes on,
 // and reports whether it does: false when its client left first, whose
 // place is then given back and which is logged as client_closed with the
 // delay it had. Each enforced policy's delay is observed.
-func (h *Handler) hold(r *http.Request, c *compiled, l *limits, req limiter.Request, o limiter.Evaluated, held time.Duration, x *exchange) bool {
+func (h *Handler) hold(r *http.Request, l *limits, o limiter.Evaluated, held time.Duration, x *exchange) bool {
 	x.outcome, x.delay = "delayed", held
 	for i, obs := range l.delayObservers {
 		if d := o.PolicyDecision(i).Delay(); obs != nil && d > 0 {
@@ -67,7 +67,7 @@ func (h *Handler) hold(r *http.Request, c *compiled, l *limits, req limiter.Requ
 	case <-t.C:
 		return true
 	case <-r.Context().Done():
-		c.limiter.GiveBack(req, o)
+		o.Admitted().GiveBack()
 		x.outcome = "client_closed"
 		return false
 	}

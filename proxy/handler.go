@@ -28,15 +28,6 @@ type Limiter interface {
 	// StandingDenial reports a denial the limiter can tell without
 	// charging or a round trip; see limiter.Backend.
 	StandingDenial(req limiter.Request) (limiter.Evaluated, bool)
-	// GiveBack gives back the place of a request admitted with a delay
-	// whose client left while it was held; it never blocks. See
-	// limiter.Backend.
-	GiveBack(req limiter.Request, reserved limiter.Evaluated)
-	// Release and Renew end and extend the leases of a request admitted
-	// under a concurrency policy; Release never blocks. See
-	// limiter.Backend.
-	Release(req limiter.Request, leased limiter.Evaluated)
-	Renew(ctx context.Context, req limiter.Request, leased limiter.Evaluated)
 }
 
 // Route is one route block, compiled. Route.Validate holds the rules of

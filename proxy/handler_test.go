@@ -504,9 +504,6 @@ func (s stubLimiter) Evaluate(context.Context, limiter.Request) limiter.Outcome 
 func (s stubLimiter) StandingDenial(limiter.Request) (limiter.Evaluated, bool) {
 	return limiter.Evaluated{}, false
 }
-func (stubLimiter) Release(limiter.Request, limiter.Evaluated)                {}
-func (stubLimiter) GiveBack(limiter.Request, limiter.Evaluated)               {}
-func (stubLimiter) Renew(context.Context, limiter.Request, limiter.Evaluated) {}
 
 func TestOutcomesThatAreNotDecisionsFailClosed(t *testing.T) {
 	for _, o := range []limiter.Outcome{

@@ -16,23 +16,22 @@ import (
 // limiter, renewed every third of the shortest lease TTL while it lasts,
 // and its share of gateway_limiter_leases_held.
 type lease struct {
-	limiter Limiter
-	req     limiter.Request
-	decided limiter.Evaluated
-	limits  *limits
-	every   time.Duration
+	admitted *limiter.Admitted
+	cost     int64
+	limits   *limits
+	every    time.Duration
 
 	mu       sync.Mutex
 	timer    *time.Timer
 	released bool
 }
 
-// holdLease starts holding the leases req took, decided as e.
-func holdLease(lim Limiter, req limiter.Request, e limiter.Evaluated, l *limits) *lease {
-	ls := &lease{limiter: lim, req: req, decided: e, limits: l, every: l.leaseTTL / 3}
+// holdLease starts holding the leases a request of cost took, decided as e.
+func holdLease(e limiter.Evaluated, cost int64, l *limits) *lease {
+	ls := &lease{admitted: e.Admitted(), cost: cost, limits: l, every: l.leaseTTL / 3}
 	for _, g := range l.leasesHeld {
 		if g != nil {
-			g.Add(float64(req.Cost))
+			g.Add(float64(cost))
 		}
 	}
 	ls.mu.Lock()
@@ -43,7 +42,7 @@ func holdLease(lim Limiter, req limiter.Request, e limiter.Evaluated, l *limits)
 
 // renew runs on the timer, off the request's path.
 func (ls *lease) renew() {
-	ls.limiter.Renew(context.Background(), ls.req, ls.decided)
+	ls.admitted.Renew(context.Background())
 	ls.mu.Lock()
 	if !ls.released {
 		ls.timer.Reset(ls.every)
@@ -57,10 +56,10 @@ func (ls *lease) release() {
 	ls.released = true
 	ls.timer.Stop()
 	ls.mu.Unlock()
-	ls.limiter.Release(ls.req, ls.decided)
+	ls.admitted.Release()
 	for _, g := range ls.limits.leasesHeld {
 		if g != nil {
-			g.Sub(float64(ls.req.Cost))
+			g.Sub(float64(ls.cost))
 		}
 	}
 }

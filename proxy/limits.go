@@ -247,7 +247,7 @@ func (h *Handler) limit(w http.ResponseWriter, r *http.Request, c *compiled, rt 
 		l.setHeaders(w.Header(), o)
 		if l.admits(o) {
 			if l.leases {
-				x.lease = holdLease(c.limiter, req, o, l)
+				x.lease = holdLease(o, req.Cost, l)
 			}
 			if names := l.shadowDenials(o); names != nil {
 				h.shadowDenied(rt, names, x)
@@ -257,7 +257,7 @@ func (h *Handler) limit(w http.ResponseWriter, r *http.Request, c *compiled, rt 
 				x.outcome, x.shadowDenied, x.delay = "shadow_delayed", names, d
 			}
 			if held := limiter.Held(req, o); held > 0 {
-				if !h.hold(r, c, l, req, o, held, x) {
+				if !h.hold(r, l, o, held, x) {
 					w.WriteHeader(statusClientClosed)
 					return false
 				}

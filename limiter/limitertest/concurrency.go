@@ -29,7 +29,7 @@ func acquire(t *testing.T, b Backend, ps *limiter.PolicySet, subject string, cos
 // in the background (Redis) has sent it.
 func release(t *testing.T, b Backend, h leaseHolder) {
 	t.Helper()
-	b.Release(h.req, h.e)
+	h.e.Admitted().Release()
 	if w, ok := b.(interface{ WaitReleases() }); ok {
 		w.WaitReleases()
 	}
@@ -121,11 +121,11 @@ func runConcurrency(t *testing.T, newBackend Factory) {
 		s := Subject()
 		h := acquire(t, b, one(p), s, 1)
 		clock.Advance(time.Second)
-		b.Renew(ctx(t), h.req, h.e)
+		h.e.Admitted().Renew(ctx(t))
 		heldFor(t, clock, b, p, s, 3*time.Second, "the renewed lease ran out") // 4s after the decision, 3s after the renewal
 		h = acquire(t, b, one(p), s, 1)
 		release(t, b, h)
-		b.Renew(ctx(t), h.req, h.e)
+		h.e.Admitted().Renew(ctx(t))
 		if n := free(t, b, p, s); n != 1 {
 			t.Fatalf("%d free after a renewal of a released lease, want 1", n)
 		}

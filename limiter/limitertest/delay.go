@@ -99,8 +99,8 @@ func runDelay(t *testing.T, newBackend Factory) {
 			if _, again := hold(t, b, ps, s, true); again.Allowed {
 				t.Fatalf("%s: a third request fits before the give-back: %+v", p.Algorithm, again)
 			}
-			b.GiveBack(req, e)
-			b.GiveBack(req, e)
+			e.Admitted().GiveBack()
+			e.Admitted().GiveBack()
 			waitGiveBack(b)
 			clock.Advance(time.Millisecond)
 			next, e := hold(t, b, ps, s, true)

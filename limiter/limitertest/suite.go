@@ -18,9 +18,6 @@ import (
 type Backend interface {
 	Evaluate(ctx context.Context, req limiter.Request) limiter.Outcome
 	StandingDenial(req limiter.Request) (limiter.Evaluated, bool)
-	Release(req limiter.Request, leased limiter.Evaluated)
-	Renew(ctx context.Context, req limiter.Request, leased limiter.Evaluated)
-	GiveBack(req limiter.Request, reserved limiter.Evaluated)
 }
 
 // Factory returns a fresh backend that reads time from clock for policies
