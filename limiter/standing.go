@@ -6,39 +6,48 @@ package limiter
 // asks first. No standing denial says nothing: only Evaluate decides.
 
 // StandingDenial reports the denial req would get now from the memory
-// backend's own state, without charging anything. A request with several
-// policies is not looked up (false).
+// backend's own state, without charging anything: one of its enforced
+// policies refuses it. Each policy's state is read under its own shard's
+// lock, one after another: the answer is a hint, as a remembered denial
+// on Redis is. A set that holds leases is not looked up (false): any
+// release may end its denial.
 func (m *Memory) StandingDenial(req Request) (Evaluated, bool) {
-	if req.Policies == nil || req.Policies.Len() != 1 || req.Cost < 1 {
+	set := req.Policies
+	if set == nil || set.holdsLeases || req.Cost < 1 {
 		return Evaluated{}, false
 	}
-	p := req.Policies.list[0]
-	if p.HoldsLeases() {
-		return Evaluated{}, false // any release may end it
-	}
+	var eachOn [scratchPolicies]Decision
+	each := eachOn[:0]
 	var keyBuf [160]byte
-	key := m.sum(appendMemoryKey(keyBuf[:0], p, req.Subject))
-	nowMillis := m.clock.Now().UnixMilli()
-	s := &m.shards[key[0]%memoryShards]
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	i, e := s.find(key)
-	if i == 0 || e.expiresAt <= nowMillis {
+	for _, p := range set.list {
+		key := m.sum(appendMemoryKey(keyBuf[:0], p, req.Subject))
+		nowMillis := m.clock.Now().UnixMilli()
+		s := &m.shards[key[0]%memoryShards]
+		s.mu.Lock()
+		i, e := s.find(key)
+		if i == 0 || e.expiresAt <= nowMillis {
+			e = nil
+		}
+		st := s.current(key, e, p, nowMillis)
+		s.mu.Unlock()
+		res := decide(p, st, nowMillis, req.Cost, req.Phase, req.MayDelay)
+		if res.clockUnsafe {
+			return Evaluated{}, false
+		}
+		each = append(each, res.decision)
+	}
+	if admitted(set.list, each) {
 		return Evaluated{}, false
 	}
-	res := decide(p, e.state(p.Algorithm), nowMillis, req.Cost, req.Phase, req.MayDelay)
-	if res.clockUnsafe || res.decision.Allowed {
-		return Evaluated{}, false
-	}
-	return Evaluated{Decision: res.decision}, true
+	uncharged(set.list, each, req.Cost)
+	return evaluated(set.list, each), true
 }
 
 // StandingDenial reports a denial of req that this instance remembers
-// (see denials), without a Redis call. Without the cache, or for a
-// request with several policies, it reports none.
+// (see denials), without a Redis call. Without the cache it reports none.
 func (r *Redis) StandingDenial(req Request) (Evaluated, bool) {
 	set := req.Policies
-	if r.denials == nil || set == nil || set.Len() != 1 {
+	if r.denials == nil || set == nil {
 		return Evaluated{}, false
 	}
 	e, ok := r.denials.get(denialKey{set: set, subject: req.Subject, cost: req.Cost}, r.now(set.clockPolicy()))

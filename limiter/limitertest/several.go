@@ -54,6 +54,32 @@ func runSeveral(t *testing.T, newBackend Factory) {
 			t.Fatalf("the large policy was charged for refused requests: %d left, want 8", n)
 		}
 	})
+	t.Run("several policies: a denial by one of them stands without charging the others", func(t *testing.T) {
+		small, large := FixedWindow(1, time.Minute), TokenBucket(10, 1, time.Hour)
+		ps := limiter.MustPolicySet(small, large)
+		b := newBackend(t, NewClock())
+		s := Subject()
+		req := limiter.Request{Policies: ps, Subject: s, Cost: 1}
+		if e, ok := b.StandingDenial(req); ok && !e.Allowed {
+			t.Fatalf("a fresh subject has a standing denial: %+v", e)
+		}
+		all(t, b, ps, s, Subject())
+		if e := all(t, b, ps, s, Subject()); e.Allowed {
+			t.Fatal("the second request fits a window of one")
+		}
+		for range 3 {
+			e, ok := b.StandingDenial(req)
+			if !ok || e.Allowed || e.PolicyDecision(0).Allowed || !e.PolicyDecision(1).Allowed {
+				t.Fatalf("standing denial %+v (%v), want the window's denial beside the bucket's allow", e, ok)
+			}
+			if e.PolicyDecision(1).Remaining != 9 || e.RetryAfter <= 0 {
+				t.Fatalf("standing denial %+v, want 9 tokens left and a retry time", e)
+			}
+		}
+		if n := left(t, b, large, s); n != 9 {
+			t.Fatalf("the bucket has %d left, want 9: a standing denial charged it", n)
+		}
+	})
 	t.Run("several policies of every algorithm are decided together", func(t *testing.T) {
 		ps := limiter.MustPolicySet(FixedWindow(5, time.Hour), TokenBucket(3, 1, time.Hour), SlidingCounter(4, time.Hour))
 		b := newBackend(t, NewClock())
