@@ -16,7 +16,7 @@ import (
 // as usual over all its policies: a short lease's policy is charged the
 // cost plus up to Lease - cost more units (fewer when less is left), which
 // become the lease; a policy whose lease still holds the cost is covered
-// by it (charged nothing on Redis; chargeCovered) and its units are
+// by it (charged nothing on Redis; lua.ChargeCovered) and its units are
 // reserved for the call, given back to the lease when the request is
 // refused. While that call is in flight, the set's other requests wait for
 // it rather than send their own: a hot subject costs about one call per
@@ -31,7 +31,7 @@ import (
 // instances; each instance holds at most Lease - 1 units unused (the
 // request that takes a lease spends its cost from it), which is what
 // another instance may be refused early. A lease's unused units go back
-// to Redis (chargeGiveBack) once its set has been idle for
+// to Redis (lua.ChargeReturned) once its set has been idle for
 // budgetIdle, to the state the lease was taken from: a window's units go
 // back to their window only (the script finds the window's start in the
 // state, or nothing to give back to), a bucket's tokens up to its
@@ -368,18 +368,6 @@ func (s *budgetSet) plan(r *Redis, cost int64) *budgetCall {
 	return call
 }
 
-// apply writes the call's asks into the script's ARGV.
-func (c *budgetCall) apply(args []any) {
-	for i, ask := range c.asks {
-		at := argsHead + i*argsPerPolicy
-		if ask == budgetCovered {
-			args[at+argCharge] = chargeCovered
-		} else {
-			args[at+argLease] = ask
-		}
-	}
-}
-
 // settle takes the call's outcome into the set: an admitted request's new
 // leases, or a refused one's covered costs given back to their leases.
 // A covered policy's decision says what Redis had left and the lease holds.
@@ -482,12 +470,9 @@ func (r *Redis) sweepBudget(ctx context.Context, idle time.Duration) {
 
 // returnLease gives a lease's unused units back to Redis: the script
 // takes them off the state the lease was charged to, when it still is
-// that state (chargeGiveBack).
+// that state (lua.ChargeReturned).
 func (r *Redis) returnLease(ctx context.Context, g leaseReturn) {
-	cmd := r.appendArgs(r.script.command(r.keys(g.set, g.subject), argsHead+argsPerPolicy), g.set, g.units, Admission, false, remembering{})
-	args := argv(cmd)
-	args[argsHead+argCharge] = chargeGiveBack
-	args[argsHead+argLease] = g.start
+	cmd := r.command(g.set, g.subject, scriptCall{cost: g.units, phase: returningLease, leaseStart: g.start})
 	ctx, cancel := context.WithTimeout(ctx, leaseCallTimeout)
 	defer cancel()
 	if _, err := r.evalsha(ctx, cmd); err == nil {

@@ -175,8 +175,7 @@ func (r *Redis) giveBack(req Request, reserved Evaluated) {
 		return
 	}
 	set := req.Policies
-	cmd := r.script.command(r.keys(set, req.Subject), argsHead+argsPerPolicy*set.Len()+1)
-	cmd = append(r.appendArgs(cmd, set, req.Cost, givingBack, true, remembering{}), req.EvaluationID)
+	cmd := r.command(set, req.Subject, scriptCall{cost: req.Cost, phase: givingBack, mayDelay: true, id: req.EvaluationID})
 	r.inBackground(cmd, func() {
 		if r.denials != nil {
 			r.denials.forget(req.Subject)

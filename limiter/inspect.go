@@ -93,8 +93,7 @@ func (r *Redis) Peek(ctx context.Context, req Request) Outcome {
 		return o
 	}
 	set := req.Policies
-	cmd := r.script.command(r.keys(set, req.Subject), argsHead+argsPerPolicy*set.Len())
-	return r.decide(ctx, set, r.appendArgs(cmd, set, 0, Admission, false, remembering{}), nil)
+	return r.decide(ctx, set, r.command(set, req.Subject, scriptCall{phase: Admission}), nil)
 }
 
 // Reset deletes req.Subject's state for each of req's policies, with the

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -418,36 +417,27 @@ func (r *Redis) evaluate(ctx context.Context, req Request, call *budgetCall) Out
 	}
 	ctx, bounded := withDeadline(ctx, req.Deadline)
 	dedup := set.Dedup().Enabled && req.EvaluationID != ""
-	var rem remembering
+	c := scriptCall{cost: req.Cost, phase: req.Phase, mayDelay: req.MayDelay, budget: call}
 	if dedup {
-		rem = remembering{on: true, look: !req.NewID}
+		c.rem = remembering{on: true, look: !req.NewID}
 	}
 	// The ID of the record, lease or reservation, after every policy's.
-	withID := dedup || set.holdsLeases || req.MayDelay && set.delays
-	extra := 0
-	if withID {
-		extra = 1
-	}
-	cmd := r.script.command(r.keys(set, req.Subject), argsHead+argsPerPolicy*set.Len()+extra)
-	cmd = r.appendArgs(cmd, set, req.Cost, req.Phase, req.MayDelay, rem)
-	if withID {
-		cmd = append(cmd, req.EvaluationID)
+	if dedup || set.holdsLeases || req.MayDelay && set.delays {
+		c.id = req.EvaluationID
 	}
 	var starts []int64
 	if call != nil {
-		call.apply(argv(cmd))
 		starts = call.starts
 	}
+	cmd := r.command(set, req.Subject, c)
 	o := r.decide(ctx, set, cmd, starts)
 	if _, ambiguous := o.(Indeterminate); ambiguous && dedup && ctx.Err() == nil {
 		// The first call may have been charged; the same evaluation ID makes
 		// a repeat return that first result instead of charging again. (A
-		// copy: the first call's command may still be with the batcher.)
-		if !rem.look {
-			cmd = slices.Clone(cmd)
-			argv(cmd)[argLook] = 1
-		}
-		o = r.decide(ctx, set, cmd, starts)
+		// command of its own: the first call's may still be with the
+		// batcher.)
+		c.rem.look = true
+		o = r.decide(ctx, set, r.command(set, req.Subject, c), starts)
 	} else if _, replied := o.(Evaluated); replied {
 		// A reply was read for every try: no batch holds cmd or ctx any
 		// more. A call that stopped waiting leaves both to the collector.

@@ -122,7 +122,8 @@ func canaryPolicy() *Policy {
 
 func (r *Redis) canary(ctx context.Context, tag string) error {
 	key := r.prefix + "{canary:" + tag + "}"
-	cmd := r.appendArgs(r.script.command([]string{key}, argsHead+argsPerPolicy), canaryPolicies, 1, Admission, false, remembering{})
+	c := scriptCall{cost: 1, phase: Admission}
+	cmd := r.appendArgs(r.script.command([]string{key}, argsSize(canaryPolicies, c)), canaryPolicies, c)
 	_, err := r.evalsha(ctx, cmd)
 	if err != nil {
 		if _, moved := redis.IsMovedError(err); moved && r.mode != RedisCluster {

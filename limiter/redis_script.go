@@ -6,6 +6,8 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+
+	"github.com/edgegate/gateway/lua"
 )
 
 type script struct {
@@ -72,9 +74,6 @@ func (s *script) call(keys []string, args []any) []any {
 	return append(s.command(keys, len(args)), args...)
 }
 
-// argv is the script's ARGV in a command made by script.command.
-func argv(cmd []any) []any { return cmd[cmdHead+cmd[2].(int):] }
-
 // firstKey is the first key of a command made by script.command: the one
 // whose slot the call goes to.
 func firstKey(cmd []any) string { return *cmd[cmdHead].(*string) }
@@ -93,7 +92,7 @@ func (r *Redis) key(set *PolicySet, i int, subject string) string {
 type scriptPolicy struct {
 	policy   *Policy
 	keyTail  string // "}:" + name + ":" + revision
-	args     [argsPerPolicy]any
+	args     [lua.ArgsPerPolicy]any
 	dedupTTL any // ARGV 3, when it is a request's first policy
 	places   any // ARGV 4, when it is a request's only policy, remembered
 	// calendar is a calendar policy's window argument, made again when
@@ -101,43 +100,20 @@ type scriptPolicy struct {
 	calendar *atomic.Pointer[calendarBounds]
 }
 
-// The script's ARGV (lua/prelude.lua): argsHead values for the request,
-// of which argLook says whether an earlier record is looked for, then
-// argsPerPolicy for each policy, of which argNow is the clock,
-// argCharge how the policy is charged (see chargeMode), argMaxDelay
-// how long a request may be delayed and argLease what a lease of budget
-// asks (budget_lease.go).
-const (
-	argsHead      = 5
-	argLook       = 4
-	argsPerPolicy = 11
-	argNow        = 1
-	argWindow     = 3
-	argCharge     = 8
-	argMaxDelay   = 9
-	argLease      = 10
-)
-
-// chargeMode is how one policy of one call is charged: the script's
-// ARGV per policy, and the Go side of Phase.
-func chargeMode(p *Policy, phase Phase) int {
+// chargeMode is how one policy of one call in phase is charged.
+func chargeMode(p *Policy, phase Phase) lua.Charge {
 	switch {
 	case phase == Settlement:
-		return 2 // charged whatever is left
+		return lua.ChargeDebt
 	case phase == givingBack:
-		return 3 // given back what the reservation record says
+		return lua.ChargeReserved
+	case phase == returningLease:
+		return lua.ChargeReturned
 	case p.ChargedByResponse():
-		return 1 // checked, not charged
+		return lua.ChargeChecked
 	}
-	return 0 // charged when it fits
+	return lua.ChargeFits
 }
-
-// The charge modes of a lease of budget (budget_lease.go): the cost
-// comes from this instance's lease, or a lease's unused units go back.
-const (
-	chargeCovered  = 4
-	chargeGiveBack = 5
-)
 
 func newScriptPolicy(p *Policy) scriptPolicy {
 	c := scriptPolicy{policy: p, keyTail: "}:" + p.Name + ":" + strconv.FormatInt(p.Revision, 10)}
@@ -145,10 +121,12 @@ func newScriptPolicy(p *Policy) scriptPolicy {
 	if p.Shadow {
 		shadow = 1
 	}
-	c.args = [argsPerPolicy]any{
-		int(p.Algorithm), "", p.Quota(), p.Period().Milliseconds(), p.RefillTokens,
-		p.CleanupGrace.Milliseconds(), p.MaxClockRegression.Milliseconds(), shadow, chargeMode(p, Admission),
-		p.MaxDelay.Milliseconds(), 0,
+	c.args = [lua.ArgsPerPolicy]any{
+		lua.ArgAlgorithm: int(p.Algorithm), lua.ArgNow: "", lua.ArgLimit: p.Quota(),
+		lua.ArgWindow: p.Period().Milliseconds(), lua.ArgRefill: p.RefillTokens,
+		lua.ArgCleanupGrace: p.CleanupGrace.Milliseconds(), lua.ArgMaxClockRegression: p.MaxClockRegression.Milliseconds(),
+		lua.ArgShadow: shadow, lua.ArgCharge: int(chargeMode(p, Admission)),
+		lua.ArgMaxDelay: p.MaxDelay.Milliseconds(), lua.ArgLease: 0,
 	}
 	c.dedupTTL = p.Dedup.TTL.Milliseconds()
 	c.places = rememberedPlaces(p.Dedup, 1)
@@ -210,40 +188,89 @@ type remembering struct {
 	on, look bool
 }
 
-// appendArgs appends to cmd the script's ARGV for a request of cost over
-// set in phase; mayDelay: its caller can hold it (Request.MayDelay). With
-// de-duplication, rem says how it is remembered.
-func (r *Redis) appendArgs(cmd []any, set *PolicySet, cost int64, phase Phase, mayDelay bool, rem remembering) []any {
-	args := append(cmd, len(set.list), cost)
-	for i, c := range set.script {
-		p := c.policy
+// scriptCall is what one call of the rate-limit script asks of a set,
+// beyond the set's own arguments: appendArgs encodes it.
+type scriptCall struct {
+	cost  int64
+	phase Phase
+	// mayDelay: the caller can hold the request (Request.MayDelay).
+	mayDelay bool
+	rem      remembering
+	// id, when not empty, follows every policy's arguments: the record's,
+	// lease's or reservation's name.
+	id string
+	// budget asks for leases of budget (budget_lease.go); nil: none.
+	budget *budgetCall
+	// leaseStart is, when returningLease, the state start the returned
+	// lease was charged to.
+	leaseStart int64
+}
+
+// returningLease is the phase of a lease of budget's unused units given
+// back (budget_lease.go), the cost. It is never asked of Evaluate.
+const returningLease = givingBack + 1
+
+// command is the EVALSHA of the rate-limit script that asks c of set for
+// subject.
+func (r *Redis) command(set *PolicySet, subject string, c scriptCall) []any {
+	return r.appendArgs(r.script.command(r.keys(set, subject), argsSize(set, c)), set, c)
+}
+
+// argsSize is the length of the ARGV appendArgs writes.
+func argsSize(set *PolicySet, c scriptCall) int {
+	n := lua.ArgsHead + int(lua.ArgsPerPolicy)*set.Len()
+	if c.id != "" {
+		n++
+	}
+	return n
+}
+
+// appendArgs appends to cmd the script's ARGV for c over set: the one
+// place the layout of lua/args.go is written from Go.
+func (r *Redis) appendArgs(cmd []any, set *PolicySet, c scriptCall) []any {
+	args := append(cmd, len(set.list), c.cost)
+	for i, sp := range set.script {
+		p := sp.policy
 		if i == 0 {
 			var places, look any = 0, 0
 			switch {
-			case !rem.on:
+			case !c.rem.on:
 			case len(set.list) == 1:
-				places = c.places
+				places = sp.places
 			default:
 				places = rememberedPlaces(p.Dedup, len(set.list))
 			}
-			if rem.look {
+			if c.rem.look {
 				look = 1
 			}
-			args = append(args, c.dedupTTL, places, look)
+			args = append(args, sp.dedupTTL, places, look)
 		}
-		args = append(args, c.args[:]...)
+		at := len(args)
+		args = append(args, sp.args[:]...)
 		if p.Clock == ClockGateway {
-			args[len(args)-argsPerPolicy+argNow] = strconv.FormatInt(r.clock.Now().UnixMilli(), 10)
+			args[at+int(lua.ArgNow)] = strconv.FormatInt(r.clock.Now().UnixMilli(), 10)
 		}
-		if phase != Admission {
-			args[len(args)-argsPerPolicy+argCharge] = chargeMode(p, phase)
+		if c.phase != Admission {
+			args[at+int(lua.ArgCharge)] = int(chargeMode(p, c.phase))
 		}
-		if !mayDelay && p.MaxDelay > 0 {
-			args[len(args)-argsPerPolicy+argMaxDelay] = 0
+		if !c.mayDelay && p.MaxDelay > 0 {
+			args[at+int(lua.ArgMaxDelay)] = 0
 		}
 		if p.Calendar != 0 {
-			args[len(args)-argsPerPolicy+argWindow] = c.calendarArg(r.now(p).UnixMilli())
+			args[at+int(lua.ArgWindow)] = sp.calendarArg(r.now(p).UnixMilli())
 		}
+		switch {
+		case c.phase == returningLease:
+			args[at+int(lua.ArgLease)] = c.leaseStart
+		case c.budget == nil:
+		case c.budget.asks[i] == budgetCovered:
+			args[at+int(lua.ArgCharge)] = int(lua.ChargeCovered)
+		default:
+			args[at+int(lua.ArgLease)] = c.budget.asks[i]
+		}
+	}
+	if c.id != "" {
+		args = append(args, c.id)
 	}
 	return args
 }

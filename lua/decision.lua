@@ -20,7 +20,7 @@ if remembered then
     for x in string.gmatch(string.sub(rec, 18 + #eval_id), '-?%d+') do
       v[#v + 1] = tonumber(x)
     end
-    if (#v == 1 + 4 * n or #v == 1 + 5 * n) and tonumber(string.sub(rec, 1, 15)) > clock(ARGV[argv_head + 2]) then
+    if (#v == 1 + 4 * n or #v == 1 + 5 * n) and tonumber(string.sub(rec, 1, 15)) > clock(ARGV[argv_head + arg_now]) then
       return v
     end
   end

@@ -17,12 +17,12 @@ local admitted = true
 local reserved
 -- Each policy's state start, replied when a lease of budget was asked for.
 local starts
-if ARGV[argv_head + 9] == '5' then
+if ARGV[argv_head + arg_charge] == charge_returned then
   reserved = {}
   for i = 1, n do
-    reserved[i] = tonumber(ARGV[argv_head + (i - 1) * per_policy + 11])
+    reserved[i] = tonumber(ARGV[argv_head + (i - 1) * per_policy + arg_lease])
   end
-elseif ARGV[argv_head + 9] == '3' then
+elseif ARGV[argv_head + arg_charge] == charge_reserved then
   local reservation = eval_id and reservation_of(KEYS, eval_id)
   local rec = reservation and redis.call('GET', reservation)
   if not rec then
@@ -38,7 +38,7 @@ elseif ARGV[argv_head + 9] == '3' then
 end
 for i = 1, n do
   local at = argv_head + (i - 1) * per_policy
-  local now = clock(ARGV[at + 2])
+  local now = clock(ARGV[at + arg_now])
   local st = state_of(KEYS[i])
   if not st then
     return {2}
@@ -53,7 +53,7 @@ for i = 1, n do
       return {2}
     end
     if st_seen > now then
-      if st_seen - now > tonumber(ARGV[at + 7]) then
+      if st_seen - now > tonumber(ARGV[at + arg_max_clock_regression]) then
         return {1}
       end
       -- Behind the stored reading but within the bound: time never runs
@@ -61,39 +61,39 @@ for i = 1, n do
       now = st_seen
     end
   end
-  local window = window_at(ARGV[at + 4], now)
+  local window = window_at(ARGV[at + arg_window], now)
   if not window then
     return {1}
   end
-  local alg = ARGV[at + 1] + 0
+  local alg = ARGV[at + arg_algorithm] + 0
   local leases = holds_leases[alg] and KEYS[i] .. ':l'
   if leases then
     -- The leases held are the live members of the lease set.
     redis.call('ZREMRANGEBYSCORE', leases, '-inf', now)
     st_count = redis.call('ZCARD', leases)
   end
-  local charge = ARGV[at + 9]
+  local charge = ARGV[at + arg_charge]
   local asked = cost
-  if charge == '1' then
+  if charge == charge_checked then
     asked = 1
-  elseif charge == '4' then
+  elseif charge == charge_covered then
     asked = 0
   end
   local allowed, remaining, reset, retry, n_start, n_count, n_prev, ttl
   if reserved then
     allowed, remaining, reset, retry, ttl = 1, 0, 0, 0, 0
     if reserved[i] then
-      n_start, n_count, n_prev = give_back_by[alg](cost, tonumber(ARGV[at + 3]), window, reserved[i],
+      n_start, n_count, n_prev = give_back_by[alg](cost, tonumber(ARGV[at + arg_limit]), window, reserved[i],
         valid, st_start, st_count, st_prev)
     end
   else
     local decide = decide_by[alg]
-    local limit, refill, grace, debt, max_delay = ARGV[at + 3] + 0, ARGV[at + 5] + 0,
-      ARGV[at + 6] + 0, charge == '2', ARGV[at + 10] + 0
+    local limit, refill, grace, debt, max_delay = ARGV[at + arg_limit] + 0, ARGV[at + arg_refill] + 0,
+      ARGV[at + arg_cleanup_grace] + 0, charge == charge_debt, ARGV[at + arg_max_delay] + 0
     allowed, remaining, reset, retry, n_start, n_count, n_prev, ttl = decide(
       now, asked, limit, window, refill, grace, valid, st_start, st_count, st_prev, debt, max_delay)
-    local lease = ARGV[at + 11] + 0
-    if charge == '0' and lease > 0 then
+    local lease = ARGV[at + arg_lease] + 0
+    if charge == charge_fits and lease > 0 then
       -- A lease of budget: its units are charged with the cost, and like
       -- any charge written only when the request is admitted.
       starts = starts or {}
@@ -105,24 +105,24 @@ for i = 1, n do
       end
     end
   end
-  if ttl_by_start[alg] and valid and n_start == st_start and ARGV[at + 2] == '' then
+  if ttl_by_start[alg] and valid and n_start == st_start and ARGV[at + arg_now] == '' then
     -- The charge that made this start gave the key its TTL, on the clock
     -- every instance reads: PEXPIRE ... GT would change nothing. The key
     -- lives ttl more at least (what the records' TTL is held to).
     st[5] = math.max(st[5] or 0, ttl)
     ttl = 0
   end
-  if charge == '1' and allowed == 1 then
+  if charge == charge_checked and allowed == 1 then
     remaining = remaining + 1
   end
-  if allowed == 0 and ARGV[at + 8] == '0' then
+  if allowed == 0 and ARGV[at + arg_shadow] == '0' then
     admitted = false
   end
   -- now, the key's entry in states, what a charge writes, and for a
   -- policy that holds leases its lease set, lease TTL and whether shadow,
   -- then whether an admission charges it (not when only checked)
   state[i] = {now, st, n_start, n_count, n_prev, ttl,
-    leases, type(window) == 'number' and window or nil, ARGV[at + 8] == '1', charge ~= '1' and charge ~= '4'}
+    leases, type(window) == 'number' and window or nil, ARGV[at + arg_shadow] == '1', charge ~= charge_checked and charge ~= charge_covered}
   local at_reply = 2 + (i - 1) * 4
   reply[at_reply] = allowed
   reply[at_reply + 1] = remaining
@@ -183,7 +183,7 @@ if remembered then
     format = '%015d,%s' .. string.rep(',%d', #reply - 1)
     record_formats[#reply] = format
   end
-  places.at[place(places, now, ARGV[argv_head + 7], expiry, ARGV[4] + 0)] = string.format(format, expiry, eval_id, unpack(reply, 2))
+  places.at[place(places, now, ARGV[argv_head + arg_max_clock_regression], expiry, ARGV[4] + 0)] = string.format(format, expiry, eval_id, unpack(reply, 2))
 end
 
 -- A delayed admission (an enforced policy's retry_ms above 0) leaves its
@@ -192,7 +192,7 @@ end
 if admitted and eval_id and not reserved then
   local held = 0
   for i = 1, n do
-    if ARGV[argv_head + (i - 1) * per_policy + 8] == '0' then
+    if ARGV[argv_head + (i - 1) * per_policy + arg_shadow] == '0' then
       held = math.max(held, reply[5 + (i - 1) * 4])
     end
   end
@@ -201,7 +201,7 @@ if admitted and eval_id and not reserved then
     for i = 1, n do
       starts[i] = state[i][11] and state[i][3] or 'x'
     end
-    redis.call('SET', reservation_of(KEYS, eval_id), table.concat(starts, ','), 'PX', held + tonumber(ARGV[argv_head + 6]))
+    redis.call('SET', reservation_of(KEYS, eval_id), table.concat(starts, ','), 'PX', held + tonumber(ARGV[argv_head + arg_cleanup_grace]))
   end
 end
 

@@ -49,6 +49,7 @@ var Lease = read("lease_member.lua") + read("lease.lua")
 func script() string {
 	var b strings.Builder
 	b.WriteString(read("prelude.lua"))
+	b.WriteString(args())
 	b.WriteString(read("common.lua"))
 	b.WriteString(read("lease_member.lua"))
 	functions := make([]string, len(algorithms))

@@ -40,27 +40,30 @@
 --   4 the ring's places (0: not remembered)    5 look: 1 when the evaluation ID may have been
 --   decided before (a retry), so a record under it is looked for; 0 when
 --   the ID is new, and nothing can be under it yet
---   then eleven per policy, from 5 + (i-1)*11 + 1:
+--   then per_policy for each policy, from argv_head + (i-1)*per_policy,
+--   each at its arg_<name> (args.go writes the layout and the names):
 --   algorithm (its place in decide_by), now in ms or "" to read Redis TIME
 --   (one clock for every gateway), limit or capacity, window or refill
 --   period in ms (a calendar policy's: its period boundaries, window_at
 --   in common.lua), refill tokens, cleanup grace in ms, max clock
---   regression in ms, shadow (1) or enforced (0), charge: 0 charged cost
---   when it fits, 1 checked only (allows while at least 1 is left, charged
---   nothing, and reports what is left uncharged), 2 charged cost whatever
---   is left (a debt may follow, and remaining may be negative), 3 given
---   back what the request's reservation record says it was charged, 4
---   covered by the calling instance's lease of budget (allowed, charged
---   nothing, reports what is left), 5 a lease's give-back: its unused
---   units, the cost, go back to the state whose start the lease argument
---   gives (as for 3, every policy alike);
+--   regression in ms, shadow (1) or enforced (0), charge: charge_fits
+--   charged cost when it fits, charge_checked checked only (allows while
+--   at least 1 is left, charged nothing, and reports what is left
+--   uncharged), charge_debt charged cost whatever is left (a debt may
+--   follow, and remaining may be negative), charge_reserved given back
+--   what the request's reservation record says it was charged,
+--   charge_covered covered by the calling instance's lease of budget
+--   (allowed, charged nothing, reports what is left), charge_returned a
+--   lease's give-back: its unused units, the cost, go back to the state
+--   whose start the lease argument gives (as for charge_reserved, every
+--   policy alike);
 --   max delay in ms (0: a request is refused rather than delayed);
---   the lease: with charge 0, when the request is admitted without a
+--   lease: with charge_fits, when the request is admitted without a
 --   delay, up to this many units more are charged, fewer when less is
 --   left, for the calling instance to admit from (0: none); the reply's
 --   remaining is what the cost left, the lease's units in it, so the
---   instance got min(lease, remaining). With charge 5, the state's start
---   the lease was taken in.
+--   instance got min(lease, remaining). With charge_returned, the state's
+--   start the lease was taken in.
 --   then, after every policy's, the evaluation ID when the call is
 --   de-duplicated (it heads the record), a policy holds leases
 --   (concurrency; it names the lease), or may delay the request (it names
@@ -81,8 +84,6 @@
 -- one conversion, where tonumber makes two (it checks, then converts),
 -- each a strtod. tonumber stays where a string may not be a number: a
 -- calendar window, the stored state, a record.
-local per_policy = 11
-local argv_head = 5 -- the arguments before the first policy's
 
 -- One clock reading for every decision of the call that reads Redis's.
 local redis_now
