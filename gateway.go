@@ -178,6 +178,11 @@ func (g *gateway) reload() {
 			g.servers.SwapCertificates(g.file.Listen.TLS.Certificates)
 		}
 	}
+	if err == nil && f.Listen.TLS != nil {
+		// The handler's resolver believes the new roots already; from now
+		// on handshakes ask for them too.
+		g.servers.SwapClientCAs(f.Listen.TLS.ClientCAs)
+	}
 	if err != nil {
 		g.reloads.WithLabelValues("error").Inc()
 		g.logger.Error("reload refused: the old configuration stays", "file", g.path, "error", err.Error())

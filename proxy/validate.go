@@ -76,6 +76,13 @@ func (r *Route) Validate(managed []string) error {
 	if r.HostHeader != "" && !validHostHeader(r.HostHeader) {
 		problem("host_header", "Invalid host_header", "host_header must be a host name or address with an optional port, such as \"orders.internal\" or \"10.0.0.7:8080\", not %q.", r.HostHeader)
 	}
+	if h := r.ClientCertHeader; h != "" {
+		if err := checkRuleHeader(h, managed); err != nil || strings.IndexByte(h, '_') >= 0 {
+			problem("client_cert_header", "Invalid client_cert_header", "client_cert_header must be a header name of letters, digits and '-' that the gateway does not manage otherwise, not %q.", h)
+		}
+		// The gateway writes it: no rule may.
+		managed = append(slices.Clip(managed), h)
+	}
 	errs = append(errs, r.RequestHeaders.validate("request_headers", managed)...)
 	errs = append(errs, r.ResponseHeaders.validate("response_headers", managed)...)
 	var upgrades []string
