@@ -3,6 +3,7 @@ package proxy
 import (
 	"errors"
 	"fmt"
+	"iter"
 	"maps"
 	"net/http"
 	"net/url"
@@ -81,7 +82,12 @@ func (r *Route) Validate(managed []string) error {
 			problem("client_cert_header", "Invalid client_cert_header", "client_cert_header must be a header name of letters, digits and '-' that the gateway does not manage otherwise, not %q.", h)
 		}
 		// The gateway writes it: no rule may.
-		managed = append(slices.Clip(managed), h)
+		c := http.CanonicalHeaderKey(h)
+		for field, name := range r.RequestHeaders.names("request_headers") {
+			if http.CanonicalHeaderKey(strings.ReplaceAll(name, "_", "-")) == c {
+				problem(field, "Header the gateway manages", "%s is the route's client_cert_header, which the gateway writes; request_headers cannot set or remove it.", name)
+			}
+		}
 	}
 	errs = append(errs, r.RequestHeaders.validate("request_headers", managed)...)
 	errs = append(errs, r.ResponseHeaders.validate("response_headers", managed)...)
@@ -226,6 +232,22 @@ func validatePolicies(field, per string, ps []*limiter.Policy) []error {
 		}
 	}
 	return errs
+}
+
+// names are the header names of the rules, by field.
+func (hr HeaderRules) names(block string) iter.Seq2[string, string] {
+	return func(yield func(string, string) bool) {
+		for i, h := range hr.Set {
+			if !yield(fmt.Sprintf("%s.set[%d]", block, i), h.Name) {
+				return
+			}
+		}
+		for i, n := range hr.Remove {
+			if !yield(fmt.Sprintf("%s.remove[%d]", block, i), n) {
+				return
+			}
+		}
+	}
 }
 
 // validate reports the problems of one direction's rules, named in block:
