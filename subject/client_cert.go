@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"runtime"
+	"strings"
 	"sync"
 	"time"
 	"weak"
@@ -23,7 +24,8 @@ const (
 	// URISAN is the leaf's first URI subject alternative name (a SPIFFE
 	// ID, say).
 	URISAN
-	// DNSSAN is the leaf's first DNS subject alternative name.
+	// DNSSAN is the leaf's first DNS subject alternative name, in lower
+	// case.
 	DNSSAN
 )
 
@@ -59,7 +61,7 @@ func (c CertIdentity) of(leaf *x509.Certificate) string {
 		}
 	case DNSSAN:
 		if len(leaf.DNSNames) > 0 {
-			return leaf.DNSNames[0]
+			return strings.ToLower(leaf.DNSNames[0])
 		}
 	default:
 		sum := sha256.Sum256(leaf.RawSubjectPublicKeyInfo)
@@ -72,6 +74,15 @@ func (c CertIdentity) of(leaf *x509.Certificate) string {
 // kinds never sign alike.
 func (c CertIdentity) canonical(identity string) string {
 	return c.String() + ":" + identity
+}
+
+// named is the canonical identity of one an operator names: a key's hex
+// digest or a DNS name in any case.
+func (c CertIdentity) named(identity string) string {
+	if c != URISAN {
+		identity = strings.ToLower(identity)
+	}
+	return c.canonical(identity)
 }
 
 // VerifyClientChain verifies the chain a client presented, leaf first,

@@ -407,7 +407,7 @@ func (r *Resolver) Named(kind Kind, identity, plan string, q Query) (Subject, er
 			return Subject{}, errors.New("client_cert: no client_ca_file is configured")
 		}
 		if identity != "" {
-			identity = q.CertIdentity.canonical(identity)
+			identity = q.CertIdentity.named(identity)
 		}
 	}
 	if identity == "" {

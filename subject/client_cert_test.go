@@ -1,0 +1,94 @@
+package subject_test
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/hex"
+	"math/big"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/edgegate/gateway/subject"
+)
+
+// certificate is a certificate of key signed by parent's key (itself
+// when parent is nil, a CA).
+func certificate(t *testing.T, parent *x509.Certificate, parentKey *ecdsa.PrivateKey, uri, dns string) (*x509.Certificate, *ecdsa.PrivateKey) {
+	t.Helper()
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: "test"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
+	if parent == nil {
+		tmpl.IsCA, tmpl.BasicConstraintsValid, tmpl.KeyUsage = true, true, x509.KeyUsageCertSign
+		parent, parentKey = tmpl, key
+	}
+	if uri != "" {
+		u, _ := url.Parse(uri)
+		tmpl.URIs = []*url.URL{u}
+	}
+	if dns != "" {
+		tmpl.DNSNames = []string{dns}
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, parent, &key.PublicKey, parentKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, _ := x509.ParseCertificate(der)
+	return c, key
+}
+
+// The admin API names a client_cert subject by the identity the route
+// reads; Named must give it the pseudonym of the connection that presents
+// the certificate.
+func TestANamedClientCertIsTheSubjectOfItsConnection(t *testing.T) {
+	ca, caKey := certificate(t, nil, nil, "", "")
+	roots := x509.NewCertPool()
+	roots.AddCert(ca)
+	leaf, _ := certificate(t, ca, caKey, "spiffe://example.org/Orders", "Orders.Internal")
+	r, err := subject.NewResolver(subject.Options{ClientCAs: roots, PseudonymKeys: map[int][]byte{1: []byte(fakeSecret)}, PseudonymVersion: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(leaf.RawSubjectPublicKeyInfo)
+	for _, c := range []struct {
+		name     string
+		identity subject.CertIdentity
+		named    string
+	}{
+		{"by its key's digest, in any case", subject.SPKI, strings.ToUpper(hex.EncodeToString(sum[:]))},
+		{"by its URI, as written", subject.URISAN, "spiffe://example.org/Orders"},
+		{"by its DNS name, in any case", subject.DNSSAN, "orders.internal"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			q := subject.Query{Sources: []subject.Kind{subject.ClientCert}, OperationID: "op", CertIdentity: c.identity}
+			req := request("192.0.2.1:5000")
+			req.TLS = &tls.ConnectionState{PeerCertificates: []*x509.Certificate{leaf}}
+			want, err := r.Resolve(req, q)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := r.Named(subject.ClientCert, c.named, "", q)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != want || got.Kind != subject.ClientCert {
+				t.Fatalf("named %+v, resolved %+v", got, want)
+			}
+			// Another identity kind of the same certificate is another
+			// subject.
+			other := q
+			other.CertIdentity = (c.identity + 1) % 3
+			if s, _ := r.Resolve(req, other); s.Pseudonym == want.Pseudonym {
+				t.Fatalf("%s and %s sign alike", c.identity, other.CertIdentity)
+			}
+		})
+	}
+}
