@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -190,26 +191,44 @@ func (r *mtlsRunning) statuses(t *testing.T, path string, clients ...*http.Clien
 	return strings.Join(s, " ")
 }
 
-// refusedHandshake dials the HTTPS listener with cert (or none) and
-// reads: the error the client gets, nil if the server let it in. Nothing
-// is written, so that the server's alert is not lost to a reset.
-func (r *mtlsRunning) refusedHandshake(cert *tls.Certificate) error {
+// refusal dials the HTTPS listener with cert (or none), through cache
+// when not nil, and reads: the error the server ends the connection with.
+// Nothing is written, so that the server's alert is not lost to a reset.
+// It is meant for clients the server refuses: one it lets in is waited
+// for until the read times out.
+func (r *mtlsRunning) refusal(cert *tls.Certificate, cache tls.ClientSessionCache) error {
 	cfg := r.clientConfig(cert)
-	cfg.NextProtos = []string{"http/1.1"}
+	cfg.NextProtos, cfg.ClientSessionCache = []string{"http/1.1"}, cache
 	c, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", r.servers.HTTPSAddr().String(), cfg)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
 	// Under TLS 1.3 the client's handshake ends before the server has
-	// checked its certificate: the verdict is the first read. A server
-	// that let it in waits for a request, so the read times out.
-	c.SetReadDeadline(time.Now().Add(time.Second))
+	// checked its certificate: the verdict is the first read.
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
 	_, err = c.Read(make([]byte, 1))
-	if ne, ok := err.(net.Error); ok && ne.Timeout() {
-		return nil
-	}
 	return err
+}
+
+// resumes makes one request on a connection of its own through cache and
+// reports whether its handshake resumed a session; the response carries
+// the session ticket for the next.
+func (r *mtlsRunning) resumes(t *testing.T, cert *tls.Certificate, cache tls.ClientSessionCache) bool {
+	t.Helper()
+	cfg := r.clientConfig(cert)
+	cfg.NextProtos, cfg.ClientSessionCache = []string{"http/1.1"}, cache
+	c, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", r.servers.HTTPSAddr().String(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	io.WriteString(c, "GET /echo HTTP/1.1\r\nHost: a.test\r\n\r\n")
+	res, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil || res.StatusCode != 200 {
+		t.Fatalf("%v %v", res, err)
+	}
+	return c.ConnectionState().DidResume
 }
 
 func TestMutualTLS(t *testing.T) {
@@ -287,7 +306,7 @@ func TestMutualTLS(t *testing.T) {
 			if mode == "require" {
 				for _, c := range refused {
 					t.Run(c.name+" ends the handshake", func(t *testing.T) {
-						err := r.refusedHandshake(c.cert)
+						err := r.refusal(c.cert, nil)
 						// crypto/tls exports no type for an alert received
 						// over TCP; its text is the alert's name.
 						if err == nil || !strings.Contains(err.Error(), c.alert) {
@@ -326,8 +345,8 @@ func TestMutualTLS(t *testing.T) {
 		caFile := filepath.Join(dir, "clients.pem")
 		writeCAFile(t, caFile, clients)
 		r := mtlsGateway(t, dir, caFile, "require", up.URL)
-		if err := r.refusedHandshake(&foreign); err == nil {
-			t.Fatal("another CA's certificate was let in before the reload")
+		if err := r.refusal(&foreign, nil); err == nil || !strings.Contains(err.Error(), "unknown certificate authority") {
+			t.Fatalf("another CA's certificate before the reload: %v", err)
 		}
 		// One connection, kept open across the reload.
 		kept := r.mtlsClient(&certA)
@@ -336,17 +355,25 @@ func TestMutualTLS(t *testing.T) {
 		if code, got := r.call(t, kept, "/echo", ""); code != 200 || got != spkiOf(certA) {
 			t.Fatalf("before: %d X-Client-Cert %q", code, got)
 		}
+		// A session to resume after the reload.
+		sessions := tls.NewLRUClientSessionCache(1)
+		r.resumes(t, &certA, sessions)
+		if !r.resumes(t, &certA, sessions) {
+			t.Fatal("the second connection did not resume the first's session")
+		}
 
 		writeCAFile(t, caFile, stranger)
 		r.reload(t, "ok")
-		if err := r.refusedHandshake(&foreign); err != nil {
-			t.Fatalf("the new CA's certificate after the reload: %v", err)
-		}
-		if err := r.refusedHandshake(&certA); err == nil || !strings.Contains(err.Error(), "unknown certificate authority") {
-			t.Fatalf("the old CA's certificate after the reload: %v", err)
-		}
 		if code, got := r.call(t, r.mtlsClient(&foreign), "/echo", ""); code != 200 || got != spkiOf(foreign) {
 			t.Fatalf("the new CA's certificate: %d X-Client-Cert %q", code, got)
+		}
+		if err := r.refusal(&certA, nil); err == nil || !strings.Contains(err.Error(), "unknown certificate authority") {
+			t.Fatalf("the old CA's certificate after the reload: %v", err)
+		}
+		// Its session is not resumed: the handshake is a full one, and
+		// refused.
+		if err := r.refusal(&certA, sessions); err == nil || !strings.Contains(err.Error(), "unknown certificate authority") {
+			t.Fatalf("a session of the old CA's certificate after the reload: %v", err)
 		}
 		// The open connection stays, but its certificate no longer
 		// identifies it.
@@ -368,8 +395,8 @@ func TestMutualTLS(t *testing.T) {
 		t.Run("a CA file without a certificate is refused and the roots stay", func(t *testing.T) {
 			os.WriteFile(caFile, []byte("not a certificate\n"), 0o644)
 			r.reload(t, "error")
-			if err := r.refusedHandshake(&foreign); err != nil {
-				t.Fatalf("after a refused reload: %v", err)
+			if code, _ := r.call(t, r.mtlsClient(&foreign), "/echo", ""); code != 200 {
+				t.Fatalf("after a refused reload: %d", code)
 			}
 		})
 	})

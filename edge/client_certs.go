@@ -3,11 +3,7 @@ package edge
 import (
 	"crypto/tls"
 	"crypto/x509"
-	"errors"
 	"sync/atomic"
-	"time"
-
-	"github.com/edgegate/gateway/subject"
 )
 
 // The values of TLSOptions.ClientAuth, as the tls block names them.
@@ -42,10 +38,12 @@ func newClientAuth(t *TLSOptions) *clientAuth {
 
 // apply makes cfg ask for client certificates. Under require, crypto/tls
 // verifies the chain in the handshake, so that a client is told why it
-// was refused (unknown_ca, certificate_expired, certificate_required).
+// was refused (unknown_ca, certificate_expired, certificate_required), and
+// verifies a resumed session's chain against the roots in force, or does
+// not resume it.
 // Under request it only asks: the client_cert subject verifies the chain
-// (subject.VerifyClientChain, the same rule), and a chain that does not
-// verify is simply no subject. Either way the certificate request names
+// (by crypto/tls's rule), and a chain that does not verify is simply no
+// subject. Either way the certificate request names
 // the roots' subjects, so that a client holding several certificates can
 // pick the right one.
 //
@@ -59,19 +57,6 @@ func (a *clientAuth) apply(cfg *tls.Config) {
 	cfg.ClientAuth = tls.RequestClientCert
 	if a.require {
 		cfg.ClientAuth = tls.RequireAndVerifyClientCert
-		// crypto/tls resumes a session without verifying its chain again:
-		// after a swap, a session of a client the new roots refuse would
-		// go on.
-		cfg.VerifyConnection = func(cs tls.ConnectionState) error {
-			if !cs.DidResume {
-				return nil
-			}
-			_, err := subject.VerifyClientChain(a.roots.Load(), cs.PeerCertificates, time.Now())
-			if err != nil {
-				return errors.Join(errResumedChain, err)
-			}
-			return nil
-		}
 	}
 	base := a.roots.Load()
 	cfg.ClientCAs = base
@@ -90,5 +75,3 @@ func (a *clientAuth) apply(cfg *tls.Config) {
 		return c, nil
 	}
 }
-
-var errResumedChain = errors.New("edge: the resumed session's client certificate no longer verifies")

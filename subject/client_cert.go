@@ -85,11 +85,13 @@ func (c CertIdentity) named(identity string) string {
 	return c.canonical(identity)
 }
 
-// VerifyClientChain verifies the chain a client presented, leaf first,
-// against roots at now, for client authentication: the rule of both the
-// handshake (edge) and the client_cert subject. It returns the earliest
-// expiry of the verified chain.
-func VerifyClientChain(roots *x509.CertPool, certs []*x509.Certificate, now time.Time) (time.Time, error) {
+// verifyClientChain verifies the chain a client presented, leaf first,
+// against roots at now, for client authentication: crypto/tls's rule for
+// a server that verifies client certificates, so that the client_cert
+// subject believes what a handshake under client_auth "require" lets in.
+// It returns when the verified chain stops verifying (its earliest
+// expiry).
+func verifyClientChain(roots *x509.CertPool, certs []*x509.Certificate, now time.Time) (time.Time, error) {
 	if len(certs) == 0 {
 		return time.Time{}, fmt.Errorf("no client certificate")
 	}
@@ -154,7 +156,7 @@ func (v *chainVerdicts) leaf(state *tls.ConnectionState) *x509.Certificate {
 	until, known := v.until[key]
 	v.mu.Unlock()
 	if !known || (!until.IsZero() && !now.Before(until)) {
-		until, _ = VerifyClientChain(v.roots, state.PeerCertificates, now)
+		until, _ = verifyClientChain(v.roots, state.PeerCertificates, now)
 		v.mu.Lock()
 		if _, again := v.until[key]; !again {
 			runtime.AddCleanup(leaf, v.forget, key)
