@@ -133,14 +133,15 @@ func verifyClientChain(roots *x509.CertPool, certs []*x509.Certificate, now time
 // address.
 type chainVerdicts struct {
 	roots *x509.CertPool
+	now   func() time.Time
 	mu    sync.Mutex
 	// until is when a verified chain stops verifying (its earliest
 	// expiry); the zero Time: it did not verify.
 	until map[weak.Pointer[x509.Certificate]]time.Time
 }
 
-func newChainVerdicts(roots *x509.CertPool) *chainVerdicts {
-	return &chainVerdicts{roots: roots, until: map[weak.Pointer[x509.Certificate]]time.Time{}}
+func newChainVerdicts(roots *x509.CertPool, now func() time.Time) *chainVerdicts {
+	return &chainVerdicts{roots: roots, now: now, until: map[weak.Pointer[x509.Certificate]]time.Time{}}
 }
 
 // leaf is the leaf of the chain state presents when that chain verifies
@@ -151,7 +152,7 @@ func (v *chainVerdicts) leaf(state *tls.ConnectionState) *x509.Certificate {
 	}
 	leaf := state.PeerCertificates[0]
 	key := weak.Make(leaf)
-	now := time.Now()
+	now := v.now()
 	v.mu.Lock()
 	until, known := v.until[key]
 	v.mu.Unlock()

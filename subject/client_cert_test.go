@@ -11,6 +11,7 @@ import (
 	"encoding/hex"
 	"math/big"
 	"net/url"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -90,5 +91,85 @@ func TestANamedClientCertIsTheSubjectOfItsConnection(t *testing.T) {
 				t.Fatalf("%s and %s sign alike", c.identity, other.CertIdentity)
 			}
 		})
+	}
+}
+
+// A connection keeps its client_cert subject while its chain verifies:
+// not past the leaf's expiry, though the connection stays open, and never
+// for a chain to other roots.
+func TestAClientCertIsASubjectWhileItsChainVerifies(t *testing.T) {
+	ca, caKey := certificate(t, nil, nil, "", "")
+	roots := x509.NewCertPool()
+	roots.AddCert(ca)
+	leaf, _ := certificate(t, ca, caKey, "", "")
+	stranger, strangerKey := certificate(t, nil, nil, "", "")
+	foreign, _ := certificate(t, stranger, strangerKey, "", "")
+	now := time.Now()
+	r, err := subject.NewResolver(subject.Options{ClientCAs: roots, Now: func() time.Time { return now },
+		PseudonymKeys: map[int][]byte{1: []byte(fakeSecret)}, PseudonymVersion: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := subject.Query{Sources: []subject.Kind{subject.ClientCert, subject.ClientIP}, OperationID: "op"}
+	kindOf := func(c *x509.Certificate) subject.Kind {
+		req := request("192.0.2.1:5000")
+		req.TLS = &tls.ConnectionState{PeerCertificates: []*x509.Certificate{c}}
+		s, err := r.Resolve(req, q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s.Kind
+	}
+	if k := kindOf(foreign); k != subject.ClientIP {
+		t.Fatalf("a certificate of other roots: %s, want client_ip", k)
+	}
+	for _, c := range []struct {
+		name string
+		at   time.Time
+		want subject.Kind
+	}{
+		{"while the leaf is valid", now, subject.ClientCert},
+		{"again on the same connection", now.Add(time.Minute), subject.ClientCert},
+		{"once the leaf has expired", leaf.NotAfter.Add(time.Second), subject.ClientIP},
+	} {
+		now = c.at
+		if k := kindOf(leaf); k != c.want {
+			t.Fatalf("%s: %s, want %s", c.name, k, c.want)
+		}
+	}
+}
+
+// The verdicts of closed connections go: the table holds a verdict per
+// leaf certificate still in memory, and a leaf is garbage once its
+// connection is.
+func TestChainVerdictsGoWithTheirConnections(t *testing.T) {
+	ca, caKey := certificate(t, nil, nil, "", "")
+	roots := x509.NewCertPool()
+	roots.AddCert(ca)
+	leaf, _ := certificate(t, ca, caKey, "", "")
+	r, err := subject.NewResolver(subject.Options{ClientCAs: roots, PseudonymKeys: map[int][]byte{1: []byte(fakeSecret)}, PseudonymVersion: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := subject.Query{Sources: []subject.Kind{subject.ClientCert}, OperationID: "op"}
+	const connections = 50
+	for range connections {
+		// Each handshake parses the chain anew: a leaf of its own.
+		c, _ := x509.ParseCertificate(leaf.Raw)
+		req := request("192.0.2.1:5000")
+		req.TLS = &tls.ConnectionState{PeerCertificates: []*x509.Certificate{c}}
+		if s, err := r.Resolve(req, q); err != nil || s.Kind != subject.ClientCert {
+			t.Fatalf("%+v %v", s, err)
+		}
+	}
+	if n := r.ChainVerdicts(); n != connections {
+		t.Fatalf("%d verdicts held, want %d", n, connections)
+	}
+	for deadline := time.Now().Add(10 * time.Second); r.ChainVerdicts() > 0; {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d verdicts still held after their leaves were collected", r.ChainVerdicts())
+		}
+		runtime.GC()
+		runtime.Gosched()
 	}
 }

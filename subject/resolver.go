@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"time"
 )
 
 // Kind is a source of identity.
@@ -92,6 +93,9 @@ type Options struct {
 	// ClientCAs are the roots a client certificate must chain to for the
 	// client_cert source; nil: routes that list it never identify by it.
 	ClientCAs *x509.CertPool
+	// Now is the clock client certificates are checked against. Default
+	// time.Now.
+	Now func() time.Time
 }
 
 // Defaults of Options.
@@ -113,6 +117,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.IPv6Prefix == 0 {
 		o.IPv6Prefix = DefaultIPv6Prefix
+	}
+	if o.Now == nil {
+		o.Now = time.Now
 	}
 	return o
 }
@@ -188,7 +195,7 @@ func NewResolver(opts Options) (*Resolver, error) {
 	}
 	var certs *chainVerdicts
 	if opts.ClientCAs != nil {
-		certs = newChainVerdicts(opts.ClientCAs)
+		certs = newChainVerdicts(opts.ClientCAs, opts.Now)
 	}
 	trusted := make([]netip.Prefix, len(opts.TrustedProxies))
 	for i, p := range opts.TrustedProxies {
