@@ -124,57 +124,74 @@ func verifyClientChain(roots *x509.CertPool, certs []*x509.Certificate, now time
 }
 
 // chainVerdicts remembers, per connection, whether the client's chain
-// verified, so that a connection's chain is verified on its first request
-// only. A connection is known by its leaf certificate: crypto/tls parses
-// the chain once per handshake and hands every request of the connection
-// the same *x509.Certificate. Keys are weak, and an entry goes once its
-// leaf is garbage, so the table holds the live connections' leaves only;
-// a weak pointer never equals one made to another object at the same
-// address.
+// verified and the leaf's identities, so that a connection's chain is
+// verified and its identities worked out on its first request only. A
+// connection is known by its leaf certificate: crypto/tls parses the chain
+// once per handshake and hands every request of the connection the same
+// *x509.Certificate. Keys are weak, and an entry goes once its leaf is
+// garbage, so the table holds the live connections' leaves only; a weak
+// pointer never equals one made to another object at the same address.
 type chainVerdicts struct {
 	roots *x509.CertPool
 	now   func() time.Time
-	mu    sync.Mutex
-	// until is when a verified chain stops verifying (its earliest
-	// expiry); the zero Time: it did not verify.
-	until map[weak.Pointer[x509.Certificate]]time.Time
+	table sync.Map // weak.Pointer[x509.Certificate] to *verdict
+}
+
+// verdict is what a connection's chain gave: when it stops verifying (its
+// earliest expiry; the zero Time: it did not verify), and the leaf's
+// canonical identities by CertIdentity, "" where it has none. It holds no
+// pointer to the leaf, which would keep the leaf, and the entry, alive.
+type verdict struct {
+	until      time.Time
+	identities [3]string
 }
 
 func newChainVerdicts(roots *x509.CertPool, now func() time.Time) *chainVerdicts {
-	return &chainVerdicts{roots: roots, now: now, until: map[weak.Pointer[x509.Certificate]]time.Time{}}
+	return &chainVerdicts{roots: roots, now: now}
 }
 
-// leaf is the leaf of the chain state presents when that chain verifies
-// against the roots now, else nil.
-func (v *chainVerdicts) leaf(state *tls.ConnectionState) *x509.Certificate {
+// verified is the verdict of the chain state presents when that chain
+// verifies against the roots now, else nil.
+func (v *chainVerdicts) verified(state *tls.ConnectionState) *verdict {
 	if v == nil || state == nil || len(state.PeerCertificates) == 0 {
 		return nil
 	}
 	leaf := state.PeerCertificates[0]
 	key := weak.Make(leaf)
 	now := v.now()
-	v.mu.Lock()
-	until, known := v.until[key]
-	v.mu.Unlock()
-	if !known || (!until.IsZero() && !now.Before(until)) {
-		until, _ = verifyClientChain(v.roots, state.PeerCertificates, now)
-		v.mu.Lock()
-		if _, again := v.until[key]; !again {
+	var d *verdict
+	if known, ok := v.table.Load(key); ok {
+		d = known.(*verdict)
+	}
+	if d == nil || (!d.until.IsZero() && !now.Before(d.until)) {
+		d = &verdict{}
+		if d.until, _ = verifyClientChain(v.roots, state.PeerCertificates, now); !d.until.IsZero() {
+			for _, c := range []CertIdentity{SPKI, URISAN, DNSSAN} {
+				if id := c.of(leaf); id != "" {
+					d.identities[c] = c.canonical(id)
+				}
+			}
+		}
+		if _, again := v.table.Swap(key, d); !again {
 			runtime.AddCleanup(leaf, v.forget, key)
 		}
-		v.until[key] = until
-		v.mu.Unlock()
 	}
-	if until.IsZero() || !now.Before(until) {
+	if d.until.IsZero() || !now.Before(d.until) {
 		return nil
 	}
-	return leaf
+	return d
 }
 
-func (v *chainVerdicts) forget(key weak.Pointer[x509.Certificate]) {
-	v.mu.Lock()
-	delete(v.until, key)
-	v.mu.Unlock()
+func (v *chainVerdicts) forget(key weak.Pointer[x509.Certificate]) { v.table.Delete(key) }
+
+// clientCert is the canonical identity, as c gives it, of the request's
+// client certificate when its chain verifies; "" when there is none.
+func (in Inbound) clientCert(c CertIdentity) string {
+	d := in.r.certs.verified(in.req.TLS)
+	if d == nil || int(c) >= len(d.identities) {
+		return ""
+	}
+	return d.identities[c]
 }
 
 // ClientCert is the identity, as c gives it, of the request's client
@@ -182,12 +199,11 @@ func (v *chainVerdicts) forget(key weak.Pointer[x509.Certificate]) {
 // when there is none. It is the raw identity: only the upstream may see
 // it (a route's client_cert_header), never a log, metric or Redis key.
 func (in Inbound) ClientCert(c CertIdentity) (string, bool) {
-	leaf := in.r.certs.leaf(in.req.TLS)
-	if leaf == nil {
+	canonical := in.clientCert(c)
+	if canonical == "" {
 		return "", false
 	}
-	id := c.of(leaf)
-	return id, id != ""
+	return canonical[len(c.String())+1:], true
 }
 
 // ForwardClientCert sets the request's q.CertHeader to the identity of its

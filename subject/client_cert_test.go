@@ -21,7 +21,7 @@ import (
 
 // certificate is a certificate of key signed by parent's key (itself
 // when parent is nil, a CA).
-func certificate(t *testing.T, parent *x509.Certificate, parentKey *ecdsa.PrivateKey, uri, dns string) (*x509.Certificate, *ecdsa.PrivateKey) {
+func certificate(t testing.TB, parent *x509.Certificate, parentKey *ecdsa.PrivateKey, uri, dns string) (*x509.Certificate, *ecdsa.PrivateKey) {
 	t.Helper()
 	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: "test"},

@@ -342,9 +342,7 @@ func (in Inbound) Resolve(q Query) (Subject, error) {
 			identity = claims.principal
 			s.Plan, s.PlanUnknown = r.knownPlan(claims.plan)
 		case ClientCert:
-			if id, ok := in.ClientCert(q.CertIdentity); ok {
-				identity = q.CertIdentity.canonical(id)
-			}
+			identity = in.clientCert(q.CertIdentity)
 		}
 		if identity == "" {
 			continue
