@@ -24,6 +24,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/edgegate/gateway/limiter/redistest"
 )
 
 // clientLeaf is a client certificate signed by ca: valid now unless
@@ -400,4 +402,46 @@ func TestMutualTLS(t *testing.T) {
 			}
 		})
 	})
+}
+
+// Under client_auth "require" the ACME CA still validates TLS-ALPN-01 on
+// the HTTPS listener: its validation connection presents no certificate.
+func TestACMEByTLSALPNUnderClientCertificates(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
+	defer up.Close()
+	httpPort, httpsPort := redistest.FreePort(t), redistest.FreePort(t)
+	ca := startPebble(t, httpPort, httpsPort)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "gateway.hcl")
+	writeACMEConfig(t, path, httpPort, httpsPort, "tls-alpn-01", ca.server.URL+"/dir", ca.directoryRoot(t, dir), filepath.Join(dir, "certs"), up.URL)
+	clients := newTestCA(t)
+	caFile := filepath.Join(dir, "clients.pem")
+	writeCAFile(t, caFile, clients)
+	src, _ := os.ReadFile(path)
+	src = []byte(strings.Replace(string(src), "tls {\n", fmt.Sprintf("tls {\n  client_ca_file = %q\n  client_auth = \"require\"\n", caFile), 1))
+	if err := os.WriteFile(path, src, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	startFile(t, path)
+	cert := clients.clientLeaf(t, false, "", "")
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{ServerName: "localhost", RootCAs: ca.roots, Certificates: []tls.Certificate{cert}}}}
+	var lastErr error
+	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		res, err := client.Get(fmt.Sprintf("https://127.0.0.1:%d/orders", httpsPort))
+		if err != nil {
+			lastErr = err
+			continue
+		}
+		res.Body.Close()
+		if res.StatusCode != 200 {
+			t.Fatalf("status %d", res.StatusCode)
+		}
+		anonymous := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{ServerName: "localhost", RootCAs: ca.roots}}}
+		if res, err := anonymous.Get(fmt.Sprintf("https://127.0.0.1:%d/orders", httpsPort)); err == nil {
+			res.Body.Close()
+			t.Fatalf("a client without a certificate got %d", res.StatusCode)
+		}
+		return
+	}
+	t.Fatalf("no certificate was issued under client_auth \"require\": %v", lastErr)
 }

@@ -47,6 +47,11 @@ func newClientAuth(t *TLSOptions) *clientAuth {
 // the roots' subjects, so that a client holding several certificates can
 // pick the right one.
 //
+// ACME TLS-ALPN-01 validation connections are asked too, and send no
+// certificate; under TLS 1.3 (what validators speak) the validator has
+// read the challenge certificate before the server answers its empty
+// certificate, so validation passes under require as well.
+//
 // cfg's ClientCAs are those of the handshakes before any swap; afterwards
 // GetConfigForClient hands each handshake a copy of cfg with the current
 // roots, made once per swap.
