@@ -59,13 +59,17 @@ func (f *File) RestartNeeded(old *File) bool {
 }
 
 // withoutCertificates is o without what a reload swaps; whether it has
-// client roots stays (a pool of none stands for any).
+// client roots stays (a pool of none stands for any), with its client_auth
+// as edge reads it.
 func withoutCertificates(o edge.Options) edge.Options {
 	if o.TLS != nil {
 		t := *o.TLS
 		t.Certificates = nil
 		if t.ClientCAs != nil {
 			t.ClientCAs = &x509.CertPool{}
+			if t.ClientAuth == "" {
+				t.ClientAuth = edge.DefaultClientAuth
+			}
 		}
 		o.TLS = &t
 	}

@@ -5,7 +5,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/hex"
-	"fmt"
+	"errors"
 	"runtime"
 	"strings"
 	"sync"
@@ -52,8 +52,19 @@ func ParseCertIdentity(s string) (CertIdentity, bool) {
 	return 0, false
 }
 
-// of is c's identity of leaf, "" when leaf has none of that kind.
+// of is c's identity of leaf, "" when leaf has none of that kind. A name
+// with a control character is none: it could not be a header's value.
 func (c CertIdentity) of(leaf *x509.Certificate) string {
+	id := c.raw(leaf)
+	for i := 0; i < len(id); i++ {
+		if id[i] < 0x20 || id[i] == 0x7f {
+			return ""
+		}
+	}
+	return id
+}
+
+func (c CertIdentity) raw(leaf *x509.Certificate) string {
 	switch c {
 	case URISAN:
 		if len(leaf.URIs) > 0 {
@@ -93,7 +104,7 @@ func (c CertIdentity) named(identity string) string {
 // expiry).
 func verifyClientChain(roots *x509.CertPool, certs []*x509.Certificate, now time.Time) (time.Time, error) {
 	if len(certs) == 0 {
-		return time.Time{}, fmt.Errorf("no client certificate")
+		return time.Time{}, errors.New("no client certificate")
 	}
 	opts := x509.VerifyOptions{Roots: roots, CurrentTime: now, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
 	if len(certs) > 1 {

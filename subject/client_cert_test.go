@@ -173,3 +173,25 @@ func TestChainVerdictsGoWithTheirConnections(t *testing.T) {
 		runtime.Gosched()
 	}
 }
+
+// A SAN with a control character identifies nobody: it could smuggle a
+// header line into the request the upstream gets.
+func TestASANWithAControlCharacterIsNoIdentity(t *testing.T) {
+	ca, caKey := certificate(t, nil, nil, "", "")
+	roots := x509.NewCertPool()
+	roots.AddCert(ca)
+	leaf, _ := certificate(t, ca, caKey, "", "orders.internal\r\nX-Admin: yes")
+	r, err := subject.NewResolver(subject.Options{ClientCAs: roots, PseudonymKeys: map[int][]byte{1: []byte(fakeSecret)}, PseudonymVersion: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := request("192.0.2.1:5000")
+	req.TLS = &tls.ConnectionState{PeerCertificates: []*x509.Certificate{leaf}}
+	in := r.Inbound(req)
+	if id, ok := in.ClientCert(subject.DNSSAN); ok {
+		t.Fatalf("dns_san %q", id)
+	}
+	if _, ok := in.ClientCert(subject.SPKI); !ok {
+		t.Fatal("the verified certificate has no spki identity")
+	}
+}
