@@ -80,8 +80,8 @@ func writeCAFile(t *testing.T, path string, cas ...*testCA) {
 // mtlsGateway is an HTTPS gateway asking for client certificates under
 // clientAuth: route "spki" limits each certificate's public key to two
 // requests, "uri" and "dns" each URI and DNS SAN, "ip" each client
-// address; each falls through to the client's address, and "echo"
-// (unlimited) forwards the identity. The upstream answers with the
+// address; each falls through to the client's address. "only" has no
+// other source, and "echo" (unlimited) forwards the identity. The upstream answers with the
 // X-Client-Cert values it got, joined by commas.
 func mtlsGateway(t *testing.T, dir, caFile, clientAuth, upstream string) *mtlsRunning {
 	t.Helper()
@@ -124,13 +124,19 @@ route "ip" {
   policy   = "two"
   subject  = ["client_cert", "client_ip"]
 }
+route "only" {
+  path     = "/only"
+  upstream = %q
+  policy   = "two"
+  subject  = ["client_cert"]
+}
 route "echo" {
   path               = "/echo"
   upstream           = %q
   subject            = ["client_cert"]
   client_cert_header = "X-Client-Cert"
 }
-%s%s%s`, certFile, keyFile, caFile, clientAuth, upstream, upstream,
+%s%s%s`, certFile, keyFile, caFile, clientAuth, upstream, upstream, upstream,
 		route("spki", "spki"), route("uri", "uri_san"), route("dns", "dns_san"))
 	path := filepath.Join(dir, "gateway.hcl")
 	if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
@@ -325,6 +331,16 @@ func TestMutualTLS(t *testing.T) {
 					}
 				})
 			}
+			t.Run("a limited route with no other source answers 401 without a certificate that verifies", func(t *testing.T) {
+				for _, c := range refused {
+					if code, _ := r.call(t, r.mtlsClient(c.cert), "/only", ""); code != http.StatusUnauthorized {
+						t.Fatalf("%s: %d, want 401", c.name, code)
+					}
+				}
+				if code, _ := r.call(t, a, "/only", ""); code != 200 {
+					t.Fatalf("A: %d, want 200", code)
+				}
+			})
 			t.Run("without a certificate that verifies the subject falls through to the address", func(t *testing.T) {
 				// The three share the address's budget; A has its own.
 				var each []*http.Client
