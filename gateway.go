@@ -189,7 +189,7 @@ func (g *gateway) reload() {
 		return
 	}
 	if f.RestartNeeded(g.file) {
-		g.logger.Warn("listen addresses, the limiter backend and telemetry change on restart only")
+		g.logger.Warn("listen addresses, asking for client certificates (client_auth), the limiter backend and telemetry change on restart only")
 	}
 	g.level.Set(f.Log.Level)
 	g.file = f

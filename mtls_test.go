@@ -382,6 +382,10 @@ func TestMutualTLS(t *testing.T) {
 
 		writeCAFile(t, caFile, stranger)
 		r.reload(t, "ok")
+		const restartOnly = "change on restart only"
+		if strings.Contains(r.logs.String(), restartOnly) {
+			t.Fatalf("new roots were taken for a change that needs a restart:\n%s", r.logs.String())
+		}
 		if code, got := r.call(t, r.mtlsClient(&foreign), "/echo", ""); code != 200 || got != spkiOf(foreign) {
 			t.Fatalf("the new CA's certificate: %d X-Client-Cert %q", code, got)
 		}
@@ -415,6 +419,19 @@ func TestMutualTLS(t *testing.T) {
 			r.reload(t, "error")
 			if code, _ := r.call(t, r.mtlsClient(&foreign), "/echo", ""); code != 200 {
 				t.Fatalf("after a refused reload: %d", code)
+			}
+		})
+		t.Run("client_auth changes on restart only", func(t *testing.T) {
+			writeCAFile(t, caFile, stranger)
+			path := r.path
+			src, _ := os.ReadFile(path)
+			os.WriteFile(path, []byte(strings.Replace(string(src), `client_auth    = "require"`, `client_auth    = "request"`, 1)), 0o644)
+			r.reload(t, "ok")
+			if !strings.Contains(r.logs.String(), restartOnly) {
+				t.Fatalf("no warning that client_auth changes on restart:\n%s", r.logs.String())
+			}
+			if err := r.refusal(nil, nil); err == nil || !strings.Contains(err.Error(), "certificate required") {
+				t.Fatalf("a client without a certificate after the reload: %v", err)
 			}
 		})
 	})
