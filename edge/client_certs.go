@@ -37,15 +37,14 @@ func newClientAuth(t *TLSOptions) *clientAuth {
 }
 
 // apply makes cfg ask for client certificates. Under require, crypto/tls
-// verifies the chain in the handshake, so that a client is told why it
-// was refused (unknown_ca, certificate_expired, certificate_required), and
-// verifies a resumed session's chain against the roots in force, or does
-// not resume it.
-// Under request it only asks: the client_cert subject verifies the chain
-// (by crypto/tls's rule), and a chain that does not verify is simply no
-// subject. Either way the certificate request names
-// the roots' subjects, so that a client holding several certificates can
-// pick the right one.
+// verifies the chain in the handshake, so that a client is told why it was
+// refused (unknown_ca, certificate_expired, certificate_required), and
+// checks a resumed session's chain against the roots in force, or does not
+// resume it. Under request it only asks: the client_cert subject verifies
+// the chain (by crypto/tls's rule), and a chain that does not verify is
+// simply no subject. Either way the certificate request names the roots'
+// subjects, so that a client holding several certificates can pick the
+// right one.
 //
 // ACME TLS-ALPN-01 validation connections are asked too, and send no
 // certificate; under TLS 1.3 (what validators speak) the validator has

@@ -259,7 +259,8 @@ func (s *Servers) SwapCertificates(files []CertificateFiles) error {
 }
 
 // SwapClientCAs makes roots the roots of client certificates for every
-// handshake from now on; established connections keep what they verified.
+// handshake from now on; established connections stay open (what their
+// certificates identify is the client_cert subject's to say).
 // It does nothing without TLS, or when the listener was started without
 // client certificates (asking for them at all is decided on restart), or
 // when roots is nil. It is meant for SIGHUP.

@@ -31,8 +31,8 @@ type FieldError struct {
 func (e *FieldError) Error() string { return e.Detail }
 
 // Validate reports every problem of r's path, upstream URL, cost,
-// policies and plans, rewrite, host header, header rules, upgrades and
-// ignored extensions, each a *FieldError, joined. managed are the request headers the
+// policies and plans, rewrite, host header, client_cert_header, header
+// rules, upgrades and ignored extensions, each a *FieldError, joined. managed are the request headers the
 // resolver reads (subject.Options.ManagedHeaders), which no header rule
 // may touch.
 func (r *Route) Validate(managed []string) error {
