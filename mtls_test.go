@@ -273,6 +273,15 @@ func TestMutualTLS(t *testing.T) {
 				if code, got := r.call(t, a, "/echo", "forged"); code != 200 || got != spkiOf(certA) {
 					t.Fatalf("%d X-Client-Cert %q, want %q", code, got, spkiOf(certA))
 				}
+				// Over HTTP/2 here, over HTTP/1.1 in the reload test.
+				res, err := a.Get("https://" + r.servers.HTTPSAddr().String() + "/echo")
+				if err != nil {
+					t.Fatal(err)
+				}
+				res.Body.Close()
+				if res.ProtoMajor != 2 {
+					t.Fatalf("the clients speak %s, want HTTP/2", res.Proto)
+				}
 			})
 			t.Run("uri_san keys certificates by their URI", func(t *testing.T) {
 				if got := r.statuses(t, "/uri", a, a2, a, b); got != "200 200 429 200" {
