@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -193,5 +194,40 @@ func TestASANWithAControlCharacterIsNoIdentity(t *testing.T) {
 	}
 	if _, ok := in.ClientCert(subject.SPKI); !ok {
 		t.Fatal("the verified certificate has no spki identity")
+	}
+}
+
+// The streams of one HTTP/2 connection resolve at once: every one is the
+// connection's subject, and the connection holds one verdict.
+func TestAConnectionsConcurrentRequestsShareOneVerdict(t *testing.T) {
+	ca, caKey := certificate(t, nil, nil, "", "")
+	roots := x509.NewCertPool()
+	roots.AddCert(ca)
+	leaf, _ := certificate(t, ca, caKey, "", "")
+	r, err := subject.NewResolver(subject.Options{ClientCAs: roots, PseudonymKeys: map[int][]byte{1: []byte(fakeSecret)}, PseudonymVersion: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	state := &tls.ConnectionState{PeerCertificates: []*x509.Certificate{leaf}}
+	q := subject.Query{Sources: []subject.Kind{subject.ClientCert}, OperationID: "op"}
+	var wg sync.WaitGroup
+	pseudonyms := make([]string, 16)
+	for i := range pseudonyms {
+		wg.Go(func() {
+			req := request("192.0.2.1:5000")
+			req.TLS = state
+			if s, err := r.Resolve(req, q); err == nil {
+				pseudonyms[i] = s.Pseudonym
+			}
+		})
+	}
+	wg.Wait()
+	for _, p := range pseudonyms {
+		if p == "" || p != pseudonyms[0] {
+			t.Fatalf("pseudonyms %q", pseudonyms)
+		}
+	}
+	if n := r.ChainVerdicts(); n != 1 {
+		t.Fatalf("%d verdicts for one connection", n)
 	}
 }
