@@ -178,13 +178,18 @@ func (g *gateway) reload() {
 			g.servers.SwapCertificates(g.file.Listen.TLS.Certificates)
 		}
 	}
+	if err == nil && f.Listen.TLS != nil {
+		// The handler's resolver believes the new roots already; from now
+		// on handshakes ask for them too.
+		g.servers.SwapClientCAs(f.Listen.TLS.ClientCAs)
+	}
 	if err != nil {
 		g.reloads.WithLabelValues("error").Inc()
 		g.logger.Error("reload refused: the old configuration stays", "file", g.path, "error", err.Error())
 		return
 	}
 	if f.RestartNeeded(g.file) {
-		g.logger.Warn("listen addresses, the limiter backend and telemetry change on restart only")
+		g.logger.Warn("listen addresses, asking for client certificates (client_auth), the limiter backend and telemetry change on restart only")
 	}
 	g.level.Set(f.Log.Level)
 	g.file = f

@@ -3,6 +3,7 @@ package config
 import (
 	"bufio"
 	"bytes"
+	"crypto/x509"
 	"encoding/hex"
 	"fmt"
 	"log/slog"
@@ -50,16 +51,26 @@ type Log struct {
 
 // RestartNeeded reports whether f differs from old in what only a restart
 // applies: the listeners, the limiter backend and telemetry. Static
-// certificates are swapped on reload and do not count.
+// certificates and the roots of client certificates are swapped on reload
+// and do not count; asking for client certificates at all does.
 func (f *File) RestartNeeded(old *File) bool {
 	return !reflect.DeepEqual(withoutCertificates(f.Listen), withoutCertificates(old.Listen)) ||
 		!reflect.DeepEqual(f.Limiter, old.Limiter) || !reflect.DeepEqual(f.Telemetry, old.Telemetry)
 }
 
+// withoutCertificates is o without what a reload swaps; whether it has
+// client roots stays (a pool of none stands for any), with its client_auth
+// as edge reads it.
 func withoutCertificates(o edge.Options) edge.Options {
 	if o.TLS != nil {
 		t := *o.TLS
 		t.Certificates = nil
+		if t.ClientCAs != nil {
+			t.ClientCAs = &x509.CertPool{}
+			if t.ClientAuth == "" {
+				t.ClientAuth = edge.DefaultClientAuth
+			}
+		}
 		o.TLS = &t
 	}
 	return o
@@ -133,6 +144,11 @@ func (c *checker) file(fb *fileBlock) *File {
 	}
 	f.Limiter, f.Proxy = c.limiter(fb.Limiter)
 	f.Subject = c.subject(fb.Subject)
+	if f.Listen.TLS != nil {
+		// One set of roots: the handshake asks for certificates that chain
+		// to them, the client_cert source believes those that do.
+		f.Subject.ClientCAs = f.Listen.TLS.ClientCAs
+	}
 	// One client under max_connections_per_client is what one client-IP
 	// subject is.
 	f.Listen.ClientIPv6Prefix = f.Subject.IPv6Prefix
@@ -239,6 +255,8 @@ func (c *checker) tls(b *tlsBlock) *edge.TLSOptions {
 		RedirectHTTP:          or(b.RedirectHTTP, false),
 		HSTSMaxAge:            c.optionDuration(b.HSTSMaxAge, b.Body, "hsts_max_age"), // edge.Options.Validate's
 		HSTSIncludeSubdomains: or(b.HSTSIncludeSubdomains, false),
+		ClientCAs:             c.clientCAs(b),
+		ClientAuth:            or(b.ClientAuth, ""), // edge.Options.Validate's
 	}
 	if ab := b.ACME; ab != nil {
 		acme := &edge.ACMEOptions{

@@ -22,6 +22,7 @@ func (c *checker) routes(blocks []*routeBlock, policies map[string]*limiter.Poli
 	hasKeys := so.KnownKeys != nil
 	hasPrincipal := so.PrincipalHeader != "" && len(so.TrustedProxies) > 0
 	hasJWT := so.JWT != nil
+	hasClientCAs := so.ClientCAs != nil
 	var routes []proxy.Route
 	// The ranges of the routes' fields as a list (proxy.ValidateRoutes).
 	listElements := map[string]hcl.Range{}
@@ -52,7 +53,7 @@ func (c *checker) routes(blocks []*routeBlock, policies map[string]*limiter.Poli
 			for _, it := range items {
 				k, ok := subject.ParseKind(it.value)
 				if !ok {
-					c.errorf(it.rng, "Unknown subject source", "Sources are principal, api_key, client_ip and jwt, not %q.", it.value)
+					c.errorf(it.rng, "Unknown subject source", "Sources are principal, api_key, client_ip, jwt and client_cert, not %q.", it.value)
 					continue
 				}
 				if slices.Contains(r.Subject, k) {
@@ -66,6 +67,8 @@ func (c *checker) routes(blocks []*routeBlock, policies map[string]*limiter.Poli
 					c.errorf(it.rng, "principal needs a trusted proxy", "The principal source needs subject.principal_header and subject.trusted_proxies.")
 				case k == subject.JWT && !hasJWT:
 					c.errorf(it.rng, "jwt needs a jwt block", "The jwt source verifies tokens against subject.jwt; add the block with a key set, issuer, audience and algorithms.")
+				case k == subject.ClientCert && !hasClientCAs:
+					c.errorf(it.rng, "client_cert needs client_ca_file", "The client_cert source believes certificates that chain to tls.client_ca_file; set it.")
 				}
 				r.Subject = append(r.Subject, k)
 			}
@@ -73,6 +76,7 @@ func (c *checker) routes(blocks []*routeBlock, policies map[string]*limiter.Poli
 				c.errorf(b.Subject.Range(), "No subject source", "subject needs at least one source.")
 			}
 		}
+		r.ClientCertIdentity, r.ClientCertHeader = c.clientCertRoute(b, r.Subject, hasClientCAs)
 		// What the route's rules say of the path, the upstream URL, the
 		// cost, the policies and plans, the rewrite, the host header, the
 		// header rules, the upgrades and the ignored extensions is

@@ -47,6 +47,8 @@ type tlsBlock struct {
 	HSTSIncludeSubdomains *bool              `hcl:"hsts_include_subdomains,optional"`
 	ACME                  *acmeBlock         `hcl:"acme,block"`
 	Certificates          []certificateBlock `hcl:"certificate,block"`
+	ClientCAFile          *string            `hcl:"client_ca_file,optional"`
+	ClientAuth            *string            `hcl:"client_auth,optional"`
 	Body                  hcl.Body           `hcl:",body"`
 	DefRange              hcl.Range          `hcl:",def_range"`
 }
@@ -229,6 +231,9 @@ type routeBlock struct {
 	Subject      hcl.Expression `hcl:"subject,optional"`
 	Cost         *int64         `hcl:"cost,optional"`
 	MaxBodyBytes *int64         `hcl:"max_body_bytes,optional"`
+
+	ClientCertIdentity *string `hcl:"client_cert_identity,optional"`
+	ClientCertHeader   *string `hcl:"client_cert_header,optional"`
 
 	RewritePrefix   *string           `hcl:"rewrite_prefix,optional"`
 	HostHeader      *string           `hcl:"host_header,optional"`

@@ -1,11 +1,12 @@
 // Package edge is what faces the internet in front of the request path:
 // the public listeners and the admin one, TLS termination (static
-// certificates and ACME through certmagic), the plain-HTTP redirect, HSTS,
-// and the connection and framing limits of the listeners.
+// certificates and ACME through certmagic, client certificates for mutual
+// TLS), the plain-HTTP redirect, HSTS, and the connection and framing
+// limits of the listeners.
 //
 // Listen turns Options into bound listeners and ready servers, with every
 // protection already wired: callers hand in handlers and get no way to serve
 // a public listener without them. Serve starts them, SwapCertificates
-// replaces the static certificates on reload, Shutdown drains and stops
-// everything edge started.
+// replaces the static certificates on reload and SwapClientCAs the roots of
+// client certificates, Shutdown drains and stops everything edge started.
 package edge

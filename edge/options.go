@@ -1,6 +1,7 @@
 package edge
 
 import (
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -81,6 +82,12 @@ type TLSOptions struct {
 	// Certificates are loaded by Listen; any unreadable pair fails it.
 	// Static certificates win over ACME ones for the names they cover.
 	Certificates []CertificateFiles
+	// ClientCAs are the roots of the client certificates the HTTPS
+	// listener asks for (mutual TLS); nil: it asks for none. ClientAuth
+	// says what a handshake without a certificate that verifies gets:
+	// ClientAuthRequire (the default) or ClientAuthRequest.
+	ClientCAs  *x509.CertPool
+	ClientAuth string
 }
 
 // Defaults of Options: what a zero field takes.
@@ -194,6 +201,12 @@ func (o Options) Validate() error {
 	}
 	if t.HSTSMaxAge != 0 && t.HSTSMaxAge < MinHSTSMaxAge {
 		problem("tls.hsts_max_age", "Duration too short", "hsts_max_age must be at least %s.", MinHSTSMaxAge)
+	}
+	switch {
+	case t.ClientAuth != "" && t.ClientAuth != ClientAuthRequest && t.ClientAuth != ClientAuthRequire:
+		problem("tls.client_auth", "Unknown client_auth", "client_auth is %q or %q, not %q.", ClientAuthRequest, ClientAuthRequire, t.ClientAuth)
+	case t.ClientAuth != "" && t.ClientCAs == nil:
+		problem("tls.client_auth", "client_auth without client_ca_file", "client_auth needs client_ca_file: the roots client certificates must chain to.")
 	}
 	if t.ACME == nil && len(t.Certificates) == 0 {
 		problem("tls", "No certificate source", "tls needs an acme block, one or more certificate blocks, or both.")

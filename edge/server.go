@@ -3,6 +3,7 @@ package edge
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log"
@@ -83,7 +84,7 @@ func Listen(opts Options, public, admin http.Handler) (*Servers, error) {
 		}
 		// The caller's logger, not the discarding default: certmagic's
 		// messages are not even encoded when nobody reads them.
-		if s.tls, err = newTLS(static, t.ACME, ports, opts.Logger); err != nil {
+		if s.tls, err = newTLS(static, newClientAuth(t), t.ACME, ports, opts.Logger); err != nil {
 			s.closeListeners()
 			return nil, err
 		}
@@ -255,6 +256,19 @@ func (s *Servers) SwapCertificates(files []CertificateFiles) error {
 	}
 	s.tls.static.swap(certs)
 	return nil
+}
+
+// SwapClientCAs makes roots the roots of client certificates for every
+// handshake from now on; established connections stay open (what their
+// certificates identify is the client_cert subject's to say).
+// It does nothing without TLS, or when the listener was started without
+// client certificates (asking for them at all is decided on restart), or
+// when roots is nil. It is meant for SIGHUP.
+func (s *Servers) SwapClientCAs(roots *x509.CertPool) {
+	if s.tls == nil || s.tls.clients == nil || roots == nil {
+		return
+	}
+	s.tls.clients.roots.Store(roots)
 }
 
 // ShutdownTimeout is how long Shutdown lets requests in flight finish:

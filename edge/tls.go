@@ -100,12 +100,13 @@ type terminator struct {
 	issuer  *certmagic.ACMEIssuer
 	domains []string
 	cache   *certmagic.Cache
+	clients *clientAuth // nil: no client certificates asked for
 }
 
 // newTLS builds the TLS state. With acme set it does not contact the CA yet;
 // manage does. logger may be nil.
-func newTLS(static []tls.Certificate, acme *ACMEOptions, ports challengePorts, logger *slog.Logger) (*terminator, error) {
-	t := &terminator{static: &staticCertificates{}}
+func newTLS(static []tls.Certificate, clients *clientAuth, acme *ACMEOptions, ports challengePorts, logger *slog.Logger) (*terminator, error) {
+	t := &terminator{static: &staticCertificates{}, clients: clients}
 	t.static.swap(static)
 	if acme == nil {
 		return t, nil
@@ -181,8 +182,6 @@ func (t *terminator) stop() {
 	}
 }
 
-// config is the listener's tls.Config: TLS 1.2 at least, HTTP/2 and
-// HTTP/1.1 by ALPN, and the ACME TLS-ALPN-01 protocol when ACME is on.
 // aeadSuites are the TLS 1.2 cipher suites of Mozilla's intermediate
 // profile: ECDHE key exchange with AES-GCM or ChaCha20-Poly1305, never
 // CBC. TLS 1.3 suites are not configurable and are all AEAD.
@@ -195,6 +194,10 @@ var aeadSuites = []uint16{
 	tls.TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256,
 }
 
+// config is the listener's tls.Config: TLS 1.2 at least, HTTP/2 and
+// HTTP/1.1 by ALPN, the ACME TLS-ALPN-01 protocol when ACME is on, and
+// client certificates when asked for (clientAuth.apply). Every listener
+// that terminates TLS builds its own from here, so each speaks the same.
 func (t *terminator) config() *tls.Config {
 	cfg := &tls.Config{
 		MinVersion:   tls.VersionTLS12,
@@ -218,6 +221,7 @@ func (t *terminator) config() *tls.Config {
 		}
 		return nil, errNoCertificate
 	}
+	t.clients.apply(cfg)
 	return cfg
 }
 

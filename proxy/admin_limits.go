@@ -83,7 +83,7 @@ func (h *Handler) adminLimits(w http.ResponseWriter, r *http.Request, c *compile
 	kindName, identity, ok := strings.Cut(named, ":")
 	kind, known := subject.ParseKind(kindName)
 	if !ok || !known {
-		writeAdminBadQuery(w, "subject is KIND:IDENTITY, KIND one of client_ip, api_key, principal, jwt")
+		writeAdminBadQuery(w, "subject is KIND:IDENTITY, KIND one of client_ip, api_key, principal, jwt, client_cert")
 		return
 	}
 	s, err := c.resolver.Named(kind, identity, plan, rt.query)

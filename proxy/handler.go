@@ -53,7 +53,13 @@ type Route struct {
 	// with one not listed, gets Policies.
 	Plans   map[string][]*limiter.Policy
 	Subject []subject.Kind
-	Cost    int64
+	// ClientCertIdentity is what of a verified client certificate the
+	// client_cert source reads. ClientCertHeader, when set, carries it to
+	// the upstream: the gateway removes any copy the client sent, and
+	// writes it only when the client's certificate verified.
+	ClientCertIdentity subject.CertIdentity
+	ClientCertHeader   string
+	Cost               int64
 	// MaxBodyBytes caps the request body; 0 means no cap. A declared
 	// Content-Length over it is refused before the limiter is asked; a
 	// streamed body that runs over is cut and answered 413.
@@ -361,7 +367,11 @@ func (h *Handler) compile(cfg Config, prev *compiled) (*compiled, []*poolTranspo
 			l.bindDelayHistograms(h.opts.Metrics, r.OperationID)
 			r.planLimits[plan] = l
 		}
-		r.query = subject.Query{Sources: r.Subject, OperationID: r.OperationID, MapsPlan: r.mapsPlan, Gate: gate}
+		r.query = subject.Query{Sources: r.Subject, OperationID: r.OperationID, MapsPlan: r.mapsPlan, Gate: gate,
+			CertIdentity: r.ClientCertIdentity}
+		if r.ClientCertHeader != "" {
+			r.query.CertHeader = http.CanonicalHeaderKey(r.ClientCertHeader)
+		}
 		if r.limited() && r.Cost < 1 {
 			r.Cost = 1
 		}
@@ -503,6 +513,7 @@ func (h *Handler) serve(w http.ResponseWriter, cw *capture, r *http.Request, c *
 			r.URL.RawPath = fwd
 		}
 	}
+	x.in.ForwardClientCert(rt.query)
 	x.in.Believe()
 	start := time.Now()
 	x.forwarded = true

@@ -3,6 +3,7 @@ package proxy
 import (
 	"errors"
 	"fmt"
+	"iter"
 	"maps"
 	"net/http"
 	"net/url"
@@ -30,8 +31,8 @@ type FieldError struct {
 func (e *FieldError) Error() string { return e.Detail }
 
 // Validate reports every problem of r's path, upstream URL, cost,
-// policies and plans, rewrite, host header, header rules, upgrades and
-// ignored extensions, each a *FieldError, joined. managed are the request headers the
+// policies and plans, rewrite, host header, client_cert_header, header
+// rules, upgrades and ignored extensions, each a *FieldError, joined. managed are the request headers the
 // resolver reads (subject.Options.ManagedHeaders), which no header rule
 // may touch.
 func (r *Route) Validate(managed []string) error {
@@ -75,6 +76,18 @@ func (r *Route) Validate(managed []string) error {
 	}
 	if r.HostHeader != "" && !validHostHeader(r.HostHeader) {
 		problem("host_header", "Invalid host_header", "host_header must be a host name or address with an optional port, such as \"orders.internal\" or \"10.0.0.7:8080\", not %q.", r.HostHeader)
+	}
+	if h := r.ClientCertHeader; h != "" {
+		if err := checkRuleHeader(h, managed); err != nil || strings.IndexByte(h, '_') >= 0 {
+			problem("client_cert_header", "Invalid client_cert_header", "client_cert_header must be a header name of letters, digits and '-' that the gateway does not manage otherwise, not %q.", h)
+		}
+		// The gateway writes it: no rule may.
+		c := http.CanonicalHeaderKey(h)
+		for field, name := range r.RequestHeaders.names("request_headers") {
+			if http.CanonicalHeaderKey(strings.ReplaceAll(name, "_", "-")) == c {
+				problem(field, "Header the gateway manages", "%s is the route's client_cert_header, which the gateway writes; request_headers cannot set or remove it.", name)
+			}
+		}
 	}
 	errs = append(errs, r.RequestHeaders.validate("request_headers", managed)...)
 	errs = append(errs, r.ResponseHeaders.validate("response_headers", managed)...)
@@ -219,6 +232,22 @@ func validatePolicies(field, per string, ps []*limiter.Policy) []error {
 		}
 	}
 	return errs
+}
+
+// names are the header names of the rules, by field.
+func (hr HeaderRules) names(block string) iter.Seq2[string, string] {
+	return func(yield func(string, string) bool) {
+		for i, h := range hr.Set {
+			if !yield(fmt.Sprintf("%s.set[%d]", block, i), h.Name) {
+				return
+			}
+		}
+		for i, n := range hr.Remove {
+			if !yield(fmt.Sprintf("%s.remove[%d]", block, i), n) {
+				return
+			}
+		}
+	}
 }
 
 // validate reports the problems of one direction's rules, named in block:

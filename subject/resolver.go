@@ -3,12 +3,14 @@ package subject
 import (
 	"context"
 	"crypto/sha256"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net/http"
 	"net/netip"
 	"slices"
 	"strings"
+	"time"
 )
 
 // Kind is a source of identity.
@@ -20,6 +22,9 @@ const (
 	ClientIP
 	// JWT is the principal of a verified bearer token.
 	JWT
+	// ClientCert is the identity of a TLS client certificate whose chain
+	// verified (client_cert.go).
+	ClientCert
 )
 
 func (k Kind) String() string {
@@ -32,13 +37,15 @@ func (k Kind) String() string {
 		return "client_ip"
 	case JWT:
 		return "jwt"
+	case ClientCert:
+		return "client_cert"
 	}
 	return "none"
 }
 
 // ParseKind maps a configuration name to a Kind.
 func ParseKind(s string) (Kind, bool) {
-	for _, k := range []Kind{Principal, APIKey, ClientIP, JWT} {
+	for _, k := range []Kind{Principal, APIKey, ClientIP, JWT, ClientCert} {
 		if k.String() == s {
 			return k, true
 		}
@@ -83,6 +90,12 @@ type Options struct {
 	// JWT configures the jwt source; nil: routes that list it never
 	// identify by it.
 	JWT *JWTOptions
+	// ClientCAs are the roots a client certificate must chain to for the
+	// client_cert source; nil: routes that list it never identify by it.
+	ClientCAs *x509.CertPool
+	// Now is the clock client certificates are checked against. Default
+	// time.Now.
+	Now func() time.Time
 }
 
 // Defaults of Options.
@@ -105,6 +118,9 @@ func (o Options) withDefaults() Options {
 	if o.IPv6Prefix == 0 {
 		o.IPv6Prefix = DefaultIPv6Prefix
 	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
 	return o
 }
 
@@ -123,6 +139,7 @@ type Resolver struct {
 	keyPlans        map[KeyHash]string
 	planHeader      string
 	plans           map[string]string // known plan names, to themselves
+	certs           *chainVerdicts    // nil without ClientCAs
 }
 
 // Subject is who is asking, as far as anything outside this package may know.
@@ -176,6 +193,10 @@ func NewResolver(opts Options) (*Resolver, error) {
 	for _, p := range opts.KeyPlans {
 		plans[p] = p
 	}
+	var certs *chainVerdicts
+	if opts.ClientCAs != nil {
+		certs = newChainVerdicts(opts.ClientCAs, opts.Now)
+	}
 	trusted := make([]netip.Prefix, len(opts.TrustedProxies))
 	for i, p := range opts.TrustedProxies {
 		trusted[i] = p.Masked()
@@ -193,6 +214,7 @@ func NewResolver(opts Options) (*Resolver, error) {
 		keyPlans:        opts.KeyPlans,
 		planHeader:      http.CanonicalHeaderKey(opts.PlanHeader),
 		plans:           plans,
+		certs:           certs,
 	}, nil
 }
 
@@ -210,6 +232,11 @@ type Query struct {
 	// Gate, when not nil, is asked before a bearer token that was not
 	// verified before has its signature checked.
 	Gate TokenGate
+	// CertIdentity is what of a client certificate the client_cert source
+	// reads; CertHeader, in canonical form, is the request header that
+	// carries it to the upstream (ForwardClientCert), "" for none.
+	CertIdentity CertIdentity
+	CertHeader   string
 }
 
 // TokenGate lets the caller refuse to spend a verification on a client:
@@ -314,6 +341,8 @@ func (in Inbound) Resolve(q Query) (Subject, error) {
 			}
 			identity = claims.principal
 			s.Plan, s.PlanUnknown = r.knownPlan(claims.plan)
+		case ClientCert:
+			identity = in.clientCert(q.CertIdentity)
 		}
 		if identity == "" {
 			continue
@@ -340,7 +369,9 @@ func (r *Resolver) sign(s Subject, kind Kind, identity string, q Query) Subject 
 // resolves to on the route q asks for: the same canonical identity (an
 // address as its client prefix, an API key by its hash) and pseudonym that
 // Resolve gives it. identity is what the client presents: an address, an
-// API key, a principal, or a JWT's principal claim. An API key's plan is
+// API key, a principal, a JWT's principal claim, or its client
+// certificate's identity as the route reads it (q.CertIdentity: the SPKI
+// SHA-256 in hex, a URI or a DNS name). An API key's plan is
 // its own; plan, if given, must be it. The admin API names subjects so.
 // The errors say what the request path would not identify.
 func (r *Resolver) Named(kind Kind, identity, plan string, q Query) (Subject, error) {
@@ -375,6 +406,13 @@ func (r *Resolver) Named(kind Kind, identity, plan string, q Query) (Subject, er
 	case JWT:
 		if r.jwt == nil {
 			return Subject{}, errors.New("jwt: no jwt block is configured")
+		}
+	case ClientCert:
+		if r.certs == nil {
+			return Subject{}, errors.New("client_cert: no client_ca_file is configured")
+		}
+		if identity != "" {
+			identity = q.CertIdentity.named(identity)
 		}
 	}
 	if identity == "" {
@@ -443,95 +481,6 @@ func (r *Resolver) trusts(addr netip.Addr) bool {
 		}
 	}
 	return false
-}
-
-// clientAddr is the address of the client as the gateway believes it: the
-// peer, or, when the peer is a trusted proxy, the right-most address of the
-// forwarded header that is not itself a trusted proxy.
-func (r *Resolver) clientAddr(req *http.Request, peer netip.Addr, peerTrusted bool) netip.Addr {
-	if !peerTrusted {
-		return peer
-	}
-	client := peer
-	// Several field lines are one list; walk it from the right, where the
-	// hops we trust wrote, and stop at the first hop we do not trust.
-	lines := req.Header[r.forwardedHeader]
-	for i := len(lines) - 1; i >= 0; i-- {
-		list := lines[i]
-		for list != "" {
-			var hop string
-			if j := strings.LastIndexByte(list, ','); j >= 0 {
-				hop, list = list[j+1:], list[:j]
-			} else {
-				hop, list = list, ""
-			}
-			hop = strings.TrimSpace(hop)
-			if hop == "" {
-				continue
-			}
-			var addr netip.Addr
-			var ok bool
-			if r.forwardedHeader == "Forwarded" {
-				addr, ok = parseForwardedFor(hop)
-			} else {
-				addr, ok = parseHop(hop)
-			}
-			if !ok {
-				// A trusted hop wrote something that is not an address: the
-				// last hop we could read stands for the client.
-				return client
-			}
-			client = addr
-			if !r.trusts(addr) {
-				return client
-			}
-		}
-	}
-	return client
-}
-
-// parseForwardedFor reads the for= parameter of one RFC 7239 Forwarded
-// element: a bare IPv4 address, or a quoted string holding an address with
-// a port or an IPv6 address in brackets ("[2001:db8::17]:4711"). Obfuscated
-// and "unknown" nodes are not addresses.
-func parseForwardedFor(element string) (netip.Addr, bool) {
-	for pair := range strings.SplitSeq(element, ";") {
-		name, value, found := strings.Cut(strings.TrimSpace(pair), "=")
-		if !found || !strings.EqualFold(strings.TrimSpace(name), "for") {
-			continue
-		}
-		value = strings.TrimSpace(value)
-		if len(value) >= 2 && value[0] == '"' && value[len(value)-1] == '"' {
-			value = value[1 : len(value)-1]
-		}
-		if strings.HasPrefix(value, "[") {
-			end := strings.IndexByte(value, ']')
-			if end < 0 {
-				return netip.Addr{}, false
-			}
-			rest := value[end+1:]
-			if rest != "" && (rest[0] != ':' || len(rest) == 1) {
-				return netip.Addr{}, false
-			}
-			a, err := netip.ParseAddr(value[1:end])
-			if err != nil || !a.Is6() {
-				return netip.Addr{}, false
-			}
-			return a.Unmap(), true
-		}
-		return parseHop(value)
-	}
-	return netip.Addr{}, false
-}
-
-func parseHop(s string) (netip.Addr, bool) {
-	if a, err := netip.ParseAddr(s); err == nil {
-		return a.Unmap(), true
-	}
-	if ap, err := netip.ParseAddrPort(s); err == nil {
-		return ap.Addr().Unmap(), true
-	}
-	return netip.Addr{}, false
 }
 
 // Client is the client of req as the client_ip source sees it: the peer,
