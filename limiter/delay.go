@@ -107,8 +107,8 @@ type reservation struct {
 
 // reserve records the reservation of a request held for held, whose
 // policies stepped as steps, in the shard of its first policy's key
-// (whose lock is held).
-func (s *memoryShard) reserve(id evaluationKey, ps []*Policy, steps []step, held time.Duration, nowMillis int64) {
+// (whose lock is held), and returns when it is void.
+func (s *memoryShard) reserve(id evaluationKey, ps []*Policy, steps []step, held time.Duration, nowMillis int64) int64 {
 	starts := make([]int64, len(ps))
 	for k, p := range ps {
 		starts[k] = notCharged
@@ -119,7 +119,9 @@ func (s *memoryShard) reserve(id evaluationKey, ps []*Policy, steps []step, held
 	if s.reservations == nil {
 		s.reservations = make(map[evaluationKey]reservation)
 	}
-	s.reservations[id] = reservation{starts: starts, expiresAt: nowMillis + held.Milliseconds() + ps[0].CleanupGrace.Milliseconds()}
+	r := reservation{starts: starts, expiresAt: nowMillis + held.Milliseconds() + ps[0].CleanupGrace.Milliseconds()}
+	s.reservations[id] = r
+	return r.expiresAt
 }
 
 // takeReservation returns and forgets the reservation recorded under id,
@@ -133,12 +135,26 @@ func (s *memoryShard) takeReservation(id evaluationKey, nowMillis int64) ([]int6
 	return r.starts, r.expiresAt > nowMillis
 }
 
-// sweepReservations forgets the expired reservation records; the
-// shard's lock is held.
+// keepUntil keeps key live until until at least: a delayed request's
+// place is reserved on its state. The shard's lock is held.
+func (s *memoryShard) keepUntil(key memoryKey, until int64) {
+	if s.reservedUntil == nil {
+		s.reservedUntil = make(map[memoryKey]int64)
+	}
+	s.reservedUntil[key] = max(s.reservedUntil[key], until)
+}
+
+// sweepReservations forgets the expired reservation records, and the
+// keys they no longer keep live; the shard's lock is held.
 func (s *memoryShard) sweepReservations(nowMillis int64) {
 	for id, r := range s.reservations {
 		if r.expiresAt <= nowMillis {
 			delete(s.reservations, id)
+		}
+	}
+	for key, until := range s.reservedUntil {
+		if until <= nowMillis {
+			delete(s.reservedUntil, key)
 		}
 	}
 }

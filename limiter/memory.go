@@ -76,7 +76,7 @@ type Memory struct {
 	clock     Clock
 	seeds     [2]maphash.Seed
 	shards    [memoryShards]paddedShard
-	evictions atomic.Uint64
+	evictions evictionCounts
 	// sweepAt is when, in Unix milliseconds of clock, the next sweep is
 	// due; an evaluation that sees it passed wakes the sweeper.
 	sweepAt    atomic.Int64
@@ -137,10 +137,12 @@ func NewMemory(opts MemoryOptions) *Memory {
 		s.leases = make(map[memoryKey]map[evaluationKey]heldLease)
 	}
 	if opts.Registerer != nil {
-		opts.Registerer.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name: "gateway_limiter_evictions_total",
-			Help: "Live limiter keys dropped because the memory backend was full; each gave a subject a fresh budget early.",
-		}, func() float64 { return float64(m.Evictions()) }))
+		const help = "Keys the memory backend, full, dropped early (result=evicted: each gave a subject a fresh budget) or refused to hold (result=refused: every key held was live; the request got 503)."
+		for result, n := range map[string]*atomic.Uint64{"evicted": &m.evictions.evicted, "refused": &m.evictions.refused} {
+			opts.Registerer.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+				Name: "gateway_limiter_evictions_total", Help: help, ConstLabels: prometheus.Labels{"result": result},
+			}, func() float64 { return float64(n.Load()) }))
+		}
 	}
 	go m.sweeper()
 	return m
@@ -155,7 +157,7 @@ func (m *Memory) Close() error {
 // Evictions counts live keys dropped because the backend was full. Each one
 // handed a subject a fresh budget early; a rising count means MaxEntries is
 // too small for the traffic.
-func (m *Memory) Evictions() uint64 { return m.evictions.Load() }
+func (m *Memory) Evictions() uint64 { return m.evictions.evicted.Load() }
 
 // entries is the number of keys held, expired or not.
 func (m *Memory) entries() int {
@@ -293,6 +295,9 @@ func (m *Memory) evaluate(req Request, keys []memoryKey) Outcome {
 	if !charge {
 		uncharged(ps, each, req.Cost)
 	}
+	if !m.place(keys, idx, slots, steps, charge, dedup, nowMillis) {
+		return Unavailable{Category: StoreFull}
+	}
 	for k := range ps {
 		res := steps[k]
 		write := charge && res.charged
@@ -301,17 +306,6 @@ func (m *Memory) evaluate(req Request, keys []memoryKey) Outcome {
 		}
 		s := &m.shards[keys[k][0]%memoryShards]
 		i, e := idx[k], slots[k]
-		if e == nil {
-			i, e = s.insert(keys[k], &m.evictions, nowMillis)
-			// A full shard may have evicted the key of a later policy,
-			// and handed its slot to this one: that policy's key is
-			// inserted again rather than written into another's slot.
-			for l := k + 1; l < n; l++ {
-				if slots[l] != nil && slots[l].key != keys[l] {
-					idx[l], slots[l] = 0, nil
-				}
-			}
-		}
 		if write {
 			e.setState(res.next)
 			e.expiresAt = max(e.expiresAt, nowMillis+res.ttlMillis)
@@ -326,10 +320,42 @@ func (m *Memory) evaluate(req Request, keys []memoryKey) Outcome {
 	}
 	if reserves && charge && req.Phase == Admission {
 		if held := delay(ps, each); held > 0 {
-			first.reserve(id, ps, steps, held, nowMillis)
+			until := first.reserve(id, ps, steps, held, nowMillis)
+			for k := range ps {
+				if steps[k].charged {
+					m.shards[keys[k][0]%memoryShards].keepUntil(keys[k], until)
+				}
+			}
 		}
 	}
 	return evaluated(ps, each)
+}
+
+// place gives a slot to each key of the decision that has none and is
+// written (its policy charged, or the decision remembered), before any is
+// written: a shard full of live keys (insert) refuses the decision whole,
+// and the keys placed for it go again (false). The shards' locks are held;
+// no key of the decision is dropped to make room for another.
+func (m *Memory) place(keys []memoryKey, idx []uint32, slots []*memorySlot, steps []step, charge, dedup bool, nowMillis int64) bool {
+	var placedOn [scratchPolicies]int
+	placed := placedOn[:0]
+	for k := range keys {
+		if slots[k] != nil || !(charge && steps[k].charged || dedup) {
+			continue
+		}
+		s := &m.shards[keys[k][0]%memoryShards]
+		i, e := s.insert(keys[k], &m.evictions, nowMillis, keys)
+		if e == nil {
+			for _, l := range placed {
+				m.shards[keys[l][0]%memoryShards].remove(idx[l])
+				idx[l], slots[l] = 0, nil
+			}
+			return false
+		}
+		idx[k], slots[k] = i, e
+		placed = append(placed, k)
+	}
+	return true
 }
 
 // current is the state p decides on at nowMillis for key, held in slot e

@@ -3,7 +3,6 @@ package limiter
 import (
 	"encoding/binary"
 	"math/rand/v2"
-	"sync/atomic"
 	"testing"
 )
 
@@ -15,7 +14,7 @@ func TestTheSlotIndexHoldsKeysThatShareTagsAndHomes(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	s := &memoryShard{maxEntries: 40, slotsUsed: 1, queues: make([]recordQueue, 1)}
 	s.index.grow()
-	var evictions atomic.Uint64
+	var evictions evictionCounts
 	// 8 tags (so 8 homes at most), 4 first halves a tag, 4 keys a half.
 	key := func(n int) memoryKey {
 		var k memoryKey
@@ -33,7 +32,7 @@ func TestTheSlotIndexHoldsKeysThatShareTagsAndHomes(t *testing.T) {
 		}
 		switch {
 		case e == nil:
-			i, _ = s.insert(k, &evictions, 0)
+			i, _ = s.insert(k, &evictions, 0, nil)
 			held[k] = i
 		case rng.IntN(2) == 0:
 			s.remove(i)

@@ -1,6 +1,7 @@
 package limiter
 
 import (
+	"slices"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -33,6 +34,10 @@ type memoryShard struct {
 	// reservations are the reservation records of the delayed requests
 	// whose first policy's key is the shard's (delay.go); nil until one.
 	reservations map[evaluationKey]reservation
+	// reservedUntil is, for each of the shard's keys charged for a place
+	// a delayed request holds, when the last such place is void: till
+	// then the key is live. nil until one.
+	reservedUntil map[memoryKey]int64
 }
 
 // paddedShard keeps each shard's lock and list heads off its neighbours'
@@ -133,11 +138,37 @@ func (s *memoryShard) find(key memoryKey) (uint32, *memorySlot) {
 
 func (s *memoryShard) len() int { return s.index.n }
 
-func (s *memoryShard) insert(key memoryKey, evictions *atomic.Uint64, now int64) (uint32, *memorySlot) {
-	for s.len() >= s.maxEntries && s.tail != 0 {
+// evictionCounts count what a full shard did to make room: keys dropped
+// early (evicted), and new keys refused because every key held was live
+// (refused).
+type evictionCounts struct {
+	evicted, refused atomic.Uint64
+}
+
+// insert gives key a slot, dropping the least recently used keys while the
+// shard is full. A key that holds anything live (live), or that the same
+// decision needs (keep), is never dropped: it goes to the front instead.
+// When every key held is live, insert refuses: 0 and nil. When some are
+// only the decision's own, the shard holds more than its cap, by at most
+// the decision's keys, until a later insert drops them.
+func (s *memoryShard) insert(key memoryKey, counts *evictionCounts, now int64, keep []memoryKey) (uint32, *memorySlot) {
+	for spared, kept := 0, false; s.len() >= s.maxEntries && s.tail != 0; {
 		victim := s.tail
-		if s.slot(victim).expiresAt > now {
-			evictions.Add(1)
+		e := s.slot(victim)
+		if live := s.live(e, now); live || slices.Contains(keep, e.key) {
+			kept = kept || !live
+			if spared++; spared >= s.len() {
+				if kept {
+					break
+				}
+				counts.refused.Add(1)
+				return 0, nil
+			}
+			s.touch(victim, e)
+			continue
+		}
+		if e.expiresAt > now {
+			counts.evicted.Add(1)
 		}
 		s.remove(victim)
 	}
@@ -164,6 +195,9 @@ func (s *memoryShard) remove(i uint32) {
 	if len(s.leases) != 0 {
 		delete(s.leases, e.key)
 	}
+	if len(s.reservedUntil) != 0 {
+		delete(s.reservedUntil, e.key)
+	}
 	s.index.delete(e.key.half(), i)
 	s.unlink(i, e)
 	if e.queue != 0 {
@@ -180,6 +214,14 @@ func (s *memoryShard) remove(i uint32) {
 	}
 	*e = memorySlot{lessRecent: s.freeSlot}
 	s.freeSlot = i
+}
+
+// live reports whether slot e's key holds something a request in flight
+// depends on at now: a concurrency lease, or a delayed request's reserved
+// place. Dropping it would give the subject a fresh budget while those
+// requests still count against the old one.
+func (s *memoryShard) live(e *memorySlot, now int64) bool {
+	return s.reservedUntil[e.key] > now || len(s.leases[e.key]) > 0 && s.held(e.key, now) > 0
 }
 
 func (s *memoryShard) touch(i uint32, e *memorySlot) {

@@ -53,8 +53,141 @@ func TestMemoryEvictsLeastRecentlyUsedWhenFull(t *testing.T) {
 	if m.Evictions() == 0 {
 		t.Fatal("no eviction counted")
 	}
-	if n := metric(t, reg, "gateway_limiter_evictions_total").GetCounter().GetValue(); n != float64(m.Evictions()) {
-		t.Fatalf("gateway_limiter_evictions_total says %v, the backend %d", n, m.Evictions())
+	if n := labeled(t, reg, "gateway_limiter_evictions_total", "result", "evicted"); n != float64(m.Evictions()) {
+		t.Fatalf("gateway_limiter_evictions_total{result=\"evicted\"} says %v, the backend %d", n, m.Evictions())
+	}
+}
+
+// labeled is the value of the counter name's series whose label is value.
+func labeled(t *testing.T, reg *prometheus.Registry, name, label, value string) float64 {
+	t.Helper()
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if f.GetName() == name && l.GetName() == label && l.GetValue() == value {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	t.Fatalf("no %s{%s=%q}", name, label, value)
+	return 0
+}
+
+// A full table drops the least recently used keys, but never one that
+// holds a live lease: the holder of a concurrency limit of 2 stays at 2
+// in flight however many other subjects come and go meanwhile.
+func TestMemoryNeverEvictsALiveLease(t *testing.T) {
+	m := limiter.NewMemory(limiter.MemoryOptions{MaxEntries: 64})
+	t.Cleanup(func() { m.Close() })
+	ps := limitertest.One(limitertest.Concurrency(2, time.Minute))
+	// A passer-by whose shard holds only the holder's key is refused
+	// (store_full): that key is live.
+	acquire := func(subject string) limiter.Evaluated {
+		t.Helper()
+		switch o := m.Evaluate(context.Background(), limiter.Request{Policies: ps, Subject: subject, Cost: 1, EvaluationID: limitertest.Subject()}).(type) {
+		case limiter.Evaluated:
+			return o
+		case limiter.Unavailable:
+			if o.Category == limiter.StoreFull && subject != "holder" {
+				return limiter.Evaluated{}
+			}
+		}
+		t.Fatalf("%s: no decision", subject)
+		return limiter.Evaluated{}
+	}
+	for range 2 {
+		if !acquire("holder").Allowed {
+			t.Fatal("the holder's first two requests are refused")
+		}
+	}
+	for i := range 400 {
+		if e := acquire(fmt.Sprint("passer-by-", i)); e.Allowed {
+			e.Admitted().Release()
+		}
+	}
+	if m.Evictions() == 0 {
+		t.Fatal("400 subjects in a table of 64 evicted nothing: the test proves nothing")
+	}
+	for range 2 {
+		if e := acquire("holder"); e.Allowed {
+			t.Fatal("the holder was admitted over its 2 leases in flight: its key was evicted")
+		}
+	}
+}
+
+// A table whose every key holds live leases refuses a new subject, fails
+// closed (StoreFull, a 503 for the gateway), and counts it; the keys held
+// stay within the cap.
+func TestMemoryFullOfLiveKeysRefusesNewSubjects(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := limiter.NewMemory(limiter.MemoryOptions{MaxEntries: 64, Registerer: reg})
+	t.Cleanup(func() { m.Close() })
+	ps := limitertest.One(limitertest.Concurrency(1, time.Minute))
+	refused := 0
+	for i := range 2000 {
+		o := m.Evaluate(context.Background(), limiter.Request{Policies: ps, Subject: fmt.Sprint("s", i), Cost: 1, EvaluationID: limitertest.Subject()})
+		switch o := o.(type) {
+		case limiter.Evaluated:
+			if !o.Allowed {
+				t.Fatalf("subject %d refused by its own limit: %+v", i, o)
+			}
+		case limiter.Unavailable:
+			if o.Category != limiter.StoreFull {
+				t.Fatalf("subject %d: %v, want store_full", i, o.Category)
+			}
+			refused++
+		default:
+			t.Fatalf("subject %d: outcome %#v", i, o)
+		}
+	}
+	if refused == 0 || m.Len() > 64 || m.Evictions() != 0 {
+		t.Fatalf("%d refused, %d keys held, %d evicted; want refusals, at most 64 keys, no eviction", refused, m.Len(), m.Evictions())
+	}
+	if n := labeled(t, reg, "gateway_limiter_evictions_total", "result", "refused"); n != float64(refused) {
+		t.Fatalf("gateway_limiter_evictions_total{result=\"refused\"} says %v, want %d", n, refused)
+	}
+}
+
+// A key on which a delayed request's place is reserved is live until the
+// place is void: a flood of other subjects does not hand the delayed
+// subject a fresh budget.
+func TestMemoryNeverEvictsAReservedPlace(t *testing.T) {
+	clock := limitertest.NewClock()
+	m := limiter.NewMemory(limiter.MemoryOptions{Clock: clock, MaxEntries: 64})
+	t.Cleanup(func() { m.Close() })
+	p := limitertest.TokenBucket(1, 1, time.Second)
+	p.MaxDelay = 2 * time.Second
+	ps := limitertest.One(p)
+	ask := func(subject string) limiter.Evaluated {
+		t.Helper()
+		switch o := m.Evaluate(context.Background(), limiter.Request{Policies: ps, Subject: subject, Cost: 1, EvaluationID: limitertest.Subject(), MayDelay: true}).(type) {
+		case limiter.Evaluated:
+			return o
+		case limiter.Unavailable:
+			if o.Category == limiter.StoreFull && subject != "held" {
+				return limiter.Evaluated{}
+			}
+		}
+		t.Fatalf("%s: no decision", subject)
+		return limiter.Evaluated{}
+	}
+	ask("held")
+	if e := ask("held"); !e.Allowed || e.Delay() != time.Second {
+		t.Fatalf("%+v, want admitted after a second", e)
+	}
+	for i := range 400 {
+		ask(fmt.Sprint("passer-by-", i))
+	}
+	if m.Evictions() == 0 {
+		t.Fatal("400 subjects in a table of 64 evicted nothing: the test proves nothing")
+	}
+	if e := ask("held"); !e.Allowed || e.Delay() != 2*time.Second {
+		t.Fatalf("%+v, want the third request held two seconds behind the reserved one", e)
 	}
 }
 

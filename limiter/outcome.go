@@ -79,6 +79,10 @@ const (
 	// CircuitOpen: the backend's node failed often enough that calls to it
 	// are refused at once for a while; nothing was sent.
 	CircuitOpen
+	// StoreFull: the memory backend is full of keys that hold something
+	// live (leases, reserved places), none of which it may drop for a new
+	// one; nothing was charged.
+	StoreFull
 )
 
 func (c UnavailableCategory) String() string {
@@ -91,6 +95,8 @@ func (c UnavailableCategory) String() string {
 		return "clock_unsafe"
 	case CircuitOpen:
 		return "circuit_open"
+	case StoreFull:
+		return "store_full"
 	}
 	return "unknown"
 }
@@ -259,7 +265,7 @@ func admit(ctx context.Context, req Request) Outcome {
 // OutcomeName is the word logs and metrics name o by: allowed, denied,
 // fallback_allowed, fallback_denied, an Unavailable's category
 // (admission_rejected, unavailable_before_send, clock_unsafe,
-// circuit_open), indeterminate or incompatible.
+// circuit_open, store_full), indeterminate or incompatible.
 func OutcomeName(o Outcome) string {
 	switch o := o.(type) {
 	case Evaluated:
