@@ -56,7 +56,7 @@ type queue struct {
 // push adds w at the back of its tenant's FIFO, the tenant joining the
 // back of the ring if it had no waiter.
 func (q *queue) push(w *waiter, key string) {
-	l := &q.levels[w.priority]
+	l := &q.levels[w.priority.index()]
 	t := l.tenants[key]
 	if t == nil {
 		if l.tenants == nil {
@@ -95,7 +95,7 @@ func (q *queue) push(w *waiter, key string) {
 // remove takes w out of the queue wherever it is; a tenant left without
 // waiters leaves the ring and is forgotten.
 func (q *queue) remove(w *waiter) {
-	l := &q.levels[w.priority]
+	l := &q.levels[w.priority.index()]
 	t := w.tenant
 	if w.prevInTenant != nil {
 		w.prevInTenant.nextInTenant = w.nextInTenant
@@ -145,7 +145,7 @@ func (l *level) unring(t *tenant) {
 // oldest of the tenant whose turn it is. That tenant's turn passes to the
 // next one. nil when the queue is empty.
 func (q *queue) next() *waiter {
-	for p := int(numPriorities) - 1; p >= 0; p-- {
+	for p := numPriorities - 1; p >= 0; p-- {
 		l := &q.levels[p]
 		t := l.ringHead
 		if t == nil {
@@ -171,11 +171,11 @@ func (q *queue) next() *waiter {
 // would, so that one tenant cannot hold the whole queue.
 func (q *queue) victim(p Priority, key string) *waiter {
 	for lower := Sheddable; lower < p; lower++ {
-		if w := q.levels[lower].newest; w != nil {
+		if w := q.levels[lower.index()].newest; w != nil {
 			return w
 		}
 	}
-	l := &q.levels[p]
+	l := &q.levels[p.index()]
 	w := l.newest
 	if w == nil || w.tenant.key == key {
 		return nil
