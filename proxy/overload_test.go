@@ -166,7 +166,9 @@ func (g *overloadGateway) async(ctx context.Context, path, tenant string) <-chan
 	return ch
 }
 
-func (g *overloadGateway) queued() float64 { return g.metric("gateway_upstream_queued", "pool", "legacy") }
+func (g *overloadGateway) queued() float64 {
+	return g.metric("gateway_upstream_queued", "pool", "legacy")
+}
 
 // outcomes are the outcomes of the access log's lines, in order.
 func (g *overloadGateway) outcomes() []string {
