@@ -181,7 +181,7 @@ func TestQueueOrder(t *testing.T) {
 }
 
 func TestShedding(t *testing.T) {
-	t.Run("a full queue sheds the newest waiter of the lowest priority below the arrival's", func(t *testing.T) {
+	t.Run("a full queue sheds the newest waiter of the lowest priority below the arrival's when tenants wait alike", func(t *testing.T) {
 		c := newController(t, overload.Options{MaxInFlight: 1, Queue: 3, QueueTimeout: time.Minute})
 		held := fill(t, c, 1)
 		a := newAsker(t, c)
@@ -205,6 +205,26 @@ func TestShedding(t *testing.T) {
 		}
 		if got := strings.Join(order, " "); got != "critical=admitted default=admitted default-2=admitted" {
 			t.Fatalf("then %s", got)
+		}
+	})
+	t.Run("a higher arrival sheds from the tenant with the most waiting, not the newest waiter's", func(t *testing.T) {
+		c := newController(t, overload.Options{MaxInFlight: 1, Queue: 3, QueueTimeout: time.Minute})
+		held := fill(t, c, 1)
+		a := newAsker(t, c)
+		a.ask(context.Background(), "flood0", overload.Sheddable, "flood")
+		a.ask(context.Background(), "flood1", overload.Sheddable, "flood")
+		a.ask(context.Background(), "light", overload.Sheddable, "light")
+		a.ask(context.Background(), "default", overload.Default, "d")
+		if e := a.next(); e.name != "flood1" || e.result != overload.Shed {
+			t.Fatalf("%s ended %s; want flood1 shed", e.name, e.result)
+		}
+		held[0].Release()
+		for _, want := range []string{"default", "flood0", "light"} {
+			e := a.next()
+			if e.name != want || e.result != overload.Admitted {
+				t.Fatalf("%s %s, want %s admitted", e.name, e.result, want)
+			}
+			e.admission.Release()
 		}
 	})
 	t.Run("an arrival with nobody of its tenant waiting displaces the newest waiter of a tenant holding the queue", func(t *testing.T) {

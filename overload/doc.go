@@ -9,11 +9,12 @@
 // A freed slot goes to the highest priority waiting. Within a priority,
 // tenants (pseudonyms) take turns: each has its own FIFO, and the tenants
 // with waiters form a ring, so a tenant with a hundred waiters and one
-// with a single waiter alternate. A full queue sheds the newest waiter of
-// the lowest priority below the arrival's; failing that, at the arrival's
-// own priority, the newest waiter when its tenant has more waiting than
-// the arrival's tenant would (so one tenant cannot hold the whole queue);
-// otherwise the arrival. A waiter whose context ends leaves the queue at
+// with a single waiter alternate. A full queue sheds, at the lowest
+// priority below the arrival's with waiters, the newest waiter of the
+// tenant with the most waiting; failing that, at the arrival's own
+// priority, the newest waiter of the tenant with the most waiting when
+// that is more than the arrival's tenant would have (so one tenant cannot
+// hold the whole queue); otherwise the arrival. A waiter whose context ends leaves the queue at
 // once. Nothing here runs on its own: the queue moves when a request
 // arrives, leaves or is released, and a Controller starts no goroutine.
 //
@@ -36,9 +37,10 @@
 //
 // Between probes, latencies are gathered in windows of at least 100 ms and
 // 8 samples. Each window moves the limit by the gradient
-// 1.5 × baseline / mean latency, clamped to [0.5, 2], with Gradient2's
-// smoothing (a quarter of the way): the backend may queue up to half its
-// unloaded latency, which keeps its workers busy; past that, the limit
+// 1.25 × baseline / mean latency, clamped to [0.5, 2], with Gradient2's
+// smoothing (a quarter of the way): the backend may queue up to a quarter
+// of its unloaded latency, which keeps its workers busy without making
+// every request wait; past that, the limit
 // falls by up to an eighth a window, so a backend whose capacity halves
 // sees its limit halved in well under a second; and it rises by up to a
 // quarter a window when latency is back, but only in windows whose demand

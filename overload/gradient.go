@@ -21,7 +21,7 @@ const (
 	// tolerance is how much above the baseline a window's latency may be
 	// before the limit falls: the backend may queue a little, which keeps
 	// it busy.
-	tolerance = 1.5
+	tolerance = 1.25
 	// A window moves the limit by at most these factors, and by smoothing
 	// of the way there.
 	minGradient = 0.5

@@ -166,26 +166,42 @@ func (q *queue) next() *waiter {
 
 // victim is the waiter to shed so that an arrival of priority p from
 // tenant key may wait in a full queue, or nil when the arrival is the one
-// to shed: the newest waiter of the lowest priority below p; else, at p,
-// the newest waiter when its tenant has more waiting than the arrival's
-// would, so that one tenant cannot hold the whole queue.
+// to shed: at the lowest priority below p with waiters, the newest waiter
+// of the tenant with the most waiting; else, at p, the newest waiter of
+// the tenant with the most waiting, when that is more than the arrival's
+// tenant would have. So one tenant can hold neither the whole queue nor,
+// by arriving more often, keep another's waiter the newest and so the
+// one to go. Finding that tenant takes a look at each tenant waiting at
+// that priority: a cost paid only when the queue is full.
 func (q *queue) victim(p Priority, key string) *waiter {
 	for lower := Sheddable; lower < p; lower++ {
-		if w := q.levels[lower.index()].newest; w != nil {
-			return w
+		if t := q.levels[lower.index()].heaviest(); t != nil {
+			return t.tail
 		}
 	}
 	l := &q.levels[p.index()]
-	w := l.newest
-	if w == nil || w.tenant.key == key {
+	t := l.heaviest()
+	if t == nil || t.key == key {
 		return nil
 	}
 	mine := 0
-	if t := l.tenants[key]; t != nil {
-		mine = t.n
+	if own := l.tenants[key]; own != nil {
+		mine = own.n
 	}
-	if w.tenant.n > mine+1 {
-		return w
+	if t.n > mine+1 {
+		return t.tail
 	}
 	return nil
+}
+
+// heaviest is the tenant with the most waiters at l (of equals, the
+// latest in the ring: the one served last), or nil when none waits.
+func (l *level) heaviest() *tenant {
+	var best *tenant
+	for t := l.ringHead; t != nil; t = t.next {
+		if best == nil || t.n >= best.n {
+			best = t
+		}
+	}
+	return best
 }
