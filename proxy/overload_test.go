@@ -426,3 +426,46 @@ func TestOverloadFaults(t *testing.T) {
 		}
 	})
 }
+
+// BenchmarkOverloadRequestPath is BenchmarkRequestPath's allowed and
+// unlimited cases through a pool without an overload block, with a static
+// limit and with an adaptive one, never reached: the block's cost under
+// its limit is the difference (on an unlimited route it includes the
+// client's pseudonym, which a limited route has already).
+func BenchmarkOverloadRequestPath(b *testing.B) {
+	for _, route := range []struct {
+		name   string
+		policy *limiter.Policy
+	}{
+		{"allowed", limitertest.FixedWindow(1<<40, time.Hour)},
+		{"unlimited", nil},
+	} {
+		for _, block := range []struct {
+			name     string
+			overload *overload.Options
+		}{
+			{"without_block", nil},
+			{"static_limit", &overload.Options{MaxInFlight: 64}},
+			{"adaptive_limit", &overload.Options{Adaptive: true, MaxInFlight: 64}},
+		} {
+			b.Run(route.name+"/"+block.name, func(b *testing.B) {
+				m := limiter.NewMemory(limiter.MemoryOptions{})
+				defer m.Close()
+				if route.policy != nil {
+					route.policy.Dedup = limiter.Dedup{}
+				}
+				h, err := proxy.NewHandler(proxy.Options{Transport: &countingTransport{}}, proxy.Config{
+					Routes: []proxy.Route{{OperationID: "orders.read", Path: "/orders", Pool: "legacy", Policies: onePolicy(route.policy),
+						Subject: []subject.Kind{subject.ClientIP}, Cost: 1}},
+					Pools:    []proxy.Pool{{Name: "legacy", Targets: []string{"http://upstream.invalid"}, Overload: block.overload}},
+					Resolver: newResolver(b, nil), Limiter: m,
+				})
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer h.Close()
+				benchServe(b, h, 100, 200)
+			})
+		}
+	}
+}
