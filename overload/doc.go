@@ -36,8 +36,10 @@
 // probe count, not those that began under the higher limit.
 //
 // Between probes, latencies are gathered in windows of at least 100 ms and
-// 8 samples. Each window moves the limit by the gradient
-// 1.25 × baseline / mean latency, clamped to [0.5, 2], with Gradient2's
+// 8 samples (at most 128). Each window moves the limit by the gradient
+// 1.25 × baseline / the window's median latency (Envoy's default
+// percentile: unlike a mean, it is not moved by the few requests a busy
+// machine kept waiting for a thread), clamped to [0.5, 2], with Gradient2's
 // smoothing (a quarter of the way): the backend may queue up to a quarter
 // of its unloaded latency, which keeps its workers busy without making
 // every request wait; past that, the limit

@@ -9,9 +9,11 @@ import (
 // Tuning of the adaptive limit; the package doc says why these.
 const (
 	// windowLength and windowSamples bound a sampling window: it closes on
-	// the first latency after windowLength once it holds windowSamples.
-	windowLength  = 100 * time.Millisecond
-	windowSamples = 8
+	// the first latency after windowLength once it holds windowSamples,
+	// or when it holds maxWindowSamples.
+	windowLength     = 100 * time.Millisecond
+	windowSamples    = 8
+	maxWindowSamples = 128
 	// probeSamples latencies of requests admitted while the limit is held
 	// at MinLimit give the baseline (their median), every probeInterval
 	// plus up to a quarter of it at random, so instances do not probe at
@@ -41,10 +43,10 @@ type gradient struct {
 	probe     [probeSamples]time.Duration
 	probed    int
 	nextProbe time.Time
-	// The window under way: its start, the sum and count of its latencies,
-	// and the most requests in flight during it.
+	// The window under way: its start, its latencies, and the most
+	// requests in flight during it.
 	windowStart time.Time
-	sum         time.Duration
+	window      [maxWindowSamples]time.Duration
 	samples     int
 	peak        int
 }
@@ -97,12 +99,16 @@ func (g *gradient) sample(epoch uint64, d time.Duration, now time.Time, inFlight
 		g.epoch++
 		return
 	}
-	g.sum += d
+	g.window[g.samples] = d
 	g.samples++
-	if g.samples < windowSamples || now.Sub(g.windowStart) < windowLength {
+	if g.samples < maxWindowSamples && (g.samples < windowSamples || now.Sub(g.windowStart) < windowLength) {
 		return
 	}
-	current := g.sum / time.Duration(g.samples)
+	// The median: a request that a busy machine kept waiting for its
+	// thread says nothing of the backend, and would move a mean.
+	w := g.window[:g.samples]
+	slices.Sort(w)
+	current := max(w[len(w)/2], time.Microsecond)
 	ratio := min(max(tolerance*float64(g.baseline)/float64(current), minGradient), maxGradient)
 	if ratio > 1 && g.peak < int(g.limit) {
 		// Demand never reached the limit: the latency says nothing of
@@ -114,5 +120,5 @@ func (g *gradient) sample(epoch uint64, d time.Duration, now time.Time, inFlight
 }
 
 func (g *gradient) startWindow(now time.Time, inFlight int) {
-	g.windowStart, g.sum, g.samples, g.peak = now, 0, 0, inFlight
+	g.windowStart, g.samples, g.peak = now, 0, inFlight
 }
