@@ -31,9 +31,14 @@
 // This package takes Envoy's way, because the backends it guards are
 // queues (a worker pool with a backlog): held at min_limit, a probe of 16
 // requests admitted within it gives the median latency of a backend that
-// does not queue, the baseline, every 10 s (plus up to 2.5 s at random,
+// does not queue, the baseline, every 30 s (plus up to 7.5 s at random,
 // so instances do not probe together). Only requests admitted during the
-// probe count, not those that began under the higher limit.
+// probe count, not those that began under the higher limit. A probe costs
+// the requests that arrive while the backend's queue drains a wait of
+// about one unloaded latency: at every 10 s that was over 1% of them, and
+// moved a p99; Envoy probes every 60 s. The price of the longer interval:
+// a backend whose unloaded latency itself grows keeps a limit near
+// min_limit until the next probe finds its new baseline.
 //
 // Between probes, latencies are gathered in windows of at least 100 ms and
 // 8 samples (at most 128). Each window moves the limit by the gradient

@@ -19,7 +19,7 @@ const (
 	// plus up to a quarter of it at random, so instances do not probe at
 	// once.
 	probeSamples  = 16
-	probeInterval = 10 * time.Second
+	probeInterval = 30 * time.Second
 	// tolerance is how much above the baseline a window's latency may be
 	// before the limit falls: the backend may queue a little, which keeps
 	// it busy.

@@ -92,6 +92,17 @@ func TestAdaptiveLimit(t *testing.T) {
 			t.Fatalf("limit fell to %d in the last second of 5 with 8 workers back, want at least 9", lo)
 		}
 	})
+	t.Run("a backend slower even unloaded gets its limit back once a probe measures its new baseline", func(t *testing.T) {
+		s := newSimulation(t, 4, 64, 8)
+		s.run(5 * time.Second)
+		s.service = 40 * time.Millisecond
+		if _, hi := s.run(5 * time.Second); hi > 6 {
+			t.Fatalf("limit up to %d with every request twice the baseline, want it near min_limit 4", hi)
+		}
+		if lo, hi := s.run(40 * time.Second); lo < 9 || hi > 16 {
+			t.Fatalf("limit between %d and %d after a probe's interval, want within [9, 16]", lo, hi)
+		}
+	})
 	t.Run("the limit stays within min_limit and max_in_flight", func(t *testing.T) {
 		s := newSimulation(t, 6, 10, 100)
 		if _, hi := s.run(5 * time.Second); hi != 10 {
