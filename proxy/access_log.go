@@ -59,9 +59,10 @@ type exchange struct {
 }
 
 // endAdmission frees the request's slot of its pool; the exchange's
-// latency counts toward the pool's adaptive limit unless the client left.
-func (x *exchange) endAdmission(r *http.Request) {
-	if r.Context().Err() != nil {
+// latency counts toward the pool's adaptive limit unless the client left
+// or it became a tunnel, whose life says nothing of the backend's speed.
+func (x *exchange) endAdmission(r *http.Request, cw *capture) {
+	if r.Context().Err() != nil || cw.tunnel != nil {
 		x.admission.Abandon()
 		return
 	}

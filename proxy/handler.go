@@ -506,7 +506,7 @@ func (h *Handler) serve(w http.ResponseWriter, cw *capture, r *http.Request, c *
 			return
 		}
 		// Deferred, so that a response cut off mid-body frees its slot.
-		defer x.endAdmission(r)
+		defer x.endAdmission(r, cw)
 	}
 
 	var body *clientBody

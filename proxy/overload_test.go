@@ -321,6 +321,40 @@ func TestOverloadOverHTTP(t *testing.T) {
 	})
 }
 
+func TestOverloadReloadRemovingTheBlock(t *testing.T) {
+	t.Run("requests queued when a reload removes the block are forwarded as the old slots free, once each", func(t *testing.T) {
+		up := newGatedUpstream(t)
+		pool := proxy.Pool{Name: "legacy", Targets: []string{up.URL},
+			Overload: &overload.Options{MaxInFlight: 1, Queue: 8, QueueTimeout: time.Minute}}
+		g := newOverloadGateway(t, pool)
+		first := g.async(context.Background(), "/default", "a")
+		eventually(t, "the first request reaches the upstream", func() bool { return up.arrived.Load() == 1 })
+		var pending []<-chan answer
+		for i := range 3 {
+			pending = append(pending, g.async(context.Background(), "/default", string(rune('b'+i))))
+			eventually(t, "the request queues", func() bool { return g.queued() == float64(i+1) })
+		}
+		pool.Overload = nil
+		cfg := g.cfg
+		cfg.Pools = []proxy.Pool{pool}
+		if err := g.handler.Swap(cfg); err != nil {
+			t.Fatal(err)
+		}
+		// New requests are no longer limited.
+		after := g.async(context.Background(), "/default", "z")
+		eventually(t, "a request after the reload reaches the upstream at once", func() bool { return up.arrived.Load() == 2 })
+		up.openUp()
+		for _, ch := range append(pending, first, after) {
+			if a := receive(t, ch); a.status != 200 {
+				t.Fatalf("status %d", a.status)
+			}
+		}
+		if n := up.arrived.Load(); n != 5 {
+			t.Fatalf("the upstream saw %d requests, want 5", n)
+		}
+	})
+}
+
 func TestOverloadFaults(t *testing.T) {
 	t.Run("a pool whose every target is out of rotation answers 502 at once, at its limit or not", func(t *testing.T) {
 		up := newToggled(t)
