@@ -25,6 +25,7 @@ import (
 
 	"github.com/edgegate/gateway/edge"
 	"github.com/edgegate/gateway/limiter"
+	"github.com/edgegate/gateway/overload"
 	"github.com/edgegate/gateway/proxy"
 	"github.com/edgegate/gateway/subject"
 	"github.com/edgegate/gateway/telemetry"
@@ -41,46 +42,47 @@ const configurationDoc = "../docs/configuration.md"
 // carries the attribute ("[]" for any element of a slice). Each is read
 // from the package that owns it, never written here.
 var codeDefaults = map[string]any{
-	"Listen.ShutdownTimeout":          edge.DefaultShutdownTimeout,
-	"Listen.ReadHeaderTimeout":        edge.DefaultReadHeaderTimeout,
-	"Listen.IdleTimeout":              edge.DefaultIdleTimeout,
-	"Listen.MaxHeaderBytes":           edge.DefaultMaxHeaderBytes,
-	"Listen.MaxConnections":           edge.DefaultMaxConnections,
-	"Listen.MaxConnectionsPerClient":  edge.DefaultMaxPerClient,
-	"Listen.ClientIPv6Prefix":         edge.DefaultClientIPv6Prefix,
-	"Limiter.Memory.MaxEntries":       limiter.DefaultMemoryMaxEntries,
-	"Limiter.Redis.Breaker.Failures":  limiter.DefaultBreakerFailures,
-	"Limiter.Redis.Mode":              limiter.DefaultRedisMode,
-	"Limiter.Redis.KeyPrefix":         limiter.DefaultKeyPrefix,
-	"Limiter.Redis.Breaker.Cooldown":  limiter.DefaultBreakerCooldown,
-	"Proxy.Deadline":                  limiter.DefaultDeadline,
-	"Proxy.FailureRetryAfter":         proxy.DefaultFailureRetryAfter,
-	"Proxy.MaxDelayed":                proxy.DefaultMaxDelayed,
-	"Proxy.TunnelIdleTimeout":         proxy.DefaultTunnelIdleTimeout,
-	"Proxy.BodyReadTimeout":           proxy.DefaultBodyReadTimeout,
-	"Proxy.Pools[].ConnectTimeout":    proxy.DefaultConnectTimeout,
-	"Proxy.Pools[].ResponseTimeout":   proxy.DefaultResponseTimeout,
-	"Proxy.Pools[].MaxFails":          proxy.DefaultMaxFails,
-	"Proxy.Pools[].FailTimeout":       proxy.DefaultFailTimeout,
-	"Proxy.Pools[].MaxEjectedPercent": proxy.DefaultMaxEjectedPercent,
-	"Proxy.Pools[].Health.Interval":   proxy.DefaultHealthInterval,
-	"Proxy.Pools[].Health.Timeout":    proxy.DefaultHealthTimeout,
-	"Subject.ForwardedHeader":         subject.DefaultForwardedHeader,
-	"Subject.APIKeyHeader":            subject.DefaultAPIKeyHeader,
-	"Subject.IPv6Prefix":              subject.DefaultIPv6Prefix,
-	"Listen.TLS.ClientAuth":           edge.DefaultClientAuth,
-	"Subject.JWT.Header":              subject.DefaultJWTHeader,
-	"Subject.JWT.Claim":               subject.DefaultJWTClaim,
-	"Subject.JWT.MaxTokenBytes":       subject.DefaultMaxTokenBytes,
-	"Policies[].CleanupGrace":         limiter.DefaultCleanupGrace,
-	"Policies[].MaxClockRegression":   limiter.DefaultMaxClockRegression,
-	"Policies[].Dedup.TTL":            limiter.DefaultDedup.TTL,
-	"Policies[].Dedup.MaxEntries":     limiter.DefaultDedup.MaxEntries,
-	"Policies[].Dedup.MaxBytes":       limiter.DefaultDedup.MaxBytes,
-	"Policies[].Dedup.Enabled":        limiter.DefaultDedup.Enabled,
-	"Proxy.Routes[].MaxBodyBytes":     proxy.DefaultMaxBodyBytes,
-	"Telemetry.ServiceName":           telemetry.DefaultServiceName,
-	"Telemetry.SampleRatio":           ptr(telemetry.DefaultSampleRatio), // nil when left out
+	"Listen.ShutdownTimeout":              edge.DefaultShutdownTimeout,
+	"Listen.ReadHeaderTimeout":            edge.DefaultReadHeaderTimeout,
+	"Listen.IdleTimeout":                  edge.DefaultIdleTimeout,
+	"Listen.MaxHeaderBytes":               edge.DefaultMaxHeaderBytes,
+	"Listen.MaxConnections":               edge.DefaultMaxConnections,
+	"Listen.MaxConnectionsPerClient":      edge.DefaultMaxPerClient,
+	"Listen.ClientIPv6Prefix":             edge.DefaultClientIPv6Prefix,
+	"Limiter.Memory.MaxEntries":           limiter.DefaultMemoryMaxEntries,
+	"Limiter.Redis.Breaker.Failures":      limiter.DefaultBreakerFailures,
+	"Limiter.Redis.Mode":                  limiter.DefaultRedisMode,
+	"Limiter.Redis.KeyPrefix":             limiter.DefaultKeyPrefix,
+	"Limiter.Redis.Breaker.Cooldown":      limiter.DefaultBreakerCooldown,
+	"Proxy.Deadline":                      limiter.DefaultDeadline,
+	"Proxy.FailureRetryAfter":             proxy.DefaultFailureRetryAfter,
+	"Proxy.MaxDelayed":                    proxy.DefaultMaxDelayed,
+	"Proxy.TunnelIdleTimeout":             proxy.DefaultTunnelIdleTimeout,
+	"Proxy.BodyReadTimeout":               proxy.DefaultBodyReadTimeout,
+	"Proxy.Pools[].ConnectTimeout":        proxy.DefaultConnectTimeout,
+	"Proxy.Pools[].ResponseTimeout":       proxy.DefaultResponseTimeout,
+	"Proxy.Pools[].MaxFails":              proxy.DefaultMaxFails,
+	"Proxy.Pools[].FailTimeout":           proxy.DefaultFailTimeout,
+	"Proxy.Pools[].MaxEjectedPercent":     proxy.DefaultMaxEjectedPercent,
+	"Proxy.Pools[].Health.Interval":       proxy.DefaultHealthInterval,
+	"Proxy.Pools[].Health.Timeout":        proxy.DefaultHealthTimeout,
+	"Subject.ForwardedHeader":             subject.DefaultForwardedHeader,
+	"Subject.APIKeyHeader":                subject.DefaultAPIKeyHeader,
+	"Subject.IPv6Prefix":                  subject.DefaultIPv6Prefix,
+	"Listen.TLS.ClientAuth":               edge.DefaultClientAuth,
+	"Subject.JWT.Header":                  subject.DefaultJWTHeader,
+	"Subject.JWT.Claim":                   subject.DefaultJWTClaim,
+	"Subject.JWT.MaxTokenBytes":           subject.DefaultMaxTokenBytes,
+	"Policies[].CleanupGrace":             limiter.DefaultCleanupGrace,
+	"Policies[].MaxClockRegression":       limiter.DefaultMaxClockRegression,
+	"Policies[].Dedup.TTL":                limiter.DefaultDedup.TTL,
+	"Policies[].Dedup.MaxEntries":         limiter.DefaultDedup.MaxEntries,
+	"Policies[].Dedup.MaxBytes":           limiter.DefaultDedup.MaxBytes,
+	"Policies[].Dedup.Enabled":            limiter.DefaultDedup.Enabled,
+	"Proxy.Routes[].MaxBodyBytes":         proxy.DefaultMaxBodyBytes,
+	"Telemetry.ServiceName":               telemetry.DefaultServiceName,
+	"Telemetry.SampleRatio":               ptr(telemetry.DefaultSampleRatio), // nil when left out
+	"Proxy.Pools[].Overload.QueueTimeout": overload.DefaultQueueTimeout,
 }
 
 func ptr[T any](v T) *T { return &v }
@@ -191,6 +193,14 @@ tls {
 	"upstream": `upstream "u" {
   targets = ["http://127.0.0.1:1"]
   @@
+}
+` + docRoute,
+	"upstream.overload": `upstream "u" {
+  targets = ["http://127.0.0.1:1"]
+  overload {
+    max_in_flight = 8
+    @@
+  }
 }
 ` + docRoute,
 	"upstream.health": `upstream "u" {

@@ -10,6 +10,7 @@ import (
 	"github.com/zclconf/go-cty/cty/convert"
 
 	"github.com/edgegate/gateway/limiter"
+	"github.com/edgegate/gateway/overload"
 	"github.com/edgegate/gateway/proxy"
 	"github.com/edgegate/gateway/subject"
 )
@@ -150,6 +151,23 @@ func (c *checker) routes(blocks []*routeBlock, policies map[string]*limiter.Poli
 				}
 			}
 		}
+		if b.Priority != nil {
+			r.Priority = c.priority(*b.Priority, valueRange(b.Body, "priority"))
+		}
+		if has(b.Body, "plan_priority") {
+			r.PlanPriority = map[string]overload.Priority{}
+			for _, it := range c.stringMap(b.PlanPriority, "plan_priority") {
+				if !isName(it.key) {
+					c.errorf(it.keyRange, "Invalid plan name", "Plan names are letters, digits, '.', '-' and '_', not %q.", it.key)
+					continue
+				}
+				elements["plan_priority."+it.key] = it.valueRange
+				r.PlanPriority[it.key] = c.priority(it.value, it.valueRange)
+				if !slices.Contains(so.Plans, it.key) {
+					so.Plans = append(so.Plans, it.key)
+				}
+			}
+		}
 		// A path or upstream left out is the decoder's to report.
 		var absent []string
 		for _, name := range []string{"path", "upstream"} {
@@ -266,4 +284,14 @@ func (c *checker) policyList(items []listItem, field string, elements map[string
 		}
 	}
 	return ps, len(ps) == len(items)
+}
+
+// priority reads a priority name; an unknown one is reported at rng and
+// read as the default.
+func (c *checker) priority(name string, rng hcl.Range) overload.Priority {
+	p, ok := overload.ParsePriority(name)
+	if !ok {
+		c.errorf(rng, "Unknown priority", "A priority is \"critical\", \"default\" or \"sheddable\", not %q.", name)
+	}
+	return p
 }

@@ -244,7 +244,11 @@ type routeBlock struct {
 	// backend does (proxy.Route).
 	CaseInsensitive  *bool          `hcl:"case_insensitive,optional"`
 	IgnoreExtensions hcl.Expression `hcl:"ignore_extensions,optional"`
-	Body             hcl.Body       `hcl:",body"`
+	// Priority and PlanPriority place the route's requests in the queue
+	// of an upstream with an overload block.
+	Priority     *string        `hcl:"priority,optional"`
+	PlanPriority hcl.Expression `hcl:"plan_priority,optional"`
+	Body         hcl.Body       `hcl:",body"`
 
 	DefRange hcl.Range `hcl:",def_range"`
 }
@@ -271,8 +275,21 @@ type upstreamBlock struct {
 	EjectOnTimeout  *bool          `hcl:"eject_on_timeout,optional"`
 	MaxEjected      *int64         `hcl:"max_ejected_percent,optional"`
 	Health          *healthBlock   `hcl:"health,block"`
+	Overload        *overloadBlock `hcl:"overload,block"`
 	Body            hcl.Body       `hcl:",body"`
 	DefRange        hcl.Range      `hcl:",def_range"`
+}
+
+// overloadBlock is an upstream's limit on requests in flight and its
+// queue (overload.Options).
+type overloadBlock struct {
+	Adaptive     *bool     `hcl:"adaptive,optional"`
+	MinLimit     *int64    `hcl:"min_limit,optional"`
+	MaxInFlight  int64     `hcl:"max_in_flight"`
+	Queue        *int64    `hcl:"queue,optional"`
+	QueueTimeout *string   `hcl:"queue_timeout,optional"`
+	Body         hcl.Body  `hcl:",body"`
+	DefRange     hcl.Range `hcl:",def_range"`
 }
 
 type healthBlock struct {

@@ -6,6 +6,7 @@ import (
 
 	"github.com/hashicorp/hcl/v2"
 
+	"github.com/edgegate/gateway/overload"
 	"github.com/edgegate/gateway/proxy"
 )
 
@@ -69,6 +70,21 @@ func (c *checker) upstreams(blocks []*upstreamBlock) []proxy.Pool {
 				Path:     hb.Path,
 				Interval: c.optionDuration(hb.Interval, hb.Body, "interval"),
 				Timeout:  c.optionDuration(hb.Timeout, hb.Body, "timeout"),
+			}
+		}
+		if ob := b.Overload; ob != nil {
+			bodies["overload"], defs["overload"] = ob.Body, ob.DefRange
+			// As for max_fails, the file's queue = 0 (none) is the
+			// options' negative, and their zero the default.
+			p.Overload = &overload.Options{
+				Adaptive:     or(ob.Adaptive, false),
+				MinLimit:     int(c.integer(ob.MinLimit, ob.Body, "min_limit", 0, 1)),
+				MaxInFlight:  int(c.integer(&ob.MaxInFlight, ob.Body, "max_in_flight", 0, 1)),
+				Queue:        optionInt(ob.Queue),
+				QueueTimeout: c.optionDuration(ob.QueueTimeout, ob.Body, "queue_timeout"),
+			}
+			if ob.Queue != nil && *ob.Queue < 0 {
+				c.errorf(valueRange(ob.Body, "queue"), "Value too small", "queue must be at least 0 (0: no queue).")
 			}
 		}
 		// The rest of an upstream's rules, what a target may be among

@@ -7,6 +7,7 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/edgegate/gateway/overload"
 	"github.com/edgegate/gateway/subject"
 )
 
@@ -51,6 +52,21 @@ type exchange struct {
 	// settling is the request's charges after its response, when the
 	// limiter admitted it with policies charged by the response.
 	settling *settlement
+	// admission is the request's slot of its pool's overload controller,
+	// held from before it is forwarded until the exchange ends (the zero
+	// Admission: none).
+	admission overload.Admission
+}
+
+// endAdmission frees the request's slot of its pool; the exchange's
+// latency counts toward the pool's adaptive limit unless the client left
+// or it became a tunnel, whose life says nothing of the backend's speed.
+func (x *exchange) endAdmission(r *http.Request, cw *capture) {
+	if r.Context().Err() != nil || cw.tunnel != nil {
+		x.admission.Abandon()
+		return
+	}
+	x.admission.Release()
 }
 
 // record counts a request in the metrics and writes its access log line;

@@ -1,10 +1,13 @@
 package proxy
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"syscall"
 	"time"
+
+	"github.com/edgegate/gateway/overload"
 )
 
 // SetLogClock makes h's access log throttle read the time from now.
@@ -29,4 +32,23 @@ func ProcessCPU() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// HoldSlots takes n slots of the overload controller of h's pool named
+// pool, as n requests in flight would, and returns what frees them.
+func HoldSlots(h *Handler, pool string, n int) (release func()) {
+	g := h.current.Load().pools[pool].overload
+	var held []overload.Admission
+	for range n {
+		a, r := g.controller.Admit(context.Background(), overload.Critical, "held")
+		if r != overload.Admitted {
+			panic("HoldSlots: " + r.String())
+		}
+		held = append(held, a)
+	}
+	return func() {
+		for i := range held {
+			held[i].Release()
+		}
+	}
 }

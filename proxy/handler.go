@@ -19,6 +19,7 @@ import (
 
 	"github.com/edgegate/gateway/edge"
 	"github.com/edgegate/gateway/limiter"
+	"github.com/edgegate/gateway/overload"
 	"github.com/edgegate/gateway/subject"
 )
 
@@ -93,6 +94,12 @@ type Route struct {
 	// spelled it (normalized): a backend that folds it serves it as it
 	// always has, and one that picks a format by the extension still sees it.
 	IgnoreExtensions []string
+	// Priority is the route's requests' place in the queue of a pool with
+	// an overload block; the zero Priority is overload.Default.
+	// PlanPriority lowers it for subjects on a plan (never raises it); it
+	// needs Policies or Plans, for only a limited route knows the plan.
+	Priority     overload.Priority
+	PlanPriority map[string]overload.Priority
 }
 
 // statusClientClosed is logged for a request whose client left before it
@@ -494,6 +501,13 @@ func (h *Handler) serve(w http.ResponseWriter, cw *capture, r *http.Request, c *
 		x.outcome = "unlimited"
 	} else if !h.limit(w, r, c, rt, x) {
 		return
+	}
+	if rt.pool.overload != nil {
+		if !h.admit(w, r, rt, x) {
+			return
+		}
+		// Deferred, so that a response cut off mid-body frees its slot.
+		defer x.endAdmission(r, cw)
 	}
 
 	var body *clientBody

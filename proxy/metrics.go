@@ -33,6 +33,11 @@ type Metrics struct {
 	// the pool was out already, or it was the last target in rotation).
 	UpstreamEjections *prometheus.CounterVec
 	upstreams         *ejectedCollector
+	// UpstreamShed counts the requests a pool's overload block refused
+	// (shed, or timed out in its queue), by pool and priority; the
+	// limit and the queue's length (gateway_upstream_limit,
+	// gateway_upstream_queued) are read at scrape time.
+	UpstreamShed *prometheus.CounterVec
 	// Latency: the whole request by route and outcome, the upstream
 	// exchange by pool, and the requests of each route being served now.
 	RequestDuration  *prometheus.HistogramVec
@@ -89,6 +94,16 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m.upstreams = &ejectedCollector{desc: prometheus.NewDesc("gateway_upstream_ejected",
 		"1 while an upstream target is out of rotation (failures or a failed health check), else 0.",
 		[]string{"pool", "target"}, nil)}
+	m.upstreams.limit = prometheus.NewDesc("gateway_upstream_limit",
+		"Requests this instance may have in flight to a pool with an overload block now (the adaptive limit, or max_in_flight).",
+		[]string{"pool"}, nil)
+	m.upstreams.queued = prometheus.NewDesc("gateway_upstream_queued",
+		"Requests waiting for a slot of a pool with an overload block now.",
+		[]string{"pool"}, nil)
+	m.UpstreamShed = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "gateway_upstream_shed_total",
+		Help: "Requests a pool's overload block answered 503 (shed from a full queue, or past queue_timeout), by pool and priority.",
+	}, []string{"pool", "priority"})
 	m.RequestDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "gateway_request_duration_seconds",
 		Help:    "Time from a request's arrival to the end of its response (an upgraded connection's: to its close), by route (none before one matched) and outcome.",
@@ -113,7 +128,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Buckets: durationBuckets,
 	}, []string{"route", "policy"})
 	reg.MustRegister(m.Requests, m.ShadowDenials, m.CostHeaderInvalid, m.ChargeFailures, m.UpstreamRequests, m.UpstreamFailures, m.UpstreamRetries, m.UpstreamEjections,
-		m.upstreams, m.RequestDuration, m.UpstreamDuration, m.InFlight, m.LeasesHeld, m.Delays)
+		m.upstreams, m.UpstreamShed, m.RequestDuration, m.UpstreamDuration, m.InFlight, m.LeasesHeld, m.Delays)
 	return m
 }
 
@@ -181,6 +196,9 @@ func (m *Metrics) forgetTargets(old, current map[string]*pool) {
 		if current[name] == nil {
 			m.UpstreamDuration.DeleteLabelValues(name)
 		}
+		if current[name] == nil || current[name].overload == nil {
+			m.UpstreamShed.DeletePartialMatch(prometheus.Labels{"pool": name})
+		}
 		for _, om := range p.members {
 			if np := current[name]; np != nil && slices.ContainsFunc(np.members, func(m *member) bool { return m.name == om.name }) {
 				continue
@@ -199,9 +217,16 @@ func (m *Metrics) forgetTargets(old, current map[string]*pool) {
 type ejectedCollector struct {
 	desc    *prometheus.Desc
 	handler atomic.Pointer[Handler]
+	// limit and queued are the overload controllers' gauges, read the
+	// same way: a limit moves with every latency sample.
+	limit, queued *prometheus.Desc
 }
 
-func (e *ejectedCollector) Describe(ch chan<- *prometheus.Desc) { ch <- e.desc }
+func (e *ejectedCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- e.desc
+	ch <- e.limit
+	ch <- e.queued
+}
 
 func (e *ejectedCollector) Collect(ch chan<- prometheus.Metric) {
 	h := e.handler.Load()
@@ -213,6 +238,10 @@ func (e *ejectedCollector) Collect(ch chan<- prometheus.Metric) {
 		return
 	}
 	for _, p := range c.pools {
+		if g := p.overload; g != nil {
+			ch <- prometheus.MustNewConstMetric(e.limit, prometheus.GaugeValue, float64(g.controller.Limit()), p.Name)
+			ch <- prometheus.MustNewConstMetric(e.queued, prometheus.GaugeValue, float64(g.controller.Queued()), p.Name)
+		}
 		for _, m := range p.members {
 			v := 0.0
 			if !m.inRotation() {

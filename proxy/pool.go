@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"math/rand/v2"
@@ -31,6 +32,9 @@ type pool struct {
 	logger    *slog.Logger
 	duration  prometheus.Observer // gateway_upstream_duration_seconds; nil without metrics
 	ejecting  sync.Mutex          // one ejection decided at a time
+	// overload is the pool's limit and queue (nil without an overload
+	// block); a reload that keeps the block keeps the controller.
+	overload *overloadGate
 }
 
 // targetState is what the gateway knows of one target's health. A reload
@@ -494,6 +498,15 @@ func (h *Handler) buildPools(cfg Config, prev *compiled) (map[string]*pool, []*p
 		}
 		if mt := h.opts.Metrics; mt != nil {
 			p.duration = mt.UpstreamDuration.WithLabelValues(p.Name)
+		}
+		if def.Overload != nil {
+			var keep *overloadGate
+			if old != nil {
+				keep = old.overload
+			}
+			if p.overload, err = newOverloadGate(def, keep, h.opts.Metrics); err != nil {
+				return nil, nil, fmt.Errorf("proxy: pool %q: %w", def.Name, err)
+			}
 		}
 		for _, target := range def.Targets {
 			u, _ := parseTarget(target) // withDefaults refused any other

@@ -54,6 +54,7 @@ var (
 	problemAmbiguousCredential = newProblem(http.StatusBadRequest, typeAmbiguousCred, "Ambiguous credentials", "A credential header was sent more than once.")
 	problemUnidentified        = newProblem(http.StatusUnauthorized, typeUnidentified, "Unidentified client", "This route needs a principal or a known API key.")
 	problemUnavailable         = newProblem(http.StatusServiceUnavailable, typeReducedCapacity, "Service temporarily unavailable", "The rate limiter could not decide; nothing was forwarded. Retry after the time given.")
+	problemShed                = newProblem(http.StatusServiceUnavailable, typeReducedCapacity, "Upstream at capacity", "The upstream is at its limit and this request found no slot in time; nothing was forwarded. Retry after the time given.")
 	problemUpstreamFailed      = newProblem(http.StatusBadGateway, typeUpstreamFailed, "Upstream failed", "The upstream could not be reached or broke the response.")
 	problemNoTarget            = newProblem(http.StatusBadGateway, typeNoTarget, "No upstream target", "Every target of the upstream is out of rotation after failing; nothing was forwarded.")
 	problemUpstreamTimeout     = newProblem(http.StatusGatewayTimeout, typeUpstreamTimeout, "Upstream timed out", "The upstream did not answer in time.")

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"net/url"
 	"time"
+
+	"github.com/edgegate/gateway/overload"
 )
 
 // Pool is one upstream block: the targets a route forwards to, how a
@@ -40,6 +42,10 @@ type Pool struct {
 	// whatever the share.
 	MaxEjectedPercent int
 	Health            *HealthCheck // nil: failures of real requests only
+	// Overload limits the requests in flight to the pool from this
+	// instance and queues those over the limit (overload.Options; nil: no
+	// limit). Its QueueTimeout is at most ResponseTimeout.
+	Overload *overload.Options
 }
 
 // HealthCheck is a pool's active check: a GET of Path on every target each

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/edgegate/gateway/limiter"
+	"github.com/edgegate/gateway/overload"
 )
 
 // FieldError is one problem with one field of a Route, named as the
@@ -91,6 +92,20 @@ func (r *Route) Validate(managed []string) error {
 	}
 	errs = append(errs, r.RequestHeaders.validate("request_headers", managed)...)
 	errs = append(errs, r.ResponseHeaders.validate("response_headers", managed)...)
+	if !r.Priority.Valid() {
+		problem("priority", "Unknown priority", "priority %d is none of sheddable, default and critical.", r.Priority)
+	}
+	if len(r.PlanPriority) > 0 && len(r.Policies) == 0 && len(r.Plans) == 0 {
+		problem("plan_priority", "plan_priority without a policy", "A subject's plan is known only on a route with a policy; give the route one, or leave plan_priority out.")
+	}
+	for _, plan := range slices.Sorted(maps.Keys(r.PlanPriority)) {
+		switch p := r.PlanPriority[plan]; {
+		case !p.Valid():
+			problem("plan_priority."+plan, "Unknown priority", "priority %d is none of sheddable, default and critical.", p)
+		case p > r.Priority:
+			problem("plan_priority."+plan, "Plan priority above the route's", "Plan %q is given %s, above the route's %s; a plan may lower a route's priority, never raise it.", plan, p, r.Priority)
+		}
+	}
 	var upgrades []string
 	for i, u := range r.Upgrades {
 		field, name := fmt.Sprintf("upgrade[%d]", i), strings.ToLower(u)
@@ -360,6 +375,15 @@ func (p Pool) Validate() error {
 		interval := defaultIfZero(h.Interval, DefaultHealthInterval)
 		if len(errs) == before && h.Timeout > interval {
 			problem("health.timeout", "Health timeout above interval", "timeout is %s but checks run every %s; a check must end before the next.", h.Timeout, interval)
+		}
+	}
+	if o := p.Overload; o != nil {
+		for _, op := range o.Problems() {
+			problem("overload."+op.Option, op.Summary, "%s", op.Detail)
+		}
+		wait := defaultIfZero(o.QueueTimeout, overload.DefaultQueueTimeout)
+		if respond := defaultIfZero(p.ResponseTimeout, DefaultResponseTimeout); wait > respond {
+			problem("overload.queue_timeout", "queue_timeout above response_timeout", "queue_timeout is %s but the upstream's response_timeout is %s; a request would wait for a slot longer than for an answer.", wait, respond)
 		}
 	}
 	return errors.Join(errs...)
