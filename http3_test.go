@@ -12,6 +12,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -70,8 +71,9 @@ func writeHTTP3Config(t *testing.T, cert [2]string, limiterLines, upstream, extr
 listen {
   https            = "127.0.0.1:0"
   http3            = true
-  admin            = "127.0.0.1:0"
-  shutdown_timeout = "5s"
+  admin             = "127.0.0.1:0"
+  shutdown_timeout  = "5s"
+  body_read_timeout = "200ms"
 }
 tls {
   certificate {
@@ -205,5 +207,62 @@ func TestHTTPSAnnouncesHTTP3(t *testing.T) {
 	}
 	if got := r.servers.HTTP3Addr().String(); got != addr {
 		t.Fatalf("HTTP/3 on %s, HTTPS on %s", got, addr)
+	}
+}
+
+// A client that stops sending its request body over HTTP/3 is answered
+// 408, as over HTTP/1.1 and HTTP/2, and the upstream never gets it.
+func TestHTTP3BodyReadTimeout(t *testing.T) {
+	var reached atomic.Int64
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, err := io.Copy(io.Discard, r.Body); err == nil {
+			reached.Add(1)
+		}
+	}))
+	defer up.Close()
+	ca := newTestCA(t)
+	certFile, keyFile, _ := ca.leaf(t, t.TempDir(), "a.test")
+	r := startFile(t, writeHTTP3Config(t, [2]string{certFile, keyFile}, `backend = "memory"`, up.URL, ""))
+	body, stalled := io.Pipe()
+	defer stalled.Close()
+	req, _ := http.NewRequest(http.MethodPost, "https://"+r.servers.HTTPSAddr().String()+"/orders", body)
+	go io.WriteString(stalled, "part of the body")
+	res, err := h3Client(t, "127.0.0.1", "a.test", ca.pool).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusRequestTimeout || res.ProtoMajor != 3 {
+		t.Fatalf("%s %d, want HTTP/3 408", res.Proto, res.StatusCode)
+	}
+	if n := reached.Load(); n != 0 {
+		t.Fatalf("the upstream read %d whole bodies", n)
+	}
+}
+
+// A request over HTTP/3 has its server span say so.
+func TestHTTP3SpansSayProtocolVersion3(t *testing.T) {
+	receiver := newOTLPReceiver(t)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	defer up.Close()
+	ca := newTestCA(t)
+	certFile, keyFile, _ := ca.leaf(t, t.TempDir(), "a.test")
+	r := startFile(t, writeHTTP3Config(t, [2]string{certFile, keyFile}, `backend = "memory"`, up.URL,
+		fmt.Sprintf("telemetry {\n  otlp_endpoint = %q\n}", receiver.URL)))
+	res, err := h3Client(t, "127.0.0.1", "a.test", ca.pool).Get("https://" + r.servers.HTTPSAddr().String() + "/orders")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	r.stop(t, 10*time.Second)
+	spans, _ := receiver.received()
+	var versions []string
+	for _, s := range spans {
+		if strings.HasSuffix(s.Name, " orders") {
+			versions = append(versions, attrValue(s.Attributes, "network.protocol.version"))
+		}
+	}
+	if len(versions) != 1 || versions[0] != "3" {
+		t.Fatalf("server spans' network.protocol.version %q, want one \"3\"", versions)
 	}
 }
