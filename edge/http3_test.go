@@ -38,12 +38,11 @@ func serveHTTP3(t *testing.T, opts edge.Options, public http.Handler) (*edge.Ser
 // quicClient dials QUIC connections that offer h3 from local, a loopback
 // address of its own, so that one test plays several clients.
 type quicClient struct {
-	t   *testing.T
 	tr  *quic.Transport
 	tls *tls.Config
 }
 
-func newQUICClient(t *testing.T, local string, pool *x509.CertPool) *quicClient {
+func newQUICClient(t testing.TB, local string, pool *x509.CertPool) *quicClient {
 	t.Helper()
 	udp, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.ParseIP(local)})
 	if err != nil {
@@ -54,7 +53,7 @@ func newQUICClient(t *testing.T, local string, pool *x509.CertPool) *quicClient 
 		tr.Close()
 		udp.Close()
 	})
-	return &quicClient{t: t, tr: tr, tls: &tls.Config{ServerName: "localhost", RootCAs: pool, NextProtos: []string{http3.NextProtoH3}}}
+	return &quicClient{tr: tr, tls: &tls.Config{ServerName: "localhost", RootCAs: pool, NextProtos: []string{http3.NextProtoH3}}}
 }
 
 // dial completes a handshake with addr, or fails within a few seconds.
@@ -65,11 +64,8 @@ func (c *quicClient) dial(addr net.Addr, conf *quic.Config) (*quic.Conn, error) 
 	conf.HandshakeIdleTimeout = 2 * time.Second
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	conn, err := c.tr.Dial(ctx, addr, c.tls, conf)
-	if err == nil {
-		c.t.Cleanup(func() { conn.CloseWithError(0, "") })
-	}
-	return conn, err
+	// The connection ends with the client's transport, if not before.
+	return c.tr.Dial(ctx, addr, c.tls, conf)
 }
 
 // get sends GET / over conn and returns the status and body.
