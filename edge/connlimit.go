@@ -102,17 +102,23 @@ func (c *connCounter) admit(peer net.Addr) (connSlot, bool) {
 	c.mu.Unlock()
 	if !admitted {
 		c.releaseSlot()
-		if log, skipped := c.refusals.Admit(struct{}{}); log {
-			c.caps.logger.Warn("connections refused: a client holds max_connections_per_client", "refused", skipped+1, "max_connections_per_client", c.caps.perClient)
-		}
+		c.logRefusal()
 		return connSlot{}, false
 	}
 	return connSlot{client: key, counted: true}, true
 }
 
-// full reports whether peer's client holds its cap already; it counts
-// nothing, so a spoofed peer address can only be told what its owner
-// would be told.
+// logRefusal logs a connection refused at its client's cap, at most once
+// a second.
+func (c *connCounter) logRefusal() {
+	if log, skipped := c.refusals.Admit(struct{}{}); log {
+		c.caps.logger.Warn("connections refused: a client holds max_connections_per_client", "refused", skipped+1, "max_connections_per_client", c.caps.perClient)
+	}
+}
+
+// full reports whether peer's client holds its cap already, and logs the
+// refusal that follows. It counts nothing, so a spoofed peer address can
+// only be told what its owner would be told.
 func (c *connCounter) full(peer net.Addr) bool {
 	if c == nil || c.clients == nil {
 		return false
@@ -122,8 +128,12 @@ func (c *connCounter) full(peer net.Addr) bool {
 		return false
 	}
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.clients[key] >= c.caps.perClient
+	full := c.clients[key] >= c.caps.perClient
+	c.mu.Unlock()
+	if full {
+		c.logRefusal()
+	}
+	return full
 }
 
 // release gives back what admit counted, and the slot.
