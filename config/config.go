@@ -223,7 +223,7 @@ func (c *checker) listen(b *listenBlock) edge.Options {
 	if b == nil {
 		return edge.Options{}
 	}
-	l := edge.Options{HTTP: or(b.HTTP, ""), HTTPS: or(b.HTTPS, ""), Admin: or(b.Admin, "")}
+	l := edge.Options{HTTP: or(b.HTTP, ""), HTTPS: or(b.HTTPS, ""), HTTP3: or(b.HTTP3, false), Admin: or(b.Admin, "")}
 	if l.HTTP == "" && l.HTTPS == "" {
 		c.errorf(b.DefRange, "No public listener", "listen needs http, https or both.")
 	}

@@ -26,6 +26,7 @@ type fileBlock struct {
 type listenBlock struct {
 	HTTP                   *string   `hcl:"http,optional"`
 	HTTPS                  *string   `hcl:"https,optional"`
+	HTTP3                  *bool     `hcl:"http3,optional"`
 	Admin                  *string   `hcl:"admin,optional"`
 	ShutdownTimeout        *string   `hcl:"shutdown_timeout,optional"`
 	ReadHeaderTimeout      *string   `hcl:"read_header_timeout,optional"`

@@ -1,6 +1,7 @@
 package edge
 
 import (
+	"context"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -20,31 +21,11 @@ type connectionCaps struct {
 	logger *slog.Logger
 }
 
-// limitConnections accepts at most caps.total connections at once; the
-// next waits in the kernel's backlog until one closes. It keeps a flood of
-// idle or slow connections from exhausting file descriptors and memory,
-// which per-request limits cannot do: those only see requests that
-// finished their headers. Of those, one client (a peer address, an IPv6
-// prefix) holds at most caps.perClient: its next connection is closed as
-// soon as it is accepted, before a byte is read, so one address cannot take
-// every slot. A connection holds its place until it is closed, hijacked
-// (an upgraded tunnel) or not.
-func limitConnections(l net.Listener, caps connectionCaps) net.Listener {
-	if caps.total <= 0 && caps.perClient <= 0 {
-		return l
-	}
-	ll := &limitListener{Listener: l, caps: caps, done: make(chan struct{})}
-	if caps.total > 0 {
-		ll.sem = make(chan struct{}, caps.total)
-	}
-	if caps.perClient > 0 {
-		ll.clients = map[netip.Prefix]int{}
-	}
-	return ll
-}
-
-type limitListener struct {
-	net.Listener
+// connCounter holds a listener's open connections to its caps: a slot of
+// the total for each (acquire waits for one), and at most perClient of
+// one client. The TCP listeners (limitListener) and the QUIC one
+// (quicListener) count through it, so a cap means the same on both.
+type connCounter struct {
 	caps      connectionCaps
 	sem       chan struct{} // nil: no total cap
 	done      chan struct{}
@@ -58,69 +39,177 @@ type limitListener struct {
 	refusals LogThrottle[struct{}]
 }
 
+// newConnCounter is nil when caps caps nothing.
+func newConnCounter(caps connectionCaps) *connCounter {
+	if caps.total <= 0 && caps.perClient <= 0 {
+		return nil
+	}
+	c := &connCounter{caps: caps, done: make(chan struct{})}
+	if caps.total > 0 {
+		c.sem = make(chan struct{}, caps.total)
+	}
+	if caps.perClient > 0 {
+		c.clients = map[netip.Prefix]int{}
+	}
+	return c
+}
+
+// acquire waits for a slot of the total cap; false once ctx ends or the
+// counter is stopped.
+func (c *connCounter) acquire(ctx context.Context) bool {
+	if c.sem == nil {
+		return true
+	}
+	select {
+	case c.sem <- struct{}{}:
+		return true
+	case <-c.done:
+	case <-ctx.Done():
+	}
+	return false
+}
+
+func (c *connCounter) releaseSlot() {
+	if c.sem != nil {
+		<-c.sem
+	}
+}
+
+// stop ends every acquire waiting and to come.
+func (c *connCounter) stop() { c.closeOnce.Do(func() { close(c.done) }) }
+
+// connSlot is what one admitted connection holds of the caps.
+type connSlot struct {
+	client  netip.Prefix
+	counted bool // client is counted in clients
+}
+
+// admit counts a connection from peer, which already holds a slot of the
+// total, or refuses it at its client's cap (and gives the slot back).
+func (c *connCounter) admit(peer net.Addr) (connSlot, bool) {
+	if c.clients == nil {
+		return connSlot{}, true
+	}
+	key, ok := clientKey(peer, c.caps.ipv6Bits, c.caps.exempt)
+	if !ok {
+		return connSlot{}, true
+	}
+	c.mu.Lock()
+	admitted := c.clients[key] < c.caps.perClient
+	if admitted {
+		c.clients[key]++
+	}
+	c.mu.Unlock()
+	if !admitted {
+		c.releaseSlot()
+		c.logRefusal()
+		return connSlot{}, false
+	}
+	return connSlot{client: key, counted: true}, true
+}
+
+// logRefusal logs a connection refused at its client's cap, at most once
+// a second.
+func (c *connCounter) logRefusal() {
+	if log, skipped := c.refusals.Admit(struct{}{}); log {
+		c.caps.logger.Warn("connections refused: a client holds max_connections_per_client", "refused", skipped+1, "max_connections_per_client", c.caps.perClient)
+	}
+}
+
+// full reports whether peer's client holds its cap already, and logs the
+// refusal that follows. It counts nothing, so a spoofed peer address can
+// only be told what its owner would be told.
+func (c *connCounter) full(peer net.Addr) bool {
+	if c == nil || c.clients == nil {
+		return false
+	}
+	key, ok := clientKey(peer, c.caps.ipv6Bits, c.caps.exempt)
+	if !ok {
+		return false
+	}
+	c.mu.Lock()
+	full := c.clients[key] >= c.caps.perClient
+	c.mu.Unlock()
+	if full {
+		c.logRefusal()
+	}
+	return full
+}
+
+// release gives back what admit counted, and the slot.
+func (c *connCounter) release(s connSlot) {
+	if s.counted {
+		c.mu.Lock()
+		if n := c.clients[s.client]; n <= 1 {
+			delete(c.clients, s.client)
+		} else {
+			c.clients[s.client] = n - 1
+		}
+		c.mu.Unlock()
+	}
+	c.releaseSlot()
+}
+
+// limitConnections accepts at most caps.total connections at once; the
+// next waits in the kernel's backlog until one closes. It keeps a flood of
+// idle or slow connections from exhausting file descriptors and memory,
+// which per-request limits cannot do: those only see requests that
+// finished their headers. Of those, one client (a peer address, an IPv6
+// prefix) holds at most caps.perClient: its next connection is closed as
+// soon as it is accepted, before a byte is read, so one address cannot take
+// every slot. A connection holds its place until it is closed, hijacked
+// (an upgraded tunnel) or not.
+func limitConnections(l net.Listener, caps connectionCaps) net.Listener {
+	c := newConnCounter(caps)
+	if c == nil {
+		return l
+	}
+	return &limitListener{Listener: l, counter: c}
+}
+
+type limitListener struct {
+	net.Listener
+	counter *connCounter
+}
+
 func (l *limitListener) Accept() (net.Conn, error) {
 	for {
-		if l.sem != nil {
-			select {
-			case l.sem <- struct{}{}:
-			case <-l.done:
-				return nil, net.ErrClosed
-			}
+		if !l.counter.acquire(context.Background()) {
+			return nil, net.ErrClosed
 		}
 		c, err := l.Listener.Accept()
 		if err != nil {
-			l.releaseSlot()
+			l.counter.releaseSlot()
 			return nil, err
 		}
-		lc := &limitConn{Conn: c, l: l}
-		if l.clients != nil {
-			key, ok := clientKey(c.RemoteAddr(), l.caps.ipv6Bits, l.caps.exempt)
-			if ok && !l.admit(key) {
-				c.Close()
-				l.releaseSlot()
-				continue
-			}
-			lc.client, lc.counted = key, ok
+		slot, ok := l.counter.admit(c.RemoteAddr())
+		if !ok {
+			c.Close()
+			continue
 		}
-		return lc, nil
-	}
-}
-
-// admit counts a connection of client, or refuses it at the cap.
-func (l *limitListener) admit(client netip.Prefix) bool {
-	l.mu.Lock()
-	admitted := l.clients[client] < l.caps.perClient
-	if admitted {
-		l.clients[client]++
-	}
-	l.mu.Unlock()
-	if !admitted {
-		if log, skipped := l.refusals.Admit(struct{}{}); log {
-			l.caps.logger.Warn("connections refused: a client holds max_connections_per_client", "refused", skipped+1, "max_connections_per_client", l.caps.perClient)
-		}
-	}
-	return admitted
-}
-
-func (l *limitListener) releaseSlot() {
-	if l.sem != nil {
-		<-l.sem
+		return &limitConn{Conn: c, counter: l.counter, slot: slot}, nil
 	}
 }
 
 func (l *limitListener) Close() error {
-	l.closeOnce.Do(func() { close(l.done) })
+	l.counter.stop()
 	return l.Listener.Close()
 }
 
 // clientKey is the client a peer address counts as: an IPv4 address, or
-// the IPv6 prefix of ipv6Bits bits; none for a peer in exempt.
+// the IPv6 prefix of ipv6Bits bits; none for a peer in exempt. TCP and UDP
+// peers count alike.
 func clientKey(a net.Addr, ipv6Bits int, exempt []netip.Prefix) (netip.Prefix, bool) {
-	tcp, ok := a.(*net.TCPAddr)
-	if !ok {
+	var ap netip.AddrPort
+	switch a := a.(type) {
+	case *net.TCPAddr:
+		ap = a.AddrPort()
+	case *net.UDPAddr:
+		ap = a.AddrPort()
+	default:
 		return netip.Prefix{}, false
 	}
-	ip := tcp.AddrPort().Addr().Unmap()
+	ip := ap.Addr().Unmap()
 	for _, p := range exempt {
 		if p.Contains(ip) {
 			return netip.Prefix{}, false
@@ -135,27 +224,13 @@ func clientKey(a net.Addr, ipv6Bits int, exempt []netip.Prefix) (netip.Prefix, b
 
 type limitConn struct {
 	net.Conn
-	l       *limitListener
-	client  netip.Prefix
-	counted bool // client is counted in l.clients
+	counter *connCounter
+	slot    connSlot
 	once    sync.Once
 }
 
 func (c *limitConn) Close() error {
 	err := c.Conn.Close()
-	c.once.Do(c.release)
+	c.once.Do(func() { c.counter.release(c.slot) })
 	return err
-}
-
-func (c *limitConn) release() {
-	if c.counted {
-		c.l.mu.Lock()
-		if n := c.l.clients[c.client]; n <= 1 {
-			delete(c.l.clients, c.client)
-		} else {
-			c.l.clients[c.client] = n - 1
-		}
-		c.l.mu.Unlock()
-	}
-	c.l.releaseSlot()
 }

@@ -25,6 +25,11 @@ type Options struct {
 	// DefaultHTTP when HTTPS is empty too.
 	HTTP  string
 	HTTPS string // public HTTPS listener, host:port; needs TLS
+	// HTTP3 serves HTTP/3 over QUIC on the HTTPS listener's port (UDP) too,
+	// with its certificates, caps and timeouts, and announces it in
+	// Alt-Svc on the HTTPS listener's HTTP/1.1 and HTTP/2 responses. Needs
+	// HTTPS.
+	HTTP3 bool
 	// Admin is the admin listener. It serves the admin handler with the
 	// admin timeouts (read header 5s, idle 1m) and none of the public
 	// protections: no connection cap, no framing check. Empty: none.
@@ -172,6 +177,9 @@ func (o Options) Validate() error {
 	}
 	if o.HTTPS != "" && o.TLS == nil {
 		problem("listen", "HTTPS without TLS", "listen.https needs a tls block with acme or certificate.")
+	}
+	if o.HTTP3 && o.HTTPS == "" {
+		problem("listen.http3", "HTTP/3 without HTTPS", "http3 needs listen.https: HTTP/3 is served on its port, with its certificates.")
 	}
 	if o.TLS != nil && o.HTTPS == "" {
 		problem("tls", "TLS without HTTPS", "A tls block needs listen.https.")

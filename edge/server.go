@@ -23,7 +23,9 @@ import (
 // listener terminates TLS with the static and ACME certificates, offers
 // HTTP/2, and adds Strict-Transport-Security when asked. The plain-HTTP
 // listener answers ACME HTTP-01 challenges before anything else and, when
-// asked, redirects the rest to HTTPS.
+// asked, redirects the rest to HTTPS. With HTTP3, the HTTPS listener's
+// port serves HTTP/3 over UDP too (quicEdge), and its HTTP/1.1 and HTTP/2
+// responses announce it in Alt-Svc.
 //
 // The lifecycle is Listen, Serve, then Shutdown or Close; Shutdown and Close
 // may also follow Listen directly. Every goroutine Servers starts has ended
@@ -39,6 +41,8 @@ type Servers struct {
 
 	httpLn, httpsLn, adminLn net.Listener
 	plain, secure, admin     *http.Server
+	quicConn                 net.PacketConn // the HTTPS port over UDP; nil without HTTP3
+	quic                     *quicEdge      // nil without HTTP3
 
 	mu       sync.Mutex
 	serving  bool
@@ -59,7 +63,7 @@ func Listen(opts Options, public, admin http.Handler) (*Servers, error) {
 	if err := opts.validate(public, admin); err != nil {
 		return nil, fmt.Errorf("edge: %w", err)
 	}
-	s := &Servers{opts: opts, logger: opts.Logger, errs: make(chan error, 3)}
+	s := &Servers{opts: opts, logger: opts.Logger, errs: make(chan error, 4)}
 	if s.logger == nil {
 		s.logger = slog.New(slog.DiscardHandler)
 	}
@@ -118,6 +122,14 @@ func (s *Servers) bind() error {
 		}
 		*l.ln = ln
 	}
+	if s.opts.HTTP3 {
+		tcp := s.httpsLn.Addr().(*net.TCPAddr)
+		conn, err := net.ListenUDP("udp", &net.UDPAddr{IP: tcp.IP, Port: tcp.Port, Zone: tcp.Zone})
+		if err != nil {
+			return fmt.Errorf("edge: listen http3: %w", err)
+		}
+		s.quicConn = conn
+	}
 	return nil
 }
 
@@ -128,7 +140,15 @@ func (s *Servers) build(public, admin http.Handler) {
 	s.tunnels = newTunnels()
 	if s.httpsLn != nil {
 		t := s.opts.TLS
-		s.secure = newPublicServer(hsts(public, t.HSTSMaxAge, t.HSTSIncludeSubdomains), "https", s.opts, refusals, s.tunnels, s.errorLog)
+		secure := hsts(public, t.HSTSMaxAge, t.HSTSIncludeSubdomains)
+		if s.quicConn != nil {
+			// HTTP/3 serves what HTTPS serves but the framing check,
+			// which is HTTP/1's.
+			s.quic = newQUICEdge(s.quicConn, secure, s.opts, s.caps())
+			secure = withAltSvc(secure, altSvc(port(s.httpsLn)))
+		}
+		s.secure = newPublicServer(secure, "https", s.opts, refusals, s.tunnels, s.errorLog)
+		s.secure.HTTP2 = &http.HTTP2Config{MaxConcurrentStreams: maxStreamsPerConnection}
 		// The framing listener terminates TLS itself and hands HTTP/2
 		// connections over as *tls.Conn; with h2 in TLSConfig.NextProtos,
 		// Serve speaks HTTP/2 on them. Serve gets the listener a config of
@@ -198,6 +218,9 @@ func (s *Servers) Serve() <-chan error {
 		ln := newFramingListener(limitConnections(s.httpsLn, s.caps()), s.tls.config(), s.opts.ReadHeaderTimeout)
 		s.serveOn(s.secure, ln)
 	}
+	if s.quic != nil {
+		s.serveQUIC()
+	}
 	if s.plain != nil {
 		s.serveOn(s.plain, newFramingListener(limitConnections(s.httpLn, s.caps()), nil, 0))
 	}
@@ -226,11 +249,33 @@ func (s *Servers) serveOn(srv *http.Server, ln net.Listener) {
 	})
 }
 
+// serveQUIC serves HTTP/3 until Shutdown or Close, like serveOn.
+func (s *Servers) serveQUIC() {
+	ln, err := s.quic.listen(s.tls.config())
+	if err != nil {
+		s.errs <- err
+		return
+	}
+	s.running.Go(func() {
+		if err := s.quic.server.ServeListener(ln); !errors.Is(err, http.ErrServerClosed) {
+			s.errs <- fmt.Errorf("edge: http3: %w", err)
+		}
+	})
+}
+
 // HTTPAddr is the bound address of the plain-HTTP listener, nil without one.
 func (s *Servers) HTTPAddr() net.Addr { return addr(s.httpLn) }
 
 // HTTPSAddr is the bound address of the HTTPS listener, nil without one.
 func (s *Servers) HTTPSAddr() net.Addr { return addr(s.httpsLn) }
+
+// HTTP3Addr is the bound UDP address of HTTP/3, nil without it.
+func (s *Servers) HTTP3Addr() net.Addr {
+	if s.quicConn == nil {
+		return nil
+	}
+	return s.quicConn.LocalAddr()
+}
 
 // AdminAddr is the bound address of the admin listener, nil without one.
 func (s *Servers) AdminAddr() net.Addr { return addr(s.adminLn) }
@@ -306,6 +351,15 @@ func (s *Servers) Shutdown() error {
 			}
 		})
 	}
+	if s.quic != nil {
+		wg.Go(func() {
+			if err := s.quic.shutdown(ctx); err != nil {
+				mu.Lock()
+				errs = append(errs, fmt.Errorf("edge: drain http3: %w", err))
+				mu.Unlock()
+			}
+		})
+	}
 	wg.Wait()
 	if s.tunnels != nil && !s.tunnels.wait(ctx) {
 		if n := s.tunnels.closeAll(); n > 0 {
@@ -328,6 +382,9 @@ func (s *Servers) Close() {
 		if srv != nil {
 			srv.Close()
 		}
+	}
+	if s.quic != nil {
+		s.quic.close()
 	}
 	if s.tunnels != nil {
 		s.tunnels.closeAll()
@@ -363,5 +420,8 @@ func (s *Servers) closeListeners() {
 		if ln != nil {
 			ln.Close()
 		}
+	}
+	if s.quicConn != nil {
+		s.quicConn.Close()
 	}
 }

@@ -35,7 +35,7 @@ type testCertificate struct {
 	leaf  *x509.Certificate
 }
 
-func newCertificate(t *testing.T) testCertificate {
+func newCertificate(t testing.TB) testCertificate {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -76,7 +76,7 @@ func newCertificate(t *testing.T) testCertificate {
 	return testCertificate{files: files, leaf: leaf}
 }
 
-func writePEM(t *testing.T, path, kind string, der []byte) {
+func writePEM(t testing.TB, path, kind string, der []byte) {
 	t.Helper()
 	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: kind, Bytes: der}), 0o600); err != nil {
 		t.Fatal(err)

@@ -52,9 +52,12 @@ func (t *tracing) startServer(r *http.Request, method string, trustedPeer bool) 
 	if r.TLS != nil {
 		scheme = "https"
 	}
-	if r.ProtoMajor == 2 {
+	switch {
+	case r.ProtoMajor == 3:
+		version = "3"
+	case r.ProtoMajor == 2:
 		version = "2"
-	} else if r.ProtoMinor == 0 {
+	case r.ProtoMinor == 0:
 		version = "1.0"
 	}
 	attrs := []attribute.KeyValue{

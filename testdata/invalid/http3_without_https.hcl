@@ -1,0 +1,4 @@
+listen {
+  http  = ":8080"
+  http3 = true
+}
