@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -172,6 +173,11 @@ route "one" {
   upstream = "http://127.0.0.1:9000"
   policies = ["trial"]
 }
+route "sugar" {
+  path     = "/sugar"
+  upstream = "http://127.0.0.1:9000"
+  policy   = "trial"
+}
 `
 	f, diags := config.Parse("gateway.hcl", []byte(src), env(nil))
 	if diags.HasErrors() {
@@ -190,6 +196,9 @@ route "one" {
 	}
 	if len(one.Policies) != 1 || one.Policies[0].Name != "trial" {
 		t.Fatalf("a one-element list is a list of one: %+v", one)
+	}
+	if sugar := f.Proxy.Routes[2]; !slices.Equal(sugar.Policies, one.Policies) {
+		t.Fatalf("policy = \"trial\" is %v, policies = [\"trial\"] %v", sugar.Policies, one.Policies)
 	}
 }
 

@@ -8,10 +8,7 @@ import (
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/hclsyntax"
 
-	"github.com/edgegate/gateway/edge"
-	"github.com/edgegate/gateway/limiter"
-	"github.com/edgegate/gateway/proxy"
-	"github.com/edgegate/gateway/subject"
+	"github.com/edgegate/gateway/internal/option"
 )
 
 // Each block keeps its body (`hcl:",body"`), so that a problem is pointed
@@ -63,29 +60,16 @@ func blockRange(def hcl.Range, body hcl.Body) hcl.Range {
 	return def
 }
 
-// fieldProblem is one problem a package's Validate found with one field,
-// the field named as the file names the attribute. earlier is the field of
-// the first of two that clash, named by it in detail.
-type fieldProblem struct {
-	field, summary, detail, earlier string
-}
-
 // fieldProblems are the problems in err, in order. An error that names no
 // field is a problem of the whole block, with summary.
-func fieldProblems(err error, summary string) []fieldProblem {
+func fieldProblems(err error, summary string) []option.Error {
 	switch e := err.(type) {
 	case nil:
 		return nil
-	case *limiter.FieldError:
-		return []fieldProblem{{e.Field, e.Summary, e.Detail, ""}}
-	case *proxy.FieldError:
-		return []fieldProblem{{e.Field, e.Summary, e.Detail, e.Earlier}}
-	case *edge.FieldError:
-		return []fieldProblem{{e.Field, e.Summary, e.Detail, ""}}
-	case *subject.FieldError:
-		return []fieldProblem{{e.Field, e.Summary, e.Detail, ""}}
+	case *option.Error:
+		return []option.Error{*e}
 	case interface{ Unwrap() []error }:
-		var out []fieldProblem
+		var out []option.Error
 		for _, each := range e.Unwrap() {
 			out = append(out, fieldProblems(each, summary)...)
 		}
@@ -93,15 +77,12 @@ func fieldProblems(err error, summary string) []fieldProblem {
 	case interface{ Unwrap() error }:
 		// Context around field problems (the policy's name) is the
 		// block's already; around anything else it is kept.
-		var le *limiter.FieldError
-		var pe *proxy.FieldError
-		var ee *edge.FieldError
-		var se *subject.FieldError
-		if errors.As(err, &le) || errors.As(err, &pe) || errors.As(err, &ee) || errors.As(err, &se) {
+		var oe *option.Error
+		if errors.As(err, &oe) {
 			return fieldProblems(e.Unwrap(), summary)
 		}
 	}
-	return []fieldProblem{{"", summary, err.Error() + ".", ""}}
+	return []option.Error{{Summary: summary, Detail: err.Error() + "."}}
 }
 
 // finder finds the field a problem names in the file: the range to point
@@ -145,25 +126,25 @@ func finderOf(bodies map[string]hcl.Body, defs, elements map[string]hcl.Range) f
 // Problems of the fields skip are the file's to say, and left out.
 func (c *checker) fields(err error, summary string, def hcl.Range, find finder, skip ...string) {
 	for _, p := range fieldProblems(err, summary) {
-		if slices.Contains(skip, p.field) {
+		if slices.Contains(skip, p.Field) {
 			continue
 		}
 		rng, whole := def, def
-		if p.field != "" {
-			if point, w, ok := find(p.field); ok {
+		if p.Field != "" {
+			if point, w, ok := find(p.Field); ok {
 				rng, whole = point, w
 			}
 		}
 		if c.reportedFor(rng, whole) {
 			continue
 		}
-		detail := p.detail
-		if p.earlier != "" {
-			if r, _, ok := find(p.earlier); ok {
-				detail = strings.Replace(detail, " at "+p.earlier, " at "+r.String(), 1)
+		detail := p.Detail
+		if p.Earlier != "" {
+			if r, _, ok := find(p.Earlier); ok {
+				detail = strings.Replace(detail, " at "+p.Earlier, " at "+r.String(), 1)
 			}
 		}
-		c.errorf(rng, p.summary, "%s", detail)
+		c.errorf(rng, p.Summary, "%s", detail)
 	}
 }
 

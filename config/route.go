@@ -127,10 +127,8 @@ func (c *checker) routes(blocks []*routeBlock, policies map[string]*limiter.Poli
 		}
 		switch {
 		case b.Policy != nil && !hasPolicies:
-			if p := usePolicy(*b.Policy, valueRange(b.Body, "policy")); p != nil {
-				r.Policies = []*limiter.Policy{p}
-				elements["policies[0]"] = valueRange(b.Body, "policy")
-			}
+			// policy = "x" is policies = ["x"].
+			r.Policies, _ = c.policyList([]listItem{{*b.Policy, valueRange(b.Body, "policy")}}, "policies", elements, usePolicy)
 		case hasPolicies && b.Policy == nil:
 			items := c.list(b.Policies, "policies")
 			if len(items) == 0 {

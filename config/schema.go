@@ -165,13 +165,11 @@ type adminBlock struct {
 }
 
 type telemetryBlock struct {
-	OTLPEndpoint      string    `hcl:"otlp_endpoint"`
-	OTLPEndpointRange hcl.Range `hcl:"otlp_endpoint,attr_value_range"`
-	SampleRatio       *float64  `hcl:"sample_ratio,optional"`
-	SampleRatioRange  hcl.Range `hcl:"sample_ratio,attr_value_range"`
-	ServiceName       *string   `hcl:"service_name,optional"`
-	ServiceNameRange  hcl.Range `hcl:"service_name,attr_value_range"`
-	DefRange          hcl.Range `hcl:",def_range"`
+	OTLPEndpoint string    `hcl:"otlp_endpoint"`
+	SampleRatio  *float64  `hcl:"sample_ratio,optional"`
+	ServiceName  *string   `hcl:"service_name,optional"`
+	Body         hcl.Body  `hcl:",body"`
+	DefRange     hcl.Range `hcl:",def_range"`
 }
 
 type logBlock struct {

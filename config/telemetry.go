@@ -1,8 +1,6 @@
 package config
 
 import (
-	"errors"
-
 	"github.com/hashicorp/hcl/v2"
 
 	"github.com/edgegate/gateway/telemetry"
@@ -16,29 +14,10 @@ func (c *checker) telemetry(b *telemetryBlock) *telemetry.Options {
 		return nil
 	}
 	o := &telemetry.Options{Endpoint: b.OTLPEndpoint, SampleRatio: b.SampleRatio, ServiceName: or(b.ServiceName, "")}
-	at := map[string]hcl.Range{
-		"otlp_endpoint": b.OTLPEndpointRange,
-		"sample_ratio":  b.SampleRatioRange,
-		"service_name":  b.ServiceNameRange,
+	var absent []string // the decoder said so already
+	if !has(b.Body, "otlp_endpoint") {
+		absent = append(absent, "otlp_endpoint")
 	}
-	err := o.Validate()
-	problems := []error{err}
-	if joined, ok := err.(interface{ Unwrap() []error }); ok {
-		problems = joined.Unwrap()
-	}
-	for _, p := range problems {
-		var fe *telemetry.FieldError
-		if errors.As(p, &fe) {
-			rng, ok := at[fe.Field]
-			switch {
-			case !ok:
-				rng = b.DefRange
-			case rng == hcl.Range{}:
-				// Absent or not decoded: decoding said so already.
-				continue
-			}
-			c.errorf(rng, fe.Summary, "%s", fe.Detail)
-		}
-	}
+	c.fields(o.Validate(), "Invalid telemetry block", b.DefRange, finderOf(map[string]hcl.Body{"": b.Body}, nil, nil), absent...)
 	return o
 }

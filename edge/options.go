@@ -14,6 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/edgegate/gateway/internal/option"
 	"github.com/edgegate/gateway/subject"
 )
 
@@ -156,24 +157,12 @@ func (o Options) withDefaults() Options {
 	return o
 }
 
-// FieldError is one problem with one field of Options, named as the
-// configuration file names it: a block ("listen", "tls"), an attribute
-// ("tls.acme.ca"), or one element of a list ("tls.acme.domains[0]"), so
-// that a caller holding the file can point at it.
-type FieldError struct {
-	Field   string
-	Summary string // a title, such as "No domains"
-	Detail  string // a sentence
-}
-
-func (e *FieldError) Error() string { return e.Detail }
-
-// Validate reports every problem of o, each a *FieldError, joined. It reads
+// Validate reports every problem of o, each a *option.Error, joined. It reads
 // no file: what the TLS block names is checked when Listen loads it.
 func (o Options) Validate() error {
 	var errs []error
 	problem := func(field, summary, detail string, args ...any) {
-		errs = append(errs, &FieldError{Field: field, Summary: summary, Detail: fmt.Sprintf(detail, args...)})
+		errs = append(errs, &option.Error{Field: field, Summary: summary, Detail: fmt.Sprintf(detail, args...)})
 	}
 	if o.HTTPS != "" && o.TLS == nil {
 		problem("listen", "HTTPS without TLS", "listen.https needs a tls block with acme or certificate.")

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edgegate/gateway/internal/option"
 	"github.com/edgegate/gateway/edge"
 )
 
@@ -62,7 +63,7 @@ func problemFields(t *testing.T, err error) []string {
 	t.Helper()
 	var fields []string
 	for _, e := range err.(interface{ Unwrap() []error }).Unwrap() {
-		var fe *edge.FieldError
+		var fe *option.Error
 		if !errors.As(e, &fe) {
 			t.Fatalf("%v is no FieldError", e)
 		}

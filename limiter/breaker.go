@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/edgegate/gateway/internal/option"
 )
 
 // BreakerOptions configure the circuit breaker each Redis node gets. After
@@ -34,16 +36,16 @@ const (
 const MinBreakerCooldown = time.Millisecond
 
 // Validate reports a Failures below 1 or a Cooldown below
-// MinBreakerCooldown, each a *FieldError naming the field as a breaker
+// MinBreakerCooldown, each a *option.Error naming the field as a breaker
 // block does ("failures", "cooldown"), joined. A zero takes the default.
 // NewRedis refuses what it reports.
 func (o BreakerOptions) Validate() error {
 	var errs []error
 	if o.Failures < 0 {
-		errs = append(errs, &FieldError{Field: "failures", Summary: "Value too small", Detail: "failures must be at least 1."})
+		errs = append(errs, &option.Error{Field: "failures", Summary: "Value too small", Detail: "failures must be at least 1."})
 	}
 	if o.Cooldown != 0 && o.Cooldown < MinBreakerCooldown {
-		errs = append(errs, &FieldError{Field: "cooldown", Summary: "Duration too short", Detail: fmt.Sprintf("cooldown must be at least %s.", MinBreakerCooldown)})
+		errs = append(errs, &option.Error{Field: "cooldown", Summary: "Duration too short", Detail: fmt.Sprintf("cooldown must be at least %s.", MinBreakerCooldown)})
 	}
 	return errors.Join(errs...)
 }

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/edgegate/gateway/internal/option"
 )
 
 // FallbackOptions configure the local fallback: while the shared backend
@@ -18,11 +20,11 @@ type FallbackOptions struct {
 	Instances int
 }
 
-// Validate reports a negative Instances as a *FieldError naming the field
+// Validate reports a negative Instances as a *option.Error naming the field
 // as a fallback block does ("instances"). Open refuses what it reports.
 func (o FallbackOptions) Validate() error {
 	if o.Instances < 0 {
-		return &FieldError{Field: "instances", Summary: "Value too small", Detail: "instances must be at least 1."}
+		return &option.Error{Field: "instances", Summary: "Value too small", Detail: "instances must be at least 1."}
 	}
 	return nil
 }

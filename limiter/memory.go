@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/edgegate/gateway/internal/option"
 )
 
 // Clock tells the time. Backends take one so tests can move time by hand.
@@ -52,12 +54,12 @@ const memoryShards = 64
 // set: one key a shard.
 const MinMemoryMaxEntries = memoryShards
 
-// Validate reports a MaxEntries below its minimum as a *FieldError naming
+// Validate reports a MaxEntries below its minimum as a *option.Error naming
 // the field as a memory block does ("max_entries"). A zero takes the
 // default. Open refuses what it reports.
 func (o MemoryOptions) Validate() error {
 	if o.MaxEntries != 0 && o.MaxEntries < MinMemoryMaxEntries {
-		return &FieldError{Field: "max_entries", Summary: "Value too small", Detail: fmt.Sprintf("max_entries must be at least %d.", MinMemoryMaxEntries)}
+		return &option.Error{Field: "max_entries", Summary: "Value too small", Detail: fmt.Sprintf("max_entries must be at least %d.", MinMemoryMaxEntries)}
 	}
 	return nil
 }

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/edgegate/gateway/internal/option"
 )
 
 // ClockSource says whose clock a backend uses to place a request in time.
@@ -169,28 +171,17 @@ func (p *Policy) decision(allowed bool, remaining int64, resetAfter, retryAfter 
 		WindowSeconds: p.windowSeconds(nowMillis, resetAfter)}
 }
 
-// FieldError is one problem with one field of a Policy, named as the
-// configuration file names it ("max_cost", "dedup.ttl"; "" for the policy
-// as a whole), so that a caller holding the file can point at it.
-type FieldError struct {
-	Field   string
-	Summary string // a title, such as "Value too small"
-	Detail  string // a sentence, such as "max_cost must be at least 1."
-}
-
-func (e *FieldError) Error() string { return e.Detail }
-
 // maxExactInLua: the scripts compute in doubles, exact up to 2^53.
 const maxExactInLua = 1 << 53
 
-// Validate reports every problem of p, each a *FieldError (joined). The
+// Validate reports every problem of p, each a *option.Error (joined). The
 // fields are checked one by one first; only when each is fine are they
 // checked against each other (max_cost against the quota, the quota
 // against the headers), so that one mistake is reported once.
 func (p *Policy) Validate() error {
 	var errs []error
 	problem := func(field, summary, detail string, args ...any) {
-		errs = append(errs, &FieldError{Field: field, Summary: summary, Detail: fmt.Sprintf(detail, args...)})
+		errs = append(errs, &option.Error{Field: field, Summary: summary, Detail: fmt.Sprintf(detail, args...)})
 	}
 	// The detail names the attribute as its block writes it.
 	atLeast := func(field string, v, min int64) {
@@ -280,7 +271,7 @@ func (p *Policy) Validate() error {
 }
 
 // Exact reports why a backend could not count p exactly, as a
-// *FieldError, or nil: the scripts compute in doubles, exact up to 2^53,
+// *option.Error, or nil: the scripts compute in doubles, exact up to 2^53,
 // so the quota times the period in milliseconds must stay below 2^51. A
 // policy past it still runs (the memory backend counts in integers, and
 // tests use such policies as "no limit"); a configuration file may not
@@ -294,14 +285,14 @@ func (p *Policy) Exact() error {
 		period = time.Millisecond
 	}
 	if p.Quota() > maxExactInLua/max(period.Milliseconds(), 1)/4 {
-		return p.joined([]error{&FieldError{Summary: "Policy too large",
+		return p.joined([]error{&option.Error{Summary: "Policy too large",
 			Detail: "The quota times the window in milliseconds must stay below 2^51 so every backend counts exactly."}})
 	}
 	return nil
 }
 
 // joined is errs as one error that names the policy; errors.As finds each
-// *FieldError in it.
+// *option.Error in it.
 func (p *Policy) joined(errs []error) error {
 	if len(errs) == 0 {
 		return nil

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edgegate/gateway/internal/option"
 	"github.com/edgegate/gateway/limiter"
 	"github.com/edgegate/gateway/lua"
 )
@@ -31,7 +32,7 @@ func TestExactReportsAPolicyTheScriptsCannotCountExactly(t *testing.T) {
 		t.Fatalf("2^51 exactly: %v", err)
 	}
 	p.Limit++
-	var fe *limiter.FieldError
+	var fe *option.Error
 	if err := p.Exact(); !errors.As(err, &fe) || fe.Summary != "Policy too large" {
 		t.Fatalf("2^51 + 2^20 was not reported as too large: %v", err)
 	}
@@ -62,7 +63,7 @@ func TestValidateNamesEachFieldAtFault(t *testing.T) {
 		MaxCost: 1, Dedup: limiter.Dedup{Enabled: true, TTL: time.Second, MaxEntries: 1, MaxBytes: 64}}
 	var fields []string
 	for _, e := range joined(p.Validate()) {
-		var fe *limiter.FieldError
+		var fe *option.Error
 		if errors.As(e, &fe) {
 			fields = append(fields, fe.Field)
 		}
@@ -104,7 +105,7 @@ func TestEveryAlgorithmsFieldsAreChecked(t *testing.T) {
 		p := &limiter.Policy{Name: "p", Algorithm: a, Revision: 1, MaxCost: 1}
 		var fields []string
 		for _, e := range joined(p.Validate()) {
-			var fe *limiter.FieldError
+			var fe *option.Error
 			if errors.As(e, &fe) {
 				fields = append(fields, fe.Field)
 			}
@@ -149,7 +150,7 @@ func TestValidateChecksWhatAResponseChargesBy(t *testing.T) {
 			p := valid()
 			c.edit(p)
 			err := p.Validate()
-			var fe *limiter.FieldError
+			var fe *option.Error
 			switch {
 			case c.field == "" && err != nil:
 				t.Fatalf("refused: %v", err)
@@ -223,7 +224,7 @@ func TestValidateChecksMaxDelay(t *testing.T) {
 			p.Name, p.Revision, p.MaxCost = "p", 1, 1
 			var fields []string
 			for _, e := range joined(p.Validate()) {
-				var fe *limiter.FieldError
+				var fe *option.Error
 				if errors.As(e, &fe) {
 					fields = append(fields, fe.Field)
 				}

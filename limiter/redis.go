@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/edgegate/gateway/internal/option"
 	"github.com/edgegate/gateway/lua"
 )
 
@@ -69,14 +70,14 @@ const (
 	DefaultKeyPrefix = "rl:"
 )
 
-// Validate reports every problem of o, each a *FieldError naming the
+// Validate reports every problem of o, each a *option.Error naming the
 // field as a redis block does ("addrs", "addrs[1]", "master_name", "db",
 // "tls_ca_file"),
 // joined. It reads no file: tls_ca_file is read by NewRedis.
 func (o RedisOptions) Validate() error {
 	var errs []error
 	problem := func(field, summary, detail string, args ...any) {
-		errs = append(errs, &FieldError{Field: field, Summary: summary, Detail: fmt.Sprintf(detail, args...)})
+		errs = append(errs, &option.Error{Field: field, Summary: summary, Detail: fmt.Sprintf(detail, args...)})
 	}
 	if len(o.Addrs) == 0 {
 		problem("addrs", "No redis addresses", "redis.addrs needs at least one host:port.")

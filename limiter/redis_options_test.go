@@ -6,6 +6,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/edgegate/gateway/internal/option"
 	"github.com/edgegate/gateway/limiter"
 )
 
@@ -16,7 +17,7 @@ func TestRedisOptionsValidateNamesTheFieldOfEachProblem(t *testing.T) {
 	o := limiter.RedisOptions{Addrs: []string{":6379", "redis-a", "redis-b:6380", "redis-c:port"}, TLSCAFile: "ca.pem"}
 	var fields []string
 	for _, e := range o.Validate().(interface{ Unwrap() []error }).Unwrap() {
-		var fe *limiter.FieldError
+		var fe *option.Error
 		if !errors.As(e, &fe) {
 			t.Fatalf("%v is no FieldError", e)
 		}
@@ -25,7 +26,7 @@ func TestRedisOptionsValidateNamesTheFieldOfEachProblem(t *testing.T) {
 	if want := []string{"addrs[0]", "addrs[1]", "addrs[3]", "tls_ca_file"}; !slices.Equal(fields, want) {
 		t.Errorf("fields %q, want %q", fields, want)
 	}
-	var fe *limiter.FieldError
+	var fe *option.Error
 	if err := (limiter.RedisOptions{}).Validate(); !errors.As(err, &fe) || fe.Field != "addrs" {
 		t.Errorf("no addresses: %v", err)
 	}
@@ -55,7 +56,7 @@ func TestRedisOptionsValidateNamesTheFieldOfEachProblem(t *testing.T) {
 // default, anything else below one key a shard is refused, and Open
 // refuses it for the same reason.
 func TestMemoryOptionsValidateHoldsMaxEntriesToItsMinimum(t *testing.T) {
-	var fe *limiter.FieldError
+	var fe *option.Error
 	for _, n := range []int{-1, 1, limiter.MinMemoryMaxEntries - 1} {
 		if err := (limiter.MemoryOptions{MaxEntries: n}).Validate(); !errors.As(err, &fe) || fe.Field != "max_entries" {
 			t.Errorf("max_entries %d: %v", n, err)
@@ -75,7 +76,7 @@ func TestMemoryOptionsValidateHoldsMaxEntriesToItsMinimum(t *testing.T) {
 // the default (no fallback), anything else below the minimum is refused,
 // by NewRedis and Open too, before anything is dialled.
 func TestBreakerAndFallbackOptionsHoldTheirMinimums(t *testing.T) {
-	var fe *limiter.FieldError
+	var fe *option.Error
 	b := limiter.BreakerOptions{Failures: -1, Cooldown: limiter.MinBreakerCooldown / 2}
 	var fields []string
 	for _, e := range b.Validate().(interface{ Unwrap() []error }).Unwrap() {

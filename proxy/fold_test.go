@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edgegate/gateway/internal/option"
 	"github.com/edgegate/gateway/limiter"
 	"github.com/edgegate/gateway/limiter/limitertest"
 	"github.com/edgegate/gateway/proxy"
@@ -118,7 +119,7 @@ func TestRoutesThatCollideOnceFoldedAreRefused(t *testing.T) {
 			m := limiter.NewMemory(limiter.MemoryOptions{})
 			t.Cleanup(func() { m.Close() })
 			_, err := proxy.NewHandler(proxy.Options{}, proxy.Config{Routes: rs, Resolver: newResolver(t, nil), Limiter: m})
-			var fe *proxy.FieldError
+			var fe *option.Error
 			if !errors.As(err, &fe) || fe.Summary != "Routes overlap once folded" {
 				t.Fatalf("NewHandler: %v, want the routes refused", err)
 			}

@@ -11,35 +11,20 @@ import (
 	"strings"
 	"time"
 
+	"github.com/edgegate/gateway/internal/option"
 	"github.com/edgegate/gateway/limiter"
 	"github.com/edgegate/gateway/overload"
 )
 
-// FieldError is one problem with one field of a Route, named as the
-// configuration file names it: an attribute ("host_header"), an element of
-// a list ("upgrade[2]"), or a name or value of a header rule
-// ("request_headers.remove[0]", "response_headers.set[1]",
-// "response_headers.set[1].value"), so that a caller holding the file can
-// point at it. Earlier, when set, is the field of the first of two that
-// clash; Detail names it by that field.
-type FieldError struct {
-	Field   string
-	Summary string // a title, such as "Invalid host_header"
-	Detail  string // a sentence
-	Earlier string
-}
-
-func (e *FieldError) Error() string { return e.Detail }
-
 // Validate reports every problem of r's path, upstream URL, cost,
 // policies and plans, rewrite, host header, client_cert_header, header
-// rules, upgrades and ignored extensions, each a *FieldError, joined. managed are the request headers the
+// rules, upgrades and ignored extensions, each a *option.Error, joined. managed are the request headers the
 // resolver reads (subject.Options.ManagedHeaders), which no header rule
 // may touch.
 func (r *Route) Validate(managed []string) error {
 	var errs []error
 	problem := func(field, summary, detail string, args ...any) {
-		errs = append(errs, &FieldError{Field: field, Summary: summary, Detail: fmt.Sprintf(detail, args...)})
+		errs = append(errs, &option.Error{Field: field, Summary: summary, Detail: fmt.Sprintf(detail, args...)})
 	}
 	if _, err := RoutePath(r.Path); err != nil {
 		problem("path", "Invalid path", "path must start with / and hold no encoded slash, dot segment parameters, control characters, segment ending in a dot or a space, or dot encoded twice or in an overlong form.")
@@ -129,7 +114,7 @@ func (r *Route) Validate(managed []string) error {
 		if !validExtension(ext) {
 			problem(field, "Invalid extension", "%q is not an extension: a dot and letters, digits, '-', '_' or '~', such as \".json\".", ext)
 		} else if first, dup := seen[key]; dup {
-			errs = append(errs, &FieldError{Field: field, Summary: "Repeated extension", Earlier: first,
+			errs = append(errs, &option.Error{Field: field, Summary: "Repeated extension", Earlier: first,
 				Detail: fmt.Sprintf("%s is already in the list at %s.", ext, first)})
 		} else {
 			seen[key] = field
@@ -142,7 +127,7 @@ func (r *Route) Validate(managed []string) error {
 // set: Retry-After counts whole seconds.
 const MinFailureRetryAfter = time.Second
 
-// Validate reports the problems of c's own settings, each a *FieldError
+// Validate reports the problems of c's own settings, each a *option.Error
 // naming the attribute as the file does, in its block
 // ("limiter.deadline", "listen.body_read_timeout"), joined. A zero takes
 // the default; anything else below the minimum is refused. The pools and
@@ -161,17 +146,17 @@ func (c *Config) Validate() error {
 	} {
 		if d.value != 0 && d.value < d.min {
 			name := d.field[strings.IndexByte(d.field, '.')+1:]
-			errs = append(errs, &FieldError{Field: d.field, Summary: "Duration too short", Detail: fmt.Sprintf("%s must be at least %s.", name, d.min)})
+			errs = append(errs, &option.Error{Field: d.field, Summary: "Duration too short", Detail: fmt.Sprintf("%s must be at least %s.", name, d.min)})
 		}
 	}
 	if c.MaxDelayed < 0 {
-		errs = append(errs, &FieldError{Field: "limiter.max_delayed", Summary: "Value too small", Detail: "max_delayed must be at least 1."})
+		errs = append(errs, &option.Error{Field: "limiter.max_delayed", Summary: "Value too small", Detail: "max_delayed must be at least 1."})
 	}
 	return errors.Join(errs...)
 }
 
 // ValidateRoutes reports the problems of routes as a list, each a
-// *FieldError naming a route by its position ("routes[1]", its label
+// *option.Error naming a route by its position ("routes[1]", its label
 // "routes[1].operation_id"), joined: no operation ID twice, and no two
 // routes that match the same requests, which would go to whichever comes
 // first. A route whose ID is taken is reported for that alone; one
@@ -183,7 +168,7 @@ func ValidateRoutes(routes []Route) error {
 		if summary == "Duplicate route" {
 			field += ".operation_id"
 		}
-		errs = append(errs, &FieldError{Field: field, Summary: summary, Earlier: earlier, Detail: fmt.Sprintf(detail, args...)})
+		errs = append(errs, &option.Error{Field: field, Summary: summary, Earlier: earlier, Detail: fmt.Sprintf(detail, args...)})
 	}
 	seen := map[string]int{}
 	var compared []int
@@ -213,7 +198,7 @@ func ValidateRoutes(routes []Route) error {
 }
 
 // ValidatePools reports the problems of pools as a list, each a
-// *FieldError naming a pool by its position ("upstreams[1]", its name
+// *option.Error naming a pool by its position ("upstreams[1]", its name
 // "upstreams[1].name"), joined: no name twice. Each pool's own rules are
 // Pool.Validate's.
 func ValidatePools(pools []Pool) error {
@@ -221,7 +206,7 @@ func ValidatePools(pools []Pool) error {
 	seen := map[string]int{}
 	for i, p := range pools {
 		if first, dup := seen[p.Name]; dup {
-			errs = append(errs, &FieldError{Field: fmt.Sprintf("upstreams[%d].name", i), Summary: "Duplicate upstream", Earlier: fmt.Sprintf("upstreams[%d]", first),
+			errs = append(errs, &option.Error{Field: fmt.Sprintf("upstreams[%d].name", i), Summary: "Duplicate upstream", Earlier: fmt.Sprintf("upstreams[%d]", first),
 				Detail: fmt.Sprintf("An upstream named %q is already defined at upstreams[%d].", p.Name, first)})
 			continue
 		}
@@ -238,9 +223,9 @@ func validatePolicies(field, per string, ps []*limiter.Policy) []error {
 	for i, p := range ps {
 		switch {
 		case p == nil:
-			errs = append(errs, &FieldError{Field: fmt.Sprintf("%s[%d]", field, i), Summary: "No policy", Detail: "A policy of the list is nil."})
+			errs = append(errs, &option.Error{Field: fmt.Sprintf("%s[%d]", field, i), Summary: "No policy", Detail: "A policy of the list is nil."})
 		case seen[p.Name]:
-			errs = append(errs, &FieldError{Field: fmt.Sprintf("%s[%d]", field, i), Summary: "Repeated policy",
+			errs = append(errs, &option.Error{Field: fmt.Sprintf("%s[%d]", field, i), Summary: "Repeated policy",
 				Detail: fmt.Sprintf("%q is already in the list; a policy counts once per %s.", p.Name, per)})
 		default:
 			seen[p.Name] = true
@@ -274,15 +259,15 @@ func (hr HeaderRules) validate(block string, managed []string) []error {
 	name := func(field, n string) {
 		switch err := checkRuleHeader(n, managed); {
 		case !validHeaderName(n):
-			errs = append(errs, &FieldError{Field: field, Summary: "Invalid header name",
+			errs = append(errs, &option.Error{Field: field, Summary: "Invalid header name",
 				Detail: fmt.Sprintf("%q is not a header name: letters, digits and !#$%%&'*+-.^_`|~ only.", n)})
 		case err != nil:
-			errs = append(errs, &FieldError{Field: field, Summary: "Header the gateway manages",
+			errs = append(errs, &option.Error{Field: field, Summary: "Header the gateway manages",
 				Detail: fmt.Sprintf("%s; %s cannot set or remove it.", err, block)})
 		default:
 			k := http.CanonicalHeaderKey(n)
 			if first, dup := seen[k]; dup {
-				errs = append(errs, &FieldError{Field: field, Summary: "Duplicate header", Earlier: first,
+				errs = append(errs, &option.Error{Field: field, Summary: "Duplicate header", Earlier: first,
 					Detail: fmt.Sprintf("%s is already in %s at %s; names are case-insensitive.", k, block, first)})
 				return
 			}
@@ -293,7 +278,7 @@ func (hr HeaderRules) validate(block string, managed []string) []error {
 		field := fmt.Sprintf("%s.set[%d]", block, i)
 		name(field, h.Name)
 		if err := checkHeaderValue(h.Value); err != nil {
-			errs = append(errs, &FieldError{Field: field + ".value", Summary: "Invalid header value",
+			errs = append(errs, &option.Error{Field: field + ".value", Summary: "Invalid header value",
 				Detail: fmt.Sprintf("%s: %s.", h.Name, err)})
 		}
 	}
@@ -320,12 +305,12 @@ func lowerCase(names []string) []string {
 // and BodyReadTimeout may be when set; zero takes the default.
 const MinTimeout = time.Millisecond
 
-// Validate reports every problem of p, each a *FieldError naming the field
+// Validate reports every problem of p, each a *option.Error naming the field
 // as an upstream block does ("targets[1]", "health.timeout"), joined.
 func (p Pool) Validate() error {
 	var errs []error
-	problem := func(field, summary, detail string, args ...any) *FieldError {
-		e := &FieldError{Field: field, Summary: summary, Detail: fmt.Sprintf(detail, args...)}
+	problem := func(field, summary, detail string, args ...any) *option.Error {
+		e := &option.Error{Field: field, Summary: summary, Detail: fmt.Sprintf(detail, args...)}
 		errs = append(errs, e)
 		return e
 	}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edgegate/gateway/internal/option"
 	"github.com/edgegate/gateway/limiter"
 	"github.com/edgegate/gateway/proxy"
 )
@@ -72,7 +73,7 @@ func TestRouteValidateNamesThePathAndACostAboveMaxCost(t *testing.T) {
 	}
 	r := proxy.Route{OperationID: "r", Path: "/", Upstream: "http://127.0.0.1:9", Cost: 3, Policies: []*limiter.Policy{large},
 		Plans: map[string][]*limiter.Policy{"gold": {small, smaller}, "silver": {smaller}}}
-	var fe *proxy.FieldError
+	var fe *option.Error
 	if err := r.Validate(nil); !errors.As(err, &fe) || fe.Field != "cost" || fe.Detail != `cost is 3 but policy "small" allows at most 2.` {
 		t.Errorf("cost above a plan's max_cost: %v", err)
 	}
@@ -99,7 +100,7 @@ func TestValidateRoutesNamesDuplicatesAndOverlaps(t *testing.T) {
 	}
 	var got []string
 	for _, e := range proxy.ValidateRoutes(routes).(interface{ Unwrap() []error }).Unwrap() {
-		fe := e.(*proxy.FieldError)
+		fe := e.(*option.Error)
 		got = append(got, fe.Field+" "+fe.Summary+" "+fe.Earlier)
 	}
 	want := []string{"routes[1].operation_id Duplicate route routes[0]", "routes[2] Routes overlap routes[0]",
@@ -198,7 +199,7 @@ func TestConfigValidateHoldsTheSettingsToTheirMinimums(t *testing.T) {
 func problemFields(t *testing.T, err error) (fields []string, earlier string) {
 	t.Helper()
 	for _, e := range err.(interface{ Unwrap() []error }).Unwrap() {
-		var fe *proxy.FieldError
+		var fe *option.Error
 		if !errors.As(e, &fe) {
 			t.Fatalf("%v is no FieldError", e)
 		}

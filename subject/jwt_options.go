@@ -8,24 +8,14 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/edgegate/gateway/internal/option"
 )
-
-// FieldError is one problem with one field of Options, JWTOptions or the
-// pseudonym keys, named as the subject, jwt or pseudonym block names it
-// ("plan_header", "issuer", "algorithms[1]"), so that a caller holding the
-// file can point at it.
-type FieldError struct {
-	Field   string
-	Summary string // a title, such as "Empty issuer"
-	Detail  string // a sentence
-}
-
-func (e *FieldError) Error() string { return e.Detail }
 
 // MaxLeeway is the most clock skew JWTOptions.Leeway may forgive.
 const MaxLeeway = 5 * time.Minute
 
-// Validate reports every problem of o, each a *FieldError, joined: a key
+// Validate reports every problem of o, each a *option.Error, joined: a key
 // set (Keys, or a JWKSURL to fetch them from over TLS or from this
 // machine), an issuer, at least one audience, each a value, at least one
 // algorithm of Algorithms, each once, a leeway between 0 and MaxLeeway,
@@ -35,7 +25,7 @@ const MaxLeeway = 5 * time.Minute
 func (o *JWTOptions) Validate() error {
 	var errs []error
 	problem := func(field, summary, detail string, args ...any) {
-		errs = append(errs, &FieldError{Field: field, Summary: summary, Detail: fmt.Sprintf(detail, args...)})
+		errs = append(errs, &option.Error{Field: field, Summary: summary, Detail: fmt.Sprintf(detail, args...)})
 	}
 	switch {
 	case o.JWKSURL != "" && !trustedKeysURL(o.JWKSURL):

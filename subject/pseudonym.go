@@ -12,6 +12,8 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+
+	"github.com/edgegate/gateway/internal/option"
 )
 
 // MinSecretBytes is the shortest HMAC secret accepted.
@@ -38,7 +40,7 @@ type signer struct {
 }
 
 // ValidatePseudonymKeys reports every problem of keys and active, each a
-// *FieldError naming the field as a pseudonym block does ("key.2" for a
+// *option.Error naming the field as a pseudonym block does ("key.2" for a
 // key's version, "key.2.secret", "version"), joined: versions from 1,
 // secrets of at least MinSecretBytes, and an active version from 1 that
 // has a key.
@@ -47,17 +49,17 @@ func ValidatePseudonymKeys(keys map[int][]byte, active int) error {
 	for _, v := range slices.Sorted(maps.Keys(keys)) {
 		switch {
 		case v < 1:
-			errs = append(errs, &FieldError{Field: fmt.Sprintf("key.%d", v), Summary: "Invalid key version",
+			errs = append(errs, &option.Error{Field: fmt.Sprintf("key.%d", v), Summary: "Invalid key version",
 				Detail: "Key versions are whole numbers from 1, such as key \"2\"."})
 		case len(keys[v]) < MinSecretBytes:
-			errs = append(errs, &FieldError{Field: fmt.Sprintf("key.%d.secret", v), Summary: "HMAC secret too short",
+			errs = append(errs, &option.Error{Field: fmt.Sprintf("key.%d.secret", v), Summary: "HMAC secret too short",
 				Detail: fmt.Sprintf("The secret of key %d is %d bytes; at least %d are needed.", v, len(keys[v]), MinSecretBytes)})
 		}
 	}
 	if _, ok := keys[active]; active < 1 {
-		errs = append(errs, &FieldError{Field: "version", Summary: "Value too small", Detail: "version must be at least 1."})
+		errs = append(errs, &option.Error{Field: "version", Summary: "Value too small", Detail: "version must be at least 1."})
 	} else if !ok {
-		errs = append(errs, &FieldError{Field: "version", Summary: "Pseudonym version without a key",
+		errs = append(errs, &option.Error{Field: "version", Summary: "Pseudonym version without a key",
 			Detail: fmt.Sprintf("version = %d, but there is no key \"%d\" block.", active, active)})
 	}
 	return errors.Join(errs...)

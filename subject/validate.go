@@ -3,10 +3,12 @@ package subject
 import (
 	"errors"
 	"fmt"
+
+	"github.com/edgegate/gateway/internal/option"
 )
 
 // Validate reports the problems of o's header names and IPv6 prefix, each
-// a *FieldError naming the attribute as a subject block does
+// a *option.Error naming the attribute as a subject block does
 // ("principal_header"), joined: each header that is set is a header name,
 // and an IPv6Prefix that is set is ValidIPv6Prefix. NewResolver refuses
 // what it reports; the pseudonym keys are ValidatePseudonymKeys's, the jwt
@@ -20,15 +22,15 @@ func (o *Options) Validate() error {
 		{"plan_header", o.PlanHeader},
 	} {
 		if h.value != "" && !ValidName(h.value) {
-			errs = append(errs, &FieldError{Field: h.field, Summary: "Invalid header name",
+			errs = append(errs, &option.Error{Field: h.field, Summary: "Invalid header name",
 				Detail: fmt.Sprintf("%s must be a header name such as \"X-API-Key\".", h.field)})
 		}
 	}
 	switch {
 	case o.IPv6Prefix < 0:
-		errs = append(errs, &FieldError{Field: "ipv6_prefix", Summary: "Value too small", Detail: "ipv6_prefix must be at least 1."})
+		errs = append(errs, &option.Error{Field: "ipv6_prefix", Summary: "Value too small", Detail: "ipv6_prefix must be at least 1."})
 	case o.IPv6Prefix != 0 && !ValidIPv6Prefix(o.IPv6Prefix):
-		errs = append(errs, &FieldError{Field: "ipv6_prefix", Summary: "Invalid prefix length", Detail: "ipv6_prefix must be between 1 and 128."})
+		errs = append(errs, &option.Error{Field: "ipv6_prefix", Summary: "Invalid prefix length", Detail: "ipv6_prefix must be between 1 and 128."})
 	}
 	return errors.Join(errs...)
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edgegate/gateway/internal/option"
 	"github.com/edgegate/gateway/subject"
 )
 
@@ -19,7 +20,7 @@ func TestJWTOptionsValidateNamesTheFieldOfEachProblem(t *testing.T) {
 	if !slices.Equal(fields, want) {
 		t.Errorf("fields %q, want %q", fields, want)
 	}
-	var fe *subject.FieldError
+	var fe *option.Error
 	if err := (&subject.JWTOptions{}).Validate(); !errors.As(err, &fe) || fe.Field != "jwks_file" {
 		t.Errorf("no key set: %v", err)
 	}
@@ -39,7 +40,7 @@ func TestValidatePseudonymKeysNamesTheFieldOfEachProblem(t *testing.T) {
 	keys := map[int][]byte{-1: secret, 1: secret, 2: []byte("short")}
 	var fields []string
 	for _, e := range subject.ValidatePseudonymKeys(keys, 3).(interface{ Unwrap() []error }).Unwrap() {
-		fields = append(fields, e.(*subject.FieldError).Field)
+		fields = append(fields, e.(*option.Error).Field)
 	}
 	if want := []string{"key.-1", "key.2.secret", "version"}; !slices.Equal(fields, want) {
 		t.Errorf("fields %q, want %q", fields, want)
@@ -54,7 +55,7 @@ func TestValidatePseudonymKeysNamesTheFieldOfEachProblem(t *testing.T) {
 	// key of that version.
 	for _, active := range []int{0, -1} {
 		errs := subject.ValidatePseudonymKeys(map[int][]byte{-1: secret, 1: secret}, active).(interface{ Unwrap() []error }).Unwrap()
-		if last := errs[len(errs)-1].(*subject.FieldError); last.Field != "version" || last.Summary != "Value too small" {
+		if last := errs[len(errs)-1].(*option.Error); last.Field != "version" || last.Summary != "Value too small" {
 			t.Errorf("version %d: %+v", active, last)
 		}
 	}
@@ -69,7 +70,7 @@ func TestOptionsValidateNamesEachHeaderAndClaim(t *testing.T) {
 	if want := []string{"forwarded_header", "principal_header", "api_key_header"}; !slices.Equal(fields, want) {
 		t.Errorf("fields %q, want %q", fields, want)
 	}
-	var fe *subject.FieldError
+	var fe *option.Error
 	keys := map[int][]byte{1: []byte("test-only-fake-hmac-secret-0123456789abcdef")}
 	if _, err := subject.NewResolver(subject.Options{PlanHeader: "X Plan", PseudonymKeys: keys, PseudonymVersion: 1}); !errors.As(err, &fe) || fe.Field != "plan_header" {
 		t.Errorf("NewResolver took a plan header that is no header name: %v", err)
@@ -90,7 +91,7 @@ func problemFields(t *testing.T, err error) []string {
 	t.Helper()
 	var fields []string
 	for _, e := range err.(interface{ Unwrap() []error }).Unwrap() {
-		var fe *subject.FieldError
+		var fe *option.Error
 		if !errors.As(e, &fe) {
 			t.Fatalf("%v is no FieldError", e)
 		}

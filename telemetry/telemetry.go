@@ -20,6 +20,8 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/edgegate/gateway/internal/option"
 )
 
 // Options are the telemetry block. A gateway without one exports nothing
@@ -56,26 +58,14 @@ const (
 	queueSize = 4096
 )
 
-// FieldError is one problem with one field of Options, named as the
-// configuration file names it, so that a caller holding the file can point
-// at it.
-type FieldError struct {
-	Field   string
-	Summary string
-	Detail  string
-}
-
-func (e *FieldError) Error() string { return e.Detail }
-
-// Validate reports every problem of o, each a *FieldError, joined.
+// Validate reports every problem of o, each a *option.Error, joined.
 func (o Options) Validate() error {
 	var errs []error
 	if u, err := url.Parse(o.Endpoint); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" {
-		errs = append(errs, &FieldError{"otlp_endpoint", "Invalid OTLP endpoint",
-			fmt.Sprintf("otlp_endpoint must be an http:// or https:// URL with a host and no credentials, query or fragment, not %q.", o.Endpoint)})
+		errs = append(errs, &option.Error{Field: "otlp_endpoint", Summary: "Invalid OTLP endpoint", Detail: fmt.Sprintf("otlp_endpoint must be an http:// or https:// URL with a host and no credentials, query or fragment, not %q.", o.Endpoint)})
 	}
 	if r := o.SampleRatio; r != nil && !(*r >= 0 && *r <= 1) {
-		errs = append(errs, &FieldError{"sample_ratio", "Value out of range", fmt.Sprintf("sample_ratio must be from 0 to 1, not %g.", *r)})
+		errs = append(errs, &option.Error{Field: "sample_ratio", Summary: "Value out of range", Detail: fmt.Sprintf("sample_ratio must be from 0 to 1, not %g.", *r)})
 	}
 	return errors.Join(errs...)
 }

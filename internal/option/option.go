@@ -1,0 +1,23 @@
+// Package option names a problem with one field of a package's options as
+// the configuration file names it, so that config, which holds the file
+// and its source ranges, can point at it. Each package that checks its
+// own options (limiter, proxy, edge, subject, overload, telemetry) reports
+// *Error values, joined; config reads them in one place.
+package option
+
+// Error is one problem with one field.
+type Error struct {
+	// Field is the attribute as its block writes it ("max_cost",
+	// "dedup.ttl", "targets[1]", "tls.acme.domains[0]"); "" for the block
+	// as a whole.
+	Field string
+	// Summary is a title, such as "Value too small".
+	Summary string
+	// Detail is a sentence, such as "max_cost must be at least 1.".
+	Detail string
+	// Earlier, when set, is the field of the first of two that clash,
+	// which Detail names.
+	Earlier string
+}
+
+func (e *Error) Error() string { return e.Detail }
