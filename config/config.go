@@ -308,9 +308,9 @@ func (c *checker) limiter(b *limiterBlock) (limiter.Options, proxy.Config) {
 		return l, p
 	}
 	if b.Backend != nil {
-		kind, ok := limiter.ParseKind(*b.Backend)
-		if !ok {
-			c.errorf(valueRange(b.Body, "backend"), "Unknown limiter backend", "backend must be \"memory\" or \"redis\", not %q.", *b.Backend)
+		kind, err := limiter.ParseKind(*b.Backend)
+		if err != nil {
+			c.refusedAt(valueRange(b.Body, "backend"), err)
 		}
 		l.Kind = kind
 	}
@@ -355,9 +355,9 @@ func (c *checker) limiter(b *limiterBlock) (limiter.Options, proxy.Config) {
 func (c *checker) redis(b *redisBlock) limiter.RedisOptions {
 	r := limiter.RedisOptions{KeyPrefix: or(b.KeyPrefix, "")}
 	if b.Mode != nil {
-		mode, ok := limiter.ParseRedisMode(*b.Mode)
-		if !ok {
-			c.errorf(valueRange(b.Body, "mode"), "Unknown redis mode", "mode must be standalone, cluster or sentinel, not %q.", *b.Mode)
+		mode, err := limiter.ParseRedisMode(*b.Mode)
+		if err != nil {
+			c.refusedAt(valueRange(b.Body, "mode"), err)
 		} else {
 			r.Mode = mode
 		}

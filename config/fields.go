@@ -60,6 +60,14 @@ func blockRange(def hcl.Range, body hcl.Body) hcl.Range {
 	return def
 }
 
+// refusedAt reports at rng the problems of err, a package's refusal of
+// the value written there (a name it does not know).
+func (c *checker) refusedAt(rng hcl.Range, err error) {
+	for _, p := range fieldProblems(err, "Invalid value") {
+		c.errorf(rng, p.Summary, "%s", p.Detail)
+	}
+}
+
 // fieldProblems are the problems in err, in order. An error that names no
 // field is a problem of the whole block, with summary.
 func fieldProblems(err error, summary string) []option.Error {

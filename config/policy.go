@@ -1,9 +1,6 @@
 package config
 
 import (
-	"slices"
-	"strings"
-
 	"github.com/hashicorp/hcl/v2"
 
 	"github.com/edgegate/gateway/limiter"
@@ -16,31 +13,17 @@ func (c *checker) policy(b *policyBlock) *limiter.Policy {
 	if b.Algorithm == nil {
 		return nil
 	}
-	alg, ok := limiter.ParseAlgorithm(*b.Algorithm)
-	if !ok {
-		var names []string
-		for _, a := range limiter.Algorithms() {
-			names = append(names, a.String())
-		}
-		last := len(names) - 1
-		c.errorf(valueRange(b.Body, "algorithm"), "Unknown algorithm", "algorithm must be %s or %s, not %q.", strings.Join(names[:last], ", "), names[last], *b.Algorithm)
+	alg, err := limiter.ParseAlgorithm(*b.Algorithm)
+	if err != nil {
+		c.refusedAt(valueRange(b.Body, "algorithm"), err)
 		return nil
 	}
 	// Which attributes the algorithm takes is the limiter's to say; that
 	// the file writes them, or one another algorithm takes, is the file's.
 	required := alg.Fields()
-	takes := slices.Concat(required, alg.OptionalFields())
-	var others []string
-	for _, other := range limiter.Algorithms() {
-		for _, name := range slices.Concat(other.Fields(), other.OptionalFields()) {
-			if !slices.Contains(takes, name) && !slices.Contains(others, name) {
-				others = append(others, name)
-			}
-		}
-	}
-	for _, name := range others {
+	for _, name := range alg.Refuses() {
 		if has(b.Body, name) {
-			c.errorf(nameRange(b.Body, name), "Argument not valid for "+alg.String(), "%s does not apply to %s; it takes %s.", name, alg, strings.Join(takes, ", "))
+			c.refusedAt(nameRange(b.Body, name), alg.NotTaken(name))
 		}
 	}
 	for _, name := range required {
@@ -65,9 +48,9 @@ func (c *checker) policy(b *policyBlock) *limiter.Policy {
 	p.CountStatuses = limiter.StatusSet(b.CountStatuses...)
 	p.CostHeader = or(b.CostHeader, "")
 	if b.Calendar != nil {
-		cal, ok := limiter.ParseCalendar(*b.Calendar)
-		if !ok {
-			c.errorf(valueRange(b.Body, "calendar"), "Unknown calendar", "calendar must be \"day\", \"week\" or \"month\", not %q.", *b.Calendar)
+		cal, err := limiter.ParseCalendar(*b.Calendar)
+		if err != nil {
+			c.refusedAt(valueRange(b.Body, "calendar"), err)
 			return nil
 		}
 		p.Calendar = cal
@@ -75,20 +58,15 @@ func (c *checker) policy(b *policyBlock) *limiter.Policy {
 	if b.Timezone != nil {
 		p.Timezone = limiter.LoadTimezone(*b.Timezone)
 	}
-	switch clock := or(b.Clock, "redis"); clock {
-	case "redis":
-		p.Clock = limiter.ClockBackend
-	case "gateway":
-		p.Clock = limiter.ClockGateway
-	default:
-		c.errorf(valueRange(b.Body, "clock"), "Unknown clock", "clock must be \"redis\" or \"gateway\", not %q.", clock)
+	if b.Clock != nil {
+		if p.Clock, err = limiter.ParseClock(*b.Clock); err != nil {
+			c.refusedAt(valueRange(b.Body, "clock"), err)
+		}
 	}
-	switch mode := or(b.Mode, "enforce"); mode {
-	case "enforce":
-	case "shadow":
-		p.Shadow = true
-	default:
-		c.errorf(valueRange(b.Body, "mode"), "Unknown mode", "mode must be \"enforce\" or \"shadow\", not %q.", mode)
+	if b.Mode != nil {
+		if p.Shadow, err = limiter.ParseMode(*b.Mode); err != nil {
+			c.refusedAt(valueRange(b.Body, "mode"), err)
+		}
 	}
 	blocks := map[string]hcl.Body{"": b.Body}
 	if db := b.Dedup; db != nil {
@@ -100,7 +78,7 @@ func (c *checker) policy(b *policyBlock) *limiter.Policy {
 			MaxBytes:   int(or(db.MaxBytes, int64(p.Dedup.MaxBytes))),
 		}
 	}
-	err := p.Validate()
+	err = p.Validate()
 	if err == nil {
 		err = p.Exact()
 	}

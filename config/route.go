@@ -52,9 +52,9 @@ func (c *checker) routes(blocks []*routeBlock, policies map[string]*limiter.Poli
 			r.Subject = nil
 			items := c.list(b.Subject, "subject")
 			for _, it := range items {
-				k, ok := subject.ParseKind(it.value)
-				if !ok {
-					c.errorf(it.rng, "Unknown subject source", "Sources are principal, api_key, client_ip, jwt and client_cert, not %q.", it.value)
+				k, err := subject.ParseKind(it.value)
+				if err != nil {
+					c.refusedAt(it.rng, err)
 					continue
 				}
 				if slices.Contains(r.Subject, k) {

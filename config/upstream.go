@@ -38,9 +38,9 @@ func (c *checker) upstreams(blocks []*upstreamBlock) []proxy.Pool {
 			p.Targets = append(p.Targets, it.value)
 		}
 		if b.Balance != nil {
-			balance, ok := proxy.ParseBalance(*b.Balance)
-			if !ok {
-				c.errorf(valueRange(b.Body, "balance"), "Unknown balance", "balance must be \"round_robin\" or \"least_requests\", not %q.", *b.Balance)
+			balance, err := proxy.ParseBalance(*b.Balance)
+			if err != nil {
+				c.refusedAt(valueRange(b.Body, "balance"), err)
 			}
 			p.Balance = balance
 		}

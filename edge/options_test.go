@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/edgegate/gateway/internal/option"
 	"github.com/edgegate/gateway/edge"
+	"github.com/edgegate/gateway/internal/option"
 )
 
 // The listeners' rules are edge's: each problem names its field as the

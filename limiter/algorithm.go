@@ -1,8 +1,12 @@
 package limiter
 
 import (
+	"fmt"
 	"slices"
+	"strings"
 	"time"
+
+	"github.com/edgegate/gateway/internal/option"
 )
 
 // Algorithm names one of the counting schemes: three that count requests
@@ -22,14 +26,17 @@ const (
 
 func (a Algorithm) String() string { return a.spec().name }
 
-// ParseAlgorithm maps a configuration name to an Algorithm.
-func ParseAlgorithm(s string) (Algorithm, bool) {
+// ParseAlgorithm maps a configuration name to an Algorithm; an unknown
+// name is an *option.Error of the field algorithm.
+func ParseAlgorithm(s string) (Algorithm, error) {
+	var names []string
 	for _, a := range Algorithms() {
 		if a.String() == s {
-			return a, true
+			return a, nil
 		}
+		names = append(names, a.String())
 	}
-	return 0, false
+	return 0, option.Unknown("algorithm", "Unknown algorithm", s, names)
 }
 
 // Algorithms are every Algorithm there is, in the order the documentation
@@ -63,6 +70,28 @@ func (a Algorithm) Requires(field string, written func(field string) bool) bool 
 
 // takes are the fields the algorithm takes, required or not.
 func (a Algorithm) takes() []string { return slices.Concat(a.spec().fields, a.spec().optional) }
+
+// Refuses are the fields other algorithms take that a does not: a policy
+// of a that sets one is refused (NotTaken).
+func (a Algorithm) Refuses() []string {
+	takes := a.takes()
+	var refused []string
+	for _, other := range Algorithms() {
+		for _, name := range other.takes() {
+			if !slices.Contains(takes, name) && !slices.Contains(refused, name) {
+				refused = append(refused, name)
+			}
+		}
+	}
+	return refused
+}
+
+// NotTaken is the problem of a policy of a that sets field, one of the
+// fields a Refuses.
+func (a Algorithm) NotTaken(field string) *option.Error {
+	return &option.Error{Field: field, Summary: "Argument not valid for " + a.String(),
+		Detail: fmt.Sprintf("%s does not apply to %s; it takes %s.", field, a, strings.Join(a.takes(), ", "))}
+}
 
 // algorithmField is one of the Policy fields that algorithms choose
 // among, by its configuration name: an algorithm requires each it takes

@@ -3,6 +3,8 @@ package limiter
 import (
 	"strconv"
 	"time"
+
+	"github.com/edgegate/gateway/internal/option"
 )
 
 // Calendar aligns a fixed window to the calendar of the policy's Timezone:
@@ -28,14 +30,15 @@ func (c Calendar) String() string {
 	return "none"
 }
 
-// ParseCalendar maps a configuration name to a Calendar.
-func ParseCalendar(s string) (Calendar, bool) {
+// ParseCalendar maps a configuration name to a Calendar; an unknown name
+// is an *option.Error of the field calendar.
+func ParseCalendar(s string) (Calendar, error) {
 	for c := CalendarDay; int(c) < len(calendarNames); c++ {
 		if calendarNames[c] == s {
-			return c, true
+			return c, nil
 		}
 	}
-	return 0, false
+	return 0, option.Unknown("calendar", "Unknown calendar", s, calendarNames[CalendarDay:])
 }
 
 // Timezone is a policy's IANA time zone, loaded once by LoadTimezone; a

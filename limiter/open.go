@@ -10,6 +10,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/edgegate/gateway/internal/option"
 )
 
 // Kind says where counters live.
@@ -29,15 +31,15 @@ func (k Kind) String() string {
 	return "memory"
 }
 
-// ParseKind maps a configuration name to a Kind.
-func ParseKind(s string) (Kind, bool) {
-	switch s {
-	case "memory":
-		return KindMemory, true
-	case "redis":
-		return KindRedis, true
+// ParseKind maps a configuration name to a Kind; an unknown name is an
+// *option.Error of the field backend.
+func ParseKind(s string) (Kind, error) {
+	for _, k := range []Kind{KindMemory, KindRedis} {
+		if k.String() == s {
+			return k, nil
+		}
 	}
-	return 0, false
+	return 0, option.Unknown("backend", "Unknown limiter backend", s, []string{KindMemory.String(), KindRedis.String()})
 }
 
 // Options choose and configure a backend. The zero value is the memory

@@ -22,6 +22,33 @@ const (
 	ClockGateway
 )
 
+// clockNames are the ClockSources as a policy's clock attribute names
+// them, by value.
+var clockNames = []string{ClockBackend: "redis", ClockGateway: "gateway"}
+
+func (c ClockSource) String() string { return clockNames[c] }
+
+// ParseClock maps a configuration name to a ClockSource; an unknown name is
+// an *option.Error of the field clock.
+func ParseClock(s string) (ClockSource, error) {
+	if i := slices.Index(clockNames, s); i >= 0 {
+		return ClockSource(i), nil
+	}
+	return 0, option.Unknown("clock", "Unknown clock", s, clockNames)
+}
+
+// ParseMode reads a policy's mode: "enforce", or "shadow" (Policy.Shadow);
+// an unknown name is an *option.Error of the field mode.
+func ParseMode(s string) (shadow bool, err error) {
+	switch s {
+	case "enforce":
+		return false, nil
+	case "shadow":
+		return true, nil
+	}
+	return false, option.Unknown("mode", "Unknown mode", s, []string{"enforce", "shadow"})
+}
+
 // Dedup bounds the per-key memory of evaluation IDs that lets a retried
 // evaluation return its first result without being charged again.
 type Dedup struct {
@@ -212,7 +239,7 @@ func (p *Policy) Validate() error {
 	takes := p.Algorithm.takes()
 	for _, f := range algorithmFields {
 		if f.value(p) != 0 && !slices.Contains(takes, f.name) {
-			problem(f.name, "Argument not valid for "+p.Algorithm.String(), "%s does not apply to %s; it takes %s.", f.name, p.Algorithm, strings.Join(takes, ", "))
+			errs = append(errs, p.Algorithm.NotTaken(f.name))
 		}
 	}
 	calendar := p.Calendar != 0 && slices.Contains(takes, "calendar")

@@ -89,8 +89,8 @@ func joined(err error) []error {
 func TestTheScriptNumbersTheAlgorithmsAsTheGoSideDoes(t *testing.T) {
 	names := lua.Algorithms()
 	for i, name := range names {
-		a, ok := limiter.ParseAlgorithm(name)
-		if !ok || a != limiter.Algorithm(i+1) {
+		a, err := limiter.ParseAlgorithm(name)
+		if err != nil || a != limiter.Algorithm(i+1) {
 			t.Errorf("the script's algorithm %d is %q, which the Go side numbers %d", i+1, name, a)
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -476,11 +477,16 @@ func (r *Redis) decide(ctx context.Context, set *PolicySet, cmd []any, starts []
 	return decodeReply(set, reply, r.clock, starts)
 }
 
-// ParseRedisMode maps a configuration name to a RedisMode.
-func ParseRedisMode(s string) (RedisMode, bool) {
-	switch m := RedisMode(s); m {
-	case RedisStandalone, RedisSentinel, RedisCluster:
-		return m, true
+// ParseRedisMode maps a configuration name to a RedisMode; an unknown name
+// is an *option.Error of the field mode.
+func ParseRedisMode(s string) (RedisMode, error) {
+	modes := []RedisMode{RedisStandalone, RedisCluster, RedisSentinel}
+	if m := RedisMode(s); slices.Contains(modes, m) {
+		return m, nil
 	}
-	return "", false
+	names := make([]string, len(modes))
+	for i, m := range modes {
+		names[i] = string(m)
+	}
+	return "", option.Unknown("mode", "Unknown redis mode", s, names)
 }

@@ -81,9 +81,13 @@ func (h *Handler) adminLimits(w http.ResponseWriter, r *http.Request, c *compile
 		return
 	}
 	kindName, identity, ok := strings.Cut(named, ":")
-	kind, known := subject.ParseKind(kindName)
-	if !ok || !known {
-		writeAdminBadQuery(w, "subject is KIND:IDENTITY, KIND one of client_ip, api_key, principal, jwt, client_cert")
+	if !ok {
+		writeAdminBadQuery(w, "subject is KIND:IDENTITY.")
+		return
+	}
+	kind, err := subject.ParseKind(kindName)
+	if err != nil {
+		writeAdminBadQuery(w, "subject is KIND:IDENTITY; "+err.Error())
 		return
 	}
 	s, err := c.resolver.Named(kind, identity, plan, rt.query)

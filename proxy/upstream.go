@@ -5,6 +5,7 @@ import (
 	"net/url"
 	"time"
 
+	"github.com/edgegate/gateway/internal/option"
 	"github.com/edgegate/gateway/overload"
 )
 
@@ -70,15 +71,15 @@ const (
 	LeastRequests
 )
 
-// ParseBalance reads a balance name of the configuration file.
-func ParseBalance(s string) (Balance, bool) {
-	switch s {
-	case "round_robin":
-		return RoundRobin, true
-	case "least_requests":
-		return LeastRequests, true
+// ParseBalance maps a configuration name to a Balance; an unknown name is
+// an *option.Error of the field balance.
+func ParseBalance(s string) (Balance, error) {
+	for _, b := range []Balance{RoundRobin, LeastRequests} {
+		if b.String() == s {
+			return b, nil
+		}
 	}
-	return RoundRobin, false
+	return RoundRobin, option.Unknown("balance", "Unknown balance", s, []string{RoundRobin.String(), LeastRequests.String()})
 }
 
 func (b Balance) String() string {

@@ -11,6 +11,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/edgegate/gateway/internal/option"
 )
 
 // Kind is a source of identity.
@@ -43,14 +45,20 @@ func (k Kind) String() string {
 	return "none"
 }
 
-// ParseKind maps a configuration name to a Kind.
-func ParseKind(s string) (Kind, bool) {
-	for _, k := range []Kind{Principal, APIKey, ClientIP, JWT, ClientCert} {
+// kinds are the Kinds in the order the documentation lists them.
+var kinds = []Kind{Principal, APIKey, ClientIP, JWT, ClientCert}
+
+// ParseKind maps a configuration name to a Kind; an unknown name is an
+// *option.Error of the field subject.
+func ParseKind(s string) (Kind, error) {
+	names := make([]string, len(kinds))
+	for i, k := range kinds {
 		if k.String() == s {
-			return k, true
+			return k, nil
 		}
+		names[i] = k.String()
 	}
-	return 0, false
+	return 0, option.Unknown("subject", "Unknown subject source", s, names)
 }
 
 // KeyHash is the SHA-256 of an API key. The gateway knows keys only by hash.

@@ -5,6 +5,12 @@
 // *Error values, joined; config reads them in one place.
 package option
 
+import (
+	"fmt"
+	"strconv"
+	"strings"
+)
+
 // Error is one problem with one field.
 type Error struct {
 	// Field is the attribute as its block writes it ("max_cost",
@@ -21,3 +27,18 @@ type Error struct {
 }
 
 func (e *Error) Error() string { return e.Detail }
+
+// Unknown is the problem of field, whose value names none of names (in
+// the order the documentation lists them): the message every package's
+// parser of a configuration name gives.
+func Unknown(field, summary, value string, names []string) *Error {
+	quoted := make([]string, len(names))
+	for i, n := range names {
+		quoted[i] = strconv.Quote(n)
+	}
+	list := quoted[0]
+	if n := len(quoted); n > 1 {
+		list = strings.Join(quoted[:n-1], ", ") + " or " + quoted[n-1]
+	}
+	return &Error{Field: field, Summary: summary, Detail: fmt.Sprintf("%s must be %s, not %q.", field, list, value)}
+}
