@@ -227,18 +227,8 @@ func (m *Memory) evaluate(req Request, keys []memoryKey) Outcome {
 	if dedup || leased || reserves {
 		id = m.sumString(req.EvaluationID)
 	}
-	var locked uint64 // one bit per shard; memoryShards is 64
-	for _, k := range keys {
-		locked |= 1 << (k[0] % memoryShards)
-	}
-	for l := locked; l != 0; l &= l - 1 {
-		m.shards[bits.TrailingZeros64(l)].mu.Lock()
-	}
-	defer func() {
-		for l := locked; l != 0; l &= l - 1 {
-			m.shards[bits.TrailingZeros64(l)].mu.Unlock()
-		}
-	}()
+	locked := m.lock(keys)
+	defer m.unlock(locked)
 	nowMillis := m.clock.Now().UnixMilli()
 	m.wakeSweeperIfDue(nowMillis)
 	first := &m.shards[keys[0][0]%memoryShards]
@@ -249,37 +239,9 @@ func (m *Memory) evaluate(req Request, keys []memoryKey) Outcome {
 			return Evaluated{}
 		}
 	}
-	for k := range ps {
-		s := &m.shards[keys[k][0]%memoryShards]
-		i, e := s.find(keys[k])
-		if i != 0 {
-			if e.expiresAt <= nowMillis {
-				s.remove(i)
-				i, e = 0, nil
-			} else {
-				s.touch(i, e)
-			}
-		}
-		idx[k], slots[k] = i, e
-	}
-	if dedup {
-		replay := true
-		for k, p := range ps {
-			e := slots[k]
-			if e == nil {
-				replay = false
-				break
-			}
-			d, ok := m.shards[keys[k][0]%memoryShards].recall(idx[k], e, id, nowMillis, p)
-			if !ok {
-				replay = false
-				break
-			}
-			each[k] = d
-		}
-		if replay {
-			return evaluated(ps, each)
-		}
+	m.find(keys, idx, slots, nowMillis)
+	if dedup && m.recall(ps, keys, idx, slots, id, nowMillis, each) {
+		return evaluated(ps, each)
 	}
 	for k, p := range ps {
 		st := m.shards[keys[k][0]%memoryShards].current(keys[k], slots[k], p, nowMillis)
@@ -300,26 +262,7 @@ func (m *Memory) evaluate(req Request, keys []memoryKey) Outcome {
 	if !m.place(keys, idx, slots, steps, charge, dedup, nowMillis) {
 		return Unavailable{Category: StoreFull}
 	}
-	for k := range ps {
-		res := steps[k]
-		write := charge && res.charged
-		if !write && !dedup {
-			continue
-		}
-		s := &m.shards[keys[k][0]%memoryShards]
-		i, e := idx[k], slots[k]
-		if write {
-			e.setState(res.next)
-			e.expiresAt = max(e.expiresAt, nowMillis+res.ttlMillis)
-			if ps[k].HoldsLeases() {
-				s.lease(keys[k], id, req.Cost, nowMillis+ps[k].LeaseTTL.Milliseconds())
-			}
-		}
-		if dedup {
-			s.remember(i, e, id, len(req.EvaluationID), each[k], nowMillis, set.Dedup())
-			e.expiresAt = max(e.expiresAt, nowMillis+set.Dedup().TTL.Milliseconds())
-		}
-	}
+	m.write(req, keys, idx, slots, steps, each, id, charge, dedup, nowMillis)
 	if reserves && charge && req.Phase == Admission {
 		if held := delay(ps, each); held > 0 {
 			until := first.reserve(id, ps, steps, held, nowMillis)
@@ -331,6 +274,88 @@ func (m *Memory) evaluate(req Request, keys []memoryKey) Outcome {
 		}
 	}
 	return evaluated(ps, each)
+}
+
+// lock takes the locks of the shards keys live in, in shard order, and
+// returns them for unlock: one bit per shard (memoryShards is 64).
+func (m *Memory) lock(keys []memoryKey) uint64 {
+	var locked uint64
+	for _, k := range keys {
+		locked |= 1 << (k[0] % memoryShards)
+	}
+	for l := locked; l != 0; l &= l - 1 {
+		m.shards[bits.TrailingZeros64(l)].mu.Lock()
+	}
+	return locked
+}
+
+func (m *Memory) unlock(locked uint64) {
+	for l := locked; l != 0; l &= l - 1 {
+		m.shards[bits.TrailingZeros64(l)].mu.Unlock()
+	}
+}
+
+// find looks each of keys up, into idx and slots (0 and nil: none); an
+// expired key is dropped, a live one becomes the most recently used.
+func (m *Memory) find(keys []memoryKey, idx []uint32, slots []*memorySlot, nowMillis int64) {
+	for k := range keys {
+		s := &m.shards[keys[k][0]%memoryShards]
+		i, e := s.find(keys[k])
+		if i != 0 {
+			if e.expiresAt <= nowMillis {
+				s.remove(i)
+				i, e = 0, nil
+			} else {
+				s.touch(i, e)
+			}
+		}
+		idx[k], slots[k] = i, e
+	}
+}
+
+// recall reports whether every key remembers its policy's decision under
+// id, each into each: the decision is then a replay.
+func (m *Memory) recall(ps []*Policy, keys []memoryKey, idx []uint32, slots []*memorySlot, id evaluationKey, nowMillis int64, each []Decision) bool {
+	for k, p := range ps {
+		e := slots[k]
+		if e == nil {
+			return false
+		}
+		d, ok := m.shards[keys[k][0]%memoryShards].recall(idx[k], e, id, nowMillis, p)
+		if !ok {
+			return false
+		}
+		each[k] = d
+	}
+	return true
+}
+
+// write keeps what the decision of req changed: each charged policy's
+// state (charge: the request was admitted) and its lease, and with
+// de-duplication each policy's decision under id. Every key written has
+// its slot (place).
+func (m *Memory) write(req Request, keys []memoryKey, idx []uint32, slots []*memorySlot, steps []step, each []Decision, id evaluationKey, charge, dedup bool, nowMillis int64) {
+	set := req.Policies
+	for k, p := range set.list {
+		res := steps[k]
+		write := charge && res.charged
+		if !write && !dedup {
+			continue
+		}
+		s := &m.shards[keys[k][0]%memoryShards]
+		i, e := idx[k], slots[k]
+		if write {
+			e.setState(res.next)
+			e.expiresAt = max(e.expiresAt, nowMillis+res.ttlMillis)
+			if p.HoldsLeases() {
+				s.lease(keys[k], id, req.Cost, nowMillis+p.LeaseTTL.Milliseconds())
+			}
+		}
+		if dedup {
+			s.remember(i, e, id, len(req.EvaluationID), each[k], nowMillis, set.Dedup())
+			e.expiresAt = max(e.expiresAt, nowMillis+set.Dedup().TTL.Milliseconds())
+		}
+	}
 }
 
 // place gives a slot to each key of the decision that has none and is
