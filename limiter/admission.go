@@ -138,3 +138,7 @@ func (a *Admitted) GiveBack() {
 		a.by.giveBack(a.req, a.decided)
 	}
 }
+
+// scratchPolicies is how many policies a request may have before a
+// decision's per-policy scratch leaves the stack.
+const scratchPolicies = 4

@@ -17,4 +17,13 @@
 // leases, giving back a delayed place) is carried by its outcome
 // (Evaluated.Admitted), as an http.Response carries its Body's Close, so
 // that Backend stays small as features grow.
+//
+// The files layer as packages would, as envoyproxy/ratelimit's backends
+// sit over its shared types: the types and rules every backend shares at
+// the bottom (policy, outcome, the algorithms, the PolicySet and its
+// script arguments, delays, leases), each backend above them in files of
+// its own prefix (memory_*, redis_* and the Redis path's batcher, breaker,
+// denials and leases of budget), neither naming the other's, and what puts
+// backends together on top (fallback, observed, open).
+// TestFilesOfThePackageLayerOneWay holds them to it.
 package limiter

@@ -148,3 +148,25 @@ func (f *fallback) Close() error {
 	f.local.Close()
 	return f.shared.Close()
 }
+
+// Peek is the shared backend's: the fallback's own state is of an outage.
+func (f *fallback) Peek(ctx context.Context, req Request) Outcome {
+	return f.shared.Peek(ctx, req)
+}
+
+// Reset resets the subject on the shared backend and in the fallback's own
+// state, so that neither holds a spent budget for it.
+func (f *fallback) Reset(ctx context.Context, req Request) error {
+	if err := f.shared.Reset(ctx, req); err != nil {
+		return err
+	}
+	local := req
+	local.Policies = f.scaleAll(req.Policies)
+	return f.local.Reset(ctx, local)
+}
+
+// StandingDenial is the shared backend's: the fallback's own state is of
+// an outage, and may be stale once Redis decides again.
+func (f *fallback) StandingDenial(req Request) (Evaluated, bool) {
+	return f.shared.StandingDenial(req)
+}

@@ -16,16 +16,6 @@ import (
 	"github.com/edgegate/gateway/internal/option"
 )
 
-// Clock tells the time. Backends take one so tests can move time by hand.
-type Clock interface {
-	Now() time.Time
-}
-
-// systemClock is the process's wall clock.
-type systemClock struct{}
-
-func (systemClock) Now() time.Time { return time.Now() }
-
 // DefaultMemoryMaxEntries is MemoryOptions.MaxEntries's default.
 const DefaultMemoryMaxEntries = 1_000_000
 
@@ -194,10 +184,6 @@ func (m *Memory) Evaluate(ctx context.Context, req Request) Outcome {
 	}
 	return o
 }
-
-// scratchPolicies is how many policies a request may have before a
-// decision's per-policy scratch leaves the stack.
-const scratchPolicies = 4
 
 // evaluate decides an admitted request whose policies' keys are keys,
 // under the locks of every shard they live in, taken in shard order, so

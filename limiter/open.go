@@ -2,11 +2,8 @@ package limiter
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"fmt"
 	"log/slog"
-	"os"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
@@ -128,22 +125,4 @@ type redisLogger struct{ l *slog.Logger }
 
 func (r redisLogger) Printf(ctx context.Context, format string, v ...any) {
 	r.l.Log(ctx, slog.LevelWarn, "redis client", "detail", fmt.Sprintf(format, v...))
-}
-
-// tlsConfig is the client TLS configuration for RedisOptions: TLS 1.2 at
-// least, the system's roots or those of caFile.
-func tlsConfig(caFile string) (*tls.Config, error) {
-	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
-	if caFile == "" {
-		return cfg, nil
-	}
-	pemBytes, err := os.ReadFile(caFile)
-	if err != nil {
-		return nil, fmt.Errorf("redis tls_ca_file: %w", err)
-	}
-	cfg.RootCAs = x509.NewCertPool()
-	if !cfg.RootCAs.AppendCertsFromPEM(pemBytes) {
-		return nil, fmt.Errorf("redis tls_ca_file %s holds no PEM certificate", caFile)
-	}
-	return cfg, nil
 }

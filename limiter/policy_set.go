@@ -30,9 +30,9 @@ type PolicySet struct {
 	// so it is decided there exactly.
 	leased bool
 
-	// script is each policy's part of the Redis script's call, made once
-	// (redis_script.go).
-	script []scriptPolicy
+	// scriptArgs is each policy's part of the Redis script's call, made once
+	// (script_args.go).
+	scriptArgs []scriptPolicy
 	// single is each policy as a set of its own, for a lease of budget
 	// given back alone; nil unless the set is leased.
 	single []*PolicySet
@@ -74,7 +74,7 @@ func compileSet(ps []*Policy) *PolicySet {
 		s.delays = s.delays || p.MaxDelay > 0
 		s.chargedByResponse = s.chargedByResponse || p.ChargedByResponse()
 		s.leased = s.leased && p.Lease > 1
-		s.script = append(s.script, newScriptPolicy(p))
+		s.scriptArgs = append(s.scriptArgs, newScriptPolicy(p))
 	}
 	if s.leased && len(s.list) > 1 {
 		for _, p := range s.list {

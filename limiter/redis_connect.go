@@ -2,8 +2,11 @@ package limiter
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
+	"os"
 	"strconv"
 	"time"
 
@@ -148,4 +151,22 @@ func (r *Redis) Ready(ctx context.Context) error {
 		return nil
 	}
 	return r.checkTopology(ctx)
+}
+
+// tlsConfig is the client TLS configuration for RedisOptions: TLS 1.2 at
+// least, the system's roots or those of caFile.
+func tlsConfig(caFile string) (*tls.Config, error) {
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+	if caFile == "" {
+		return cfg, nil
+	}
+	pemBytes, err := os.ReadFile(caFile)
+	if err != nil {
+		return nil, fmt.Errorf("redis tls_ca_file: %w", err)
+	}
+	cfg.RootCAs = x509.NewCertPool()
+	if !cfg.RootCAs.AppendCertsFromPEM(pemBytes) {
+		return nil, fmt.Errorf("redis tls_ca_file %s holds no PEM certificate", caFile)
+	}
+	return cfg, nil
 }

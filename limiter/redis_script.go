@@ -5,7 +5,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 
 	"github.com/edgegate/gateway/lua"
 )
@@ -84,56 +83,7 @@ func firstKey(cmd []any) string { return *cmd[cmdHead].(*string) }
 // covers both) live on one Cluster slot and one script can decide them
 // together. The subject is a pseudonym, so no raw identity reaches Redis.
 func (r *Redis) key(set *PolicySet, i int, subject string) string {
-	return r.prefix + "{" + subject + set.script[i].keyTail
-}
-
-// scriptPolicy is what every call of one policy shares, made once with
-// its PolicySet: the end of its keys and its script arguments, boxed once.
-type scriptPolicy struct {
-	policy   *Policy
-	keyTail  string // "}:" + name + ":" + revision
-	args     [lua.ArgsPerPolicy]any
-	dedupTTL any // ARGV 3, when it is a request's first policy
-	places   any // ARGV 4, when it is a request's only policy, remembered
-	// calendar is a calendar policy's window argument, made again when
-	// the gateway's clock leaves the period it was made in.
-	calendar *atomic.Pointer[calendarBounds]
-}
-
-// chargeMode is how one policy of one call in phase is charged.
-func chargeMode(p *Policy, phase Phase) lua.Charge {
-	switch {
-	case phase == Settlement:
-		return lua.ChargeDebt
-	case phase == givingBack:
-		return lua.ChargeReserved
-	case phase == returningLease:
-		return lua.ChargeReturned
-	case p.ChargedByResponse():
-		return lua.ChargeChecked
-	}
-	return lua.ChargeFits
-}
-
-func newScriptPolicy(p *Policy) scriptPolicy {
-	c := scriptPolicy{policy: p, keyTail: "}:" + p.Name + ":" + strconv.FormatInt(p.Revision, 10)}
-	shadow := 0
-	if p.Shadow {
-		shadow = 1
-	}
-	c.args = [lua.ArgsPerPolicy]any{
-		lua.ArgAlgorithm: int(p.Algorithm), lua.ArgNow: "", lua.ArgLimit: p.Quota(),
-		lua.ArgWindow: p.Period().Milliseconds(), lua.ArgRefill: p.RefillTokens,
-		lua.ArgCleanupGrace: p.CleanupGrace.Milliseconds(), lua.ArgMaxClockRegression: p.MaxClockRegression.Milliseconds(),
-		lua.ArgShadow: shadow, lua.ArgCharge: int(chargeMode(p, Admission)),
-		lua.ArgMaxDelay: p.MaxDelay.Milliseconds(), lua.ArgLease: 0,
-	}
-	c.dedupTTL = p.Dedup.TTL.Milliseconds()
-	c.places = rememberedPlaces(p.Dedup, 1)
-	if p.Calendar != 0 {
-		c.calendar = new(atomic.Pointer[calendarBounds])
-	}
-	return c
+	return r.prefix + "{" + subject + set.scriptArgs[i].keyTail
 }
 
 // keys are the keys of one call: each policy's state, all cut from one
@@ -143,41 +93,26 @@ func newScriptPolicy(p *Policy) scriptPolicy {
 func (r *Redis) keys(set *PolicySet, subject string) []string {
 	head := len(r.prefix) + 1 + len(subject)
 	size := 0
-	for _, c := range set.script {
+	for _, c := range set.scriptArgs {
 		size += head + len(c.keyTail)
 	}
 	var b strings.Builder
 	b.Grow(size)
-	for _, c := range set.script {
+	for _, c := range set.scriptArgs {
 		b.WriteString(r.prefix)
 		b.WriteByte('{')
 		b.WriteString(subject)
 		b.WriteString(c.keyTail)
 	}
 	all := b.String()
-	keys := make([]string, 0, len(set.script))
+	keys := make([]string, 0, len(set.scriptArgs))
 	at := 0
-	for _, c := range set.script {
+	for _, c := range set.scriptArgs {
 		keys = append(keys, all[at:at+head+len(c.keyTail)])
 		at += head + len(c.keyTail)
 	}
 	return keys
 }
-
-// rememberedPlaces is how many evaluations a key of the first of n
-// policies remembers (its ring's places): d.MaxEntries, fewer when
-// d.MaxBytes holds fewer records (recordBytes each), and never none: a
-// max_bytes the policy accepts (minDedupBytes) keeps at least one.
-func rememberedPlaces(d Dedup, n int) int {
-	return max(1, min(d.MaxEntries, d.MaxBytes/recordBytes(n)))
-}
-
-// recordBytes is what one remembered evaluation of a request of n
-// policies is counted as against dedup.max_bytes: an evaluation ID of up
-// to 48 bytes, its expiry, 32 bytes of numbers for each policy and 64 of
-// the hash's bookkeeping (-bench RedisMemoryPerSubject measures about 65
-// bytes a record with one policy, once the hash is there).
-func recordBytes(n int) int { return 48 + 16 + 32*n + 64 }
 
 // remembering is how one call's evaluation is remembered (lua/prelude.lua):
 // whether at all, in a ring of rememberedPlaces records, and whether a
@@ -206,10 +141,6 @@ type scriptCall struct {
 	leaseStart int64
 }
 
-// returningLease is the phase of a lease of budget's unused units given
-// back (budget_lease.go), the cost. It is never asked of Evaluate.
-const returningLease = givingBack + 1
-
 // command is the EVALSHA of the rate-limit script that asks c of set for
 // subject.
 func (r *Redis) command(set *PolicySet, subject string, c scriptCall) []any {
@@ -229,7 +160,7 @@ func argsSize(set *PolicySet, c scriptCall) int {
 // place the layout of lua/args.go is written from Go.
 func (r *Redis) appendArgs(cmd []any, set *PolicySet, c scriptCall) []any {
 	args := append(cmd, len(set.list), c.cost)
-	for i, sp := range set.script {
+	for i, sp := range set.scriptArgs {
 		p := sp.policy
 		if i == 0 {
 			var places, look any = 0, 0
@@ -273,22 +204,6 @@ func (r *Redis) appendArgs(cmd []any, set *PolicySet, c scriptCall) []any {
 		args = append(args, c.id)
 	}
 	return args
-}
-
-// calendarArg is a calendar policy's window argument: the period
-// boundaries around nowMillis (calendarBounds), from which the script
-// picks the period that holds its own now. With clock = "redis" only the
-// script knows now, and Lua has no time zone data to find a local
-// midnight with; the gateway's clock is within seconds of Redis's, so the
-// periods on either side of the gateway's hold Redis's now. The list is
-// made once a period, not once a request.
-func (c *scriptPolicy) calendarArg(nowMillis int64) any {
-	b := c.calendar.Load()
-	if b == nil || nowMillis < b.from || nowMillis >= b.until {
-		b = c.policy.Calendar.bounds(c.policy.Timezone, nowMillis)
-		c.calendar.Store(b)
-	}
-	return b.arg
 }
 
 var errMalformedReply = errors.New("redis: malformed script reply")
