@@ -65,6 +65,7 @@ type variant struct {
 type outcome struct {
 	variant
 	unloaded         time.Duration
+	idleP50, idleP99 time.Duration // of the idle route during the load
 	results          []legacymodel.Result
 	measured         time.Duration
 	capacity         float64 // the backend's requests a second, every worker at 20 ms
@@ -120,9 +121,21 @@ func runVariant(v variant, dir, bin string, duration, warmup, patience time.Dura
 		return o, err
 	}
 	defer b.Close()
+	// An idle backend of the model's 20 ms behind the same gateway, on a
+	// route of its own without a limit, asked one request at a time
+	// during the load: its p99 over its median is what the machine alone
+	// (other jobs, the processes of the run) adds to a request on this
+	// path then.
+	idle := &http.Server{Handler: http.HandlerFunc(func(http.ResponseWriter, *http.Request) { time.Sleep(b.Service) })}
+	il, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return o, err
+	}
+	go idle.Serve(il)
+	defer idle.Close()
 	listen, admin := freeAddr(), freeAddr()
 	conf := filepath.Join(dir, "gateway.hcl")
-	if err := os.WriteFile(conf, []byte(gatewayConfig(listen, admin, b.URL, v.block)), 0o644); err != nil {
+	if err := os.WriteFile(conf, []byte(gatewayConfig(listen, admin, b.URL, "http://"+il.Addr().String(), v.block)), 0o644); err != nil {
 		return o, err
 	}
 	cmd := exec.Command(bin, "run", "-config", conf)
@@ -179,11 +192,30 @@ func runVariant(v variant, dir, bin string, duration, warmup, patience time.Dura
 			}
 		}
 	}()
+	var noise []time.Duration
+	probed := make(chan struct{})
+	go func() {
+		defer close(probed)
+		for {
+			select {
+			case <-done:
+				return
+			case <-time.After(10 * time.Millisecond):
+			}
+			start := time.Now()
+			if res, err := client.Get(base + "/idle"); err == nil {
+				res.Body.Close()
+				noise = append(noise, time.Since(start))
+			}
+		}
+	}()
 	served0, busy0 := b.Served()
 	o.results = load.Measure(duration)
 	served1, busy1 := b.Served()
 	close(done)
 	<-sampled
+	<-probed
+	o.idleP50, o.idleP99 = legacymodel.Percentile(noise, 0.5), legacymodel.Percentile(noise, 0.99)
 	o.capacity, o.effective = b.Capacity(), b.Capacity()
 	if n := served1 - served0; n > 0 {
 		o.effective = b.Capacity() * float64(b.Service) / float64((busy1-busy0)/time.Duration(n))
@@ -214,7 +246,7 @@ func until(ok func(float64) bool, limit func() float64) (time.Duration, float64)
 	return -1, limit()
 }
 
-func gatewayConfig(listen, admin, backend, block string) string {
+func gatewayConfig(listen, admin, backend, idle, block string) string {
 	route := func(name, extra string) string {
 		return fmt.Sprintf(`
 route %q {
@@ -260,15 +292,16 @@ policy "generous" {
 upstream "legacy" {
   targets = [%q]%s
 }
-%s%s%s`, listen, admin, backend, block,
-		route("critical", "\n  priority = \"critical\""), route("default", ""), route("batch", "\n  plan_priority = { free = \"sheddable\" }"))
+%s%s%s%s`, listen, admin, backend, block,
+		route("critical", "\n  priority = \"critical\""), route("default", ""), route("batch", "\n  plan_priority = { free = \"sheddable\" }"),
+		fmt.Sprintf("\nroute \"idle\" {\n  path     = \"/idle\"\n  upstream = %q\n}\n", idle))
 }
 
 func report(w io.Writer, outcomes []outcome, patience time.Duration) {
 	fmt.Fprintf(w, "\nA backend of 8 workers at 20 ms a request (%.0f req/s), offered 3 times that for %s; clients wait %s at most.\n\n",
 		outcomes[0].capacity, outcomes[0].measured, patience)
-	fmt.Fprintln(w, "| gateway | goodput | critical 2xx | critical p50 / p99 | default 2xx | flood (sheddable) | light (sheddable) | unloaded | backend as it ran |")
-	fmt.Fprintln(w, "| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+	fmt.Fprintln(w, "| gateway | goodput | critical 2xx | critical p50 / p99 | default 2xx | flood (sheddable) | light (sheddable) | unloaded | backend as it ran | an idle route's p50 / p99 meanwhile |")
+	fmt.Fprintln(w, "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 	for _, o := range outcomes {
 		secs := o.measured.Seconds()
 		var ok int
@@ -283,10 +316,10 @@ func report(w io.Writer, outcomes []outcome, patience time.Duration) {
 		}
 		c, d1, d2, flood, light := o.results[0], o.results[1], o.results[2], o.results[3], o.results[4]
 		d := legacymodel.Result{Answered: d1.Answered + d2.Answered, OK: d1.OK + d2.OK}
-		fmt.Fprintf(w, "| %s | %.0f/s (%.0f%%) | %s | %v / %v | %s | %.0f/s | %.0f/s | %v | %.0f/s |\n", o.name,
+		fmt.Fprintf(w, "| %s | %.0f/s (%.0f%%) | %s | %v / %v | %s | %.0f/s | %.0f/s | %v | %.0f/s | %v |\n", o.name,
 			float64(ok)/secs, 100*float64(ok)/secs/o.capacity, share(c),
 			ms(legacymodel.Percentile(c.Latencies, 0.5)), ms(legacymodel.Percentile(c.Latencies, 0.99)),
-			share(d), float64(flood.OK)/secs, float64(light.OK)/secs, ms(o.unloaded), o.effective)
+			share(d), float64(flood.OK)/secs, float64(light.OK)/secs, ms(o.unloaded), o.effective, ms(o.idleP50)+" / "+ms(o.idleP99))
 	}
 	for _, o := range outcomes {
 		if o.block == "" {
