@@ -82,10 +82,11 @@ func (h *harness) runProtocols(ctx context.Context, stdout io.Writer) error {
 			return t, func() { t.Close() }
 		},
 	}
-	order := []string{"HTTP/2", "HTTP/3"}
 	samples := map[string][]protocolSample{}
 	var ratios []float64
 	for round := 1; round <= h.s.rounds; round++ {
+		// Every other round in the reverse order, as in the other modes.
+		order := []string{"HTTP/2", "HTTP/3"}
 		if round%2 == 0 {
 			order[0], order[1] = order[1], order[0]
 		}
