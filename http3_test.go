@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"fmt"
 	"io"
+	"log"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -328,5 +329,19 @@ func TestHTTP3AcrossAReload(t *testing.T) {
 	release <- struct{}{}
 	if got := <-inFlight; got.err != nil || got.body != "old" {
 		t.Fatalf("the request in flight across the reload got %q, %v", got.body, got.err)
+	}
+}
+
+// What a library writes through the standard logger (quic-go's warning
+// about UDP buffers) lands in the JSON log, without client addresses.
+func TestTheStandardLoggerWritesIntoTheJSONLog(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	defer up.Close()
+	r := start(t, up.URL)
+	log.Printf("failed to sufficiently increase receive buffer size, peer 203.0.113.7:443")
+	r.stop(t, 10*time.Second)
+	logs := r.logs.String()
+	if !strings.Contains(logs, `"level":"WARN","msg":"failed to sufficiently increase receive buffer size, peer [address]"`) {
+		t.Fatalf("the standard logger's line is not a JSON line of the gateway's log:\n%s", logs)
 	}
 }
