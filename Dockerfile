@@ -12,6 +12,7 @@ FROM gcr.io/distroless/static-debian12:nonroot
 COPY --from=build /out/gateway /usr/local/bin/gateway
 COPY gateway.hcl /etc/gateway/gateway.hcl
 USER nonroot:nonroot
-EXPOSE 8080 8443 9901
+# 8443/udp: HTTP/3 when listen.http3 is on.
+EXPOSE 8080 8443 8443/udp 9901
 ENTRYPOINT ["/usr/local/bin/gateway"]
 CMD ["run", "-config", "/etc/gateway/gateway.hcl"]

@@ -74,6 +74,7 @@ func writeACMEConfig(t *testing.T, path string, httpPort, httpsPort int, challen
 listen {
   http  = "127.0.0.1:%d"
   https = "127.0.0.1:%d"
+  http3 = true
   admin = "127.0.0.1:0"
 }
 tls {
@@ -138,6 +139,16 @@ func TestACMEIssuanceAndSharedStorage(t *testing.T) {
 	if n := ca.orders.Load(); n != 1 {
 		t.Fatalf("%d orders, want 1", n)
 	}
+	t.Run("HTTP/3 serves the ACME certificate", func(t *testing.T) {
+		res, err := h3Client(t, "127.0.0.1", "localhost", ca.roots).Get("https://" + first.servers.HTTPSAddr().String() + "/orders")
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if res.ProtoMajor != 3 || res.StatusCode != 200 || res.TLS == nil || res.TLS.PeerCertificates[0].SerialNumber.String() != serial {
+			t.Fatalf("%s %d, want HTTP/3 200 with the certificate of serial %s", res.Proto, res.StatusCode, serial)
+		}
+	})
 	t.Run("plain HTTP is redirected, challenges are not", func(t *testing.T) {
 		noFollow := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 		res, err := noFollow.Get(fmt.Sprintf("http://127.0.0.1:%d/orders", httpPort))

@@ -6,9 +6,11 @@ import (
 	"crypto/x509"
 	"fmt"
 	"io"
+	"log"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"regexp"
 	"slices"
 	"strings"
@@ -184,9 +186,11 @@ func TestHTTP3AnswersAsHTTP1Does(t *testing.T) {
 }
 
 // The HTTPS listener's HTTP/1.1 and HTTP/2 responses announce HTTP/3 on
-// its port.
+// its port, and never the upstream's own alternatives.
 func TestHTTPSAnnouncesHTTP3(t *testing.T) {
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Alt-Svc", `h3=":9999"; ma=60`)
+	}))
 	defer up.Close()
 	ca := newTestCA(t)
 	certFile, keyFile, _ := ca.leaf(t, t.TempDir(), "a.test")
@@ -201,8 +205,8 @@ func TestHTTPSAnnouncesHTTP3(t *testing.T) {
 			t.Fatal(err)
 		}
 		res.Body.Close()
-		if want := `h3=":` + port + `"; ma=86400`; res.Header.Get("Alt-Svc") != want {
-			t.Fatalf("%s (%s): Alt-Svc %q, want %q", name, res.Proto, res.Header.Get("Alt-Svc"), want)
+		if want := `h3=":` + port + `"; ma=86400`; strings.Join(res.Header.Values("Alt-Svc"), ", ") != want {
+			t.Fatalf("%s (%s): Alt-Svc %q, want %q", name, res.Proto, res.Header.Values("Alt-Svc"), want)
 		}
 	}
 	if got := r.servers.HTTP3Addr().String(); got != addr {
@@ -264,5 +268,80 @@ func TestHTTP3SpansSayProtocolVersion3(t *testing.T) {
 	}
 	if len(versions) != 1 || versions[0] != "3" {
 		t.Fatalf("server spans' network.protocol.version %q, want one \"3\"", versions)
+	}
+}
+
+// A reload keeps the HTTP/3 listener: a request in flight over it
+// finishes on the configuration it started with, and the next one is
+// served by the new one.
+func TestHTTP3AcrossAReload(t *testing.T) {
+	entered, release := make(chan struct{}), make(chan struct{})
+	old := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		close(entered)
+		<-release
+		io.WriteString(w, "old")
+	}))
+	defer old.Close()
+	defer close(release)
+	fresh := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "new") }))
+	defer fresh.Close()
+	ca := newTestCA(t)
+	cert := [2]string{}
+	cert[0], cert[1], _ = ca.leaf(t, t.TempDir(), "a.test")
+	path := writeHTTP3Config(t, cert, `backend = "memory"`, old.URL, "")
+	r := startFile(t, path)
+	url := "https://" + r.servers.HTTPSAddr().String() + "/orders"
+
+	type result struct {
+		body string
+		err  error
+	}
+	inFlight := make(chan result, 1)
+	client := h3Client(t, "127.0.0.2", "a.test", ca.pool)
+	go func() {
+		res, err := client.Get(url)
+		if err != nil {
+			inFlight <- result{err: err}
+			return
+		}
+		b, err := io.ReadAll(res.Body)
+		res.Body.Close()
+		inFlight <- result{string(b), err}
+	}()
+	<-entered
+	src, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(strings.Replace(string(src), old.URL, fresh.URL, 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r.reload(t, "ok")
+	res, err := h3Client(t, "127.0.0.3", "a.test", ca.pool).Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if string(body) != "new" {
+		t.Fatalf("after the reload: %d %q, want the new upstream's", res.StatusCode, body)
+	}
+	release <- struct{}{}
+	if got := <-inFlight; got.err != nil || got.body != "old" {
+		t.Fatalf("the request in flight across the reload got %q, %v", got.body, got.err)
+	}
+}
+
+// What a library writes through the standard logger (quic-go's warning
+// about UDP buffers) lands in the JSON log, without client addresses.
+func TestTheStandardLoggerWritesIntoTheJSONLog(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	defer up.Close()
+	r := start(t, up.URL)
+	log.Printf("failed to sufficiently increase receive buffer size, peer 203.0.113.7:443")
+	r.stop(t, 10*time.Second)
+	logs := r.logs.String()
+	if !strings.Contains(logs, `"level":"WARN","msg":"failed to sufficiently increase receive buffer size, peer [address]"`) {
+		t.Fatalf("the standard logger's line is not a JSON line of the gateway's log:\n%s", logs)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log"
 	"log/slog"
 	"net"
 	"os"
@@ -27,6 +28,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/edgegate/gateway/config"
+	"github.com/edgegate/gateway/edge"
 	"github.com/edgegate/gateway/proxy"
 	"github.com/edgegate/gateway/subject"
 )
@@ -114,6 +116,16 @@ func serve(path string, stderr io.Writer, started chan<- *gateway) int {
 	level := new(slog.LevelVar)
 	logger, closeLog := newLogger(stderr, level)
 	defer closeLog()
+	// What libraries write through the standard logger (quic-go warns
+	// there when the kernel caps its UDP buffers) goes into the JSON log,
+	// at Warn and without client addresses, not past it onto stderr.
+	prevOutput, prevFlags := log.Writer(), log.Flags()
+	log.SetOutput(edge.NewErrorLog(logger).Writer())
+	log.SetFlags(0)
+	defer func() {
+		log.SetOutput(prevOutput)
+		log.SetFlags(prevFlags)
+	}()
 	f, err := config.Load(path, os.LookupEnv)
 	if err != nil {
 		logger.Error("invalid configuration", "file", path, "diagnostics", err.Error())

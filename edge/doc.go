@@ -1,8 +1,8 @@
 // Package edge is what faces the internet in front of the request path:
 // the public listeners and the admin one, TLS termination (static
 // certificates and ACME through certmagic, client certificates for mutual
-// TLS), the plain-HTTP redirect, HSTS, and the connection and framing
-// limits of the listeners.
+// TLS), HTTP/3 over QUIC on the HTTPS port (quic-go), the plain-HTTP
+// redirect, HSTS, and the connection and framing limits of the listeners.
 //
 // Listen turns Options into bound listeners and ready servers, with every
 // protection already wired: callers hand in handlers and get no way to serve

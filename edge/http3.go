@@ -49,6 +49,7 @@ type quicEdge struct {
 	retryAbove int64
 	config     quic.Config
 	handshakes atomic.Int64 // from unvalidated addresses, in flight
+	activity   *quicActivity
 
 	mu        sync.Mutex
 	transport *quic.Transport // nil until listen
@@ -56,12 +57,15 @@ type quicEdge struct {
 }
 
 func newQUICEdge(conn net.PacketConn, h http.Handler, opts Options, caps connectionCaps) *quicEdge {
+	activity := newQUICActivity()
 	return &quicEdge{
 		conn:       conn,
 		caps:       caps,
 		retryAbove: retryAboveHandshakes,
+		activity:   activity,
 		server: &http3.Server{
-			Handler:           h,
+			Handler:           activity.counting(h),
+			ConnContext:       activity.connContext,
 			MaxHeaderBytes:    opts.MaxHeaderBytes,
 			ReadHeaderTimeout: opts.ReadHeaderTimeout,
 			IdleTimeout:       opts.IdleTimeout,
@@ -149,11 +153,25 @@ func (q *quicEdge) connContext(ctx context.Context, info *quic.ClientInfo) (cont
 	return ctx, nil
 }
 
-// shutdown refuses new connections, sends GOAWAY on the open ones, lets
-// their requests finish until ctx ends and then closes what is left.
+// shutdown refuses new connections, sends GOAWAY on the open ones and
+// lets their requests finish until ctx ends, then closes what is left. A
+// connection the client keeps open without a request in flight is closed
+// after drainIdleAfter.
 func (q *quicEdge) shutdown(ctx context.Context) error {
 	q.closeListener()
-	err := q.server.Shutdown(ctx)
+	done := make(chan error, 1)
+	go func() { done <- q.server.Shutdown(ctx) }()
+	tick := time.NewTicker(drainIdleAfter / 4)
+	defer tick.Stop()
+	var err error
+	for waiting := true; waiting; {
+		select {
+		case err = <-done:
+			waiting = false
+		case now := <-tick.C:
+			q.activity.closeIdle(now)
+		}
+	}
 	q.closeTransport()
 	return err
 }

@@ -304,6 +304,38 @@ func assertNoQUICGoroutines(t *testing.T) {
 }
 
 func TestHTTP3Drain(t *testing.T) {
+	t.Run("a client that keeps an idle connection open past GOAWAY does not hold it", func(t *testing.T) {
+		cert := newCertificate(t)
+		s, err := edge.Listen(edge.Options{HTTPS: "127.0.0.1:0", HTTP3: true, ShutdownTimeout: time.Minute,
+			TLS: &edge.TLSOptions{Certificates: []edge.CertificateFiles{cert.files}}}, okHandler, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Serve()
+		// A bare QUIC connection: no HTTP/3 client reads the GOAWAY.
+		client := newQUICClient(t, "127.0.0.2", roots(cert))
+		conn, err := client.dial(s.HTTP3Addr(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The server's control stream: the server serves the connection.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if _, err := conn.AcceptUniStream(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Shutdown(); err != nil {
+			t.Fatalf("Shutdown: %v", err)
+		}
+		<-conn.Context().Done()
+		var appErr *quic.ApplicationError
+		if err := context.Cause(conn.Context()); !errors.As(err, &appErr) || appErr.ErrorCode != quic.ApplicationErrorCode(http3.ErrCodeNoError) || !appErr.Remote {
+			t.Fatalf("the connection ended with %v, want H3_NO_ERROR from the gateway", err)
+		}
+		client.close()
+		assertNoQUICGoroutines(t)
+	})
+
 	t.Run("a request in flight finishes, new ones are refused, then the port is free and every goroutine ended", func(t *testing.T) {
 		entered, release := make(chan struct{}), make(chan struct{})
 		public := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -119,6 +119,10 @@ func newForwarder(rt *route, target *url.URL, transport http.RoundTripper, logge
 					return err
 				}
 			}
+			// An upstream's Alt-Svc names its own alternatives, which a
+			// client would take for the gateway's; the gateway sets its
+			// own (listen.http3).
+			delete(res.Header, "Alt-Svc")
 			if !noRules {
 				rules.apply(res.Header)
 			}
