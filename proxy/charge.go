@@ -2,12 +2,14 @@ package proxy
 
 import (
 	"context"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/textproto"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/edgegate/gateway/limiter"
@@ -68,6 +70,83 @@ type settlement struct {
 	// pending are the charges whose cost comes in a trailer, by index.
 	pending []int
 	wg      sync.WaitGroup
+	// The upstream exchange outlives its client (see readOn): cancel ends
+	// it; unwatch stops the watch of the client; giveUp is the timer that
+	// bounds it once the client has left.
+	cancel  context.CancelFunc
+	unwatch func() bool
+	giveUp  atomic.Pointer[time.Timer]
+}
+
+// maxReadOn bounds the body the gateway reads, and discards, for a cost
+// trailer once the client has gone.
+const maxReadOn = 16 << 20
+
+// byHeader reports whether a charge takes its cost from a header, which
+// may come as a trailer.
+func byHeader(charges []responseCharge) bool {
+	for i := range charges {
+		if charges[i].header != "" {
+			return true
+		}
+	}
+	return false
+}
+
+// readOn is the context of the exchange with the upstream: the client's
+// values, and its end only bound later than before: a client that leaves
+// before the cost trailer does not decide the cost, so the exchange goes
+// on for bound at most once the client has gone (the trailer's body
+// reads on in trailerBody). finish ends it.
+func (s *settlement) readOn(client context.Context, bound time.Duration) context.Context {
+	ctx, cancel := context.WithCancel(context.WithoutCancel(client))
+	s.cancel = cancel
+	s.unwatch = context.AfterFunc(client, func() { s.giveUp.Store(time.AfterFunc(bound, cancel)) })
+	return context.WithValue(ctx, settlementKey{}, s)
+}
+
+// settlementKey carries a settlement in the context of an exchange that
+// reads on to its trailer.
+type settlementKey struct{}
+
+// readingOn returns the settlement of a response whose cost may come in a
+// trailer; nil for any other.
+func readingOn(res *http.Response) *settlement {
+	s, _ := res.Request.Context().Value(settlementKey{}).(*settlement)
+	return s
+}
+
+// trailerBody is an upstream's body whose trailer may carry costs: they
+// are charged at its end. Closed before its end (the client left, or the
+// copy to it failed), the body is read on, up to maxReadOn, to its
+// trailer; what ends it sooner (the bound of readOn, the upstream)
+// charges max_cost.
+type trailerBody struct {
+	io.ReadCloser
+	res   *http.Response
+	s     *settlement
+	ended bool
+}
+
+func (b *trailerBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err == io.EOF && !b.ended {
+		b.ended = true
+		b.s.trailers(b.res.Trailer)
+	}
+	return n, err
+}
+
+func (b *trailerBody) Close() error {
+	if !b.ended && len(b.s.pending) > 0 {
+		b.ended = true
+		if _, err := io.CopyN(io.Discard, b.ReadCloser, maxReadOn+1); err == io.EOF {
+			b.s.trailers(b.res.Trailer)
+		} else {
+			b.s.unfinished()
+		}
+	}
+	return b.ReadCloser.Close()
 }
 
 // head takes what the upstream's final response head says: the status,
@@ -93,23 +172,40 @@ func (s *settlement) head(code int, h http.Header) {
 	}
 }
 
-// finish charges what the trailers say, removing them, and waits for
-// every charge of the request. h is the response's header map, where the
-// forwarder put the upstream's trailers.
-func (s *settlement) finish(h http.Header) {
-	if s.headed {
-		for _, i := range s.pending {
-			ch := &s.charges[i]
-			v, ok := h[ch.header]
-			if !ok {
-				v, ok = h[http.TrailerPrefix+ch.header]
-			}
-			delete(h, ch.header)
-			delete(h, http.TrailerPrefix+ch.header)
-			if !ok {
-				v = nil
-			}
-			s.charge(ch, s.cost(ch, v))
+// trailers charges what the upstream's trailers say, removing the costs
+// before the forwarder hands the rest to the client.
+func (s *settlement) trailers(t http.Header) {
+	for _, i := range s.pending {
+		ch := &s.charges[i]
+		v := t[ch.header]
+		delete(t, ch.header)
+		s.charge(ch, s.cost(ch, v))
+	}
+	s.pending = nil
+}
+
+// unfinished charges max_cost for each cost of a trailer that never came
+// because the body did not end.
+func (s *settlement) unfinished() {
+	for _, i := range s.pending {
+		ch := &s.charges[i]
+		s.h.opts.Logger.LogAttrs(s.ctx, slog.LevelInfo, "cost trailer never came; charged max_cost",
+			slog.String("route", s.route), slog.String("policy", ch.name))
+		s.charge(ch, ch.policy.MaxCost)
+	}
+	s.pending = nil
+}
+
+// finish charges 1 for each cost whose trailer could not come (a response
+// without a body), ends the exchange's context, and waits for every
+// charge of the request.
+func (s *settlement) finish() {
+	s.trailers(nil)
+	if s.cancel != nil {
+		s.unwatch()
+		s.cancel()
+		if t := s.giveUp.Load(); t != nil {
+			t.Stop()
 		}
 	}
 	s.wg.Wait()
