@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"math"
 	"net/http"
 	"net/textproto"
 	"strconv"
@@ -67,8 +68,9 @@ type settlement struct {
 	// the gateway wrote instead charges nothing.
 	headed bool
 	status int
-	// pending are the charges whose cost comes in a trailer, by index.
-	pending []int
+	// pending are the charges by a header whose trailer may still add to
+	// their cost.
+	pending []pendingCost
 	wg      sync.WaitGroup
 	// The upstream exchange outlives its client (see readOn): cancel ends
 	// it; unwatch stops the watch of the client; giveUp is the timer that
@@ -138,7 +140,7 @@ func (b *trailerBody) Read(p []byte) (int, error) {
 }
 
 func (b *trailerBody) Close() error {
-	if !b.ended && len(b.s.pending) > 0 {
+	if !b.ended && b.s.awaitsTrailer() {
 		b.ended = true
 		if _, err := io.CopyN(io.Discard, b.ReadCloser, maxReadOn+1); err == io.EOF {
 			b.s.trailers(b.res.Trailer)
@@ -149,9 +151,19 @@ func (b *trailerBody) Close() error {
 	return b.ReadCloser.Close()
 }
 
+// pendingCost is a charge by a header that a trailer may add to: i is
+// its index in the charges, charged what the head said, if it said
+// anything (inHead).
+type pendingCost struct {
+	i       int
+	charged int64
+	inHead  bool
+}
+
 // head takes what the upstream's final response head says: the status,
 // and each cost header, removed before the client sees it, as is its
-// announcement as a trailer.
+// announcement as a trailer. A trailer of the same name adds to the
+// head's cost.
 func (s *settlement) head(code int, h http.Header) {
 	s.headed, s.status = true, code
 	for i := range s.charges {
@@ -163,32 +175,52 @@ func (s *settlement) head(code int, h http.Header) {
 			continue
 		}
 		unannounce(h, ch.header)
+		p := pendingCost{i: i}
 		if v, ok := h[ch.header]; ok {
 			delete(h, ch.header)
-			s.charge(ch, s.cost(ch, v))
-			continue
+			p.charged, p.inHead = s.cost(ch, v), true
+			s.charge(ch, p.charged)
 		}
-		s.pending = append(s.pending, i)
+		s.pending = append(s.pending, p)
 	}
 }
 
-// trailers charges what the upstream's trailers say, removing the costs
-// before the forwarder hands the rest to the client.
+// awaitsTrailer reports whether a cost is known only from the trailer.
+func (s *settlement) awaitsTrailer() bool {
+	for _, p := range s.pending {
+		if !p.inHead {
+			return true
+		}
+	}
+	return false
+}
+
+// trailers charges what the upstream's trailers say, added to what the
+// head said, removing the costs before the forwarder hands the rest to
+// the client. A cost neither the head nor the trailer states charges 1.
 func (s *settlement) trailers(t http.Header) {
-	for _, i := range s.pending {
-		ch := &s.charges[i]
-		v := t[ch.header]
+	for _, p := range s.pending {
+		ch := &s.charges[p.i]
+		v, ok := t[ch.header]
 		delete(t, ch.header)
-		s.charge(ch, s.cost(ch, v))
+		switch {
+		case ok:
+			s.charge(ch, min(p.charged+s.cost(ch, v), ch.policy.MaxCost)-p.charged)
+		case !p.inHead:
+			s.charge(ch, s.cost(ch, nil))
+		}
 	}
 	s.pending = nil
 }
 
 // unfinished charges max_cost for each cost of a trailer that never came
-// because the body did not end.
+// because the body did not end; a cost the head stated stays as it was.
 func (s *settlement) unfinished() {
-	for _, i := range s.pending {
-		ch := &s.charges[i]
+	for _, p := range s.pending {
+		if p.inHead {
+			continue
+		}
+		ch := &s.charges[p.i]
 		s.h.opts.Logger.LogAttrs(s.ctx, slog.LevelInfo, "cost trailer never came; charged max_cost",
 			slog.String("route", s.route), slog.String("policy", ch.name))
 		s.charge(ch, ch.policy.MaxCost)
@@ -211,14 +243,50 @@ func (s *settlement) finish() {
 	s.wg.Wait()
 }
 
-// cost reads a cost header's values: one integer, at most max_cost; 0
-// charges nothing. A missing or malformed value costs 1 and is counted.
+// cost reads a cost's fields: each line, and each member of a
+// comma-separated list in a line, is a whole number, and they charge
+// their sum, at most max_cost (a number beyond 64 bits included); 0
+// charges nothing. No member, or any that is not a whole number (a
+// negative one included), costs 1 and is counted.
 func (s *settlement) cost(ch *responseCharge, v []string) int64 {
-	if len(v) == 1 {
-		if n, err := strconv.ParseInt(strings.TrimSpace(v[0]), 10, 64); err == nil && n >= 0 {
-			return min(n, ch.policy.MaxCost)
+	sum, members := int64(0), 0
+	for _, line := range v {
+		for m := range strings.SplitSeq(line, ",") {
+			m = textproto.TrimString(m)
+			if m == "" {
+				continue // an empty list member, which RFC 9110 has ignored
+			}
+			n, ok := parseCost(m)
+			if !ok {
+				return s.invalidCost(ch)
+			}
+			members++
+			sum = min(sum+min(n, ch.policy.MaxCost), ch.policy.MaxCost)
 		}
 	}
+	if members == 0 {
+		return s.invalidCost(ch)
+	}
+	return sum
+}
+
+// parseCost reads a whole number of ASCII digits; one beyond 64 bits is
+// math.MaxInt64.
+func parseCost(m string) (int64, bool) {
+	for i := 0; i < len(m); i++ {
+		if m[i] < '0' || m[i] > '9' {
+			return 0, false
+		}
+	}
+	n, err := strconv.ParseInt(m, 10, 64)
+	if err != nil {
+		return math.MaxInt64, true // only a range error is left
+	}
+	return n, true
+}
+
+// invalidCost counts a missing or malformed cost, which charges 1.
+func (s *settlement) invalidCost(ch *responseCharge) int64 {
 	if m := s.h.opts.Metrics; m != nil {
 		m.CostHeaderInvalid.WithLabelValues(s.route, ch.name).Inc()
 	}

@@ -183,7 +183,7 @@ func aCostTrailerIsChargedAtTheEndOfAStreamedBody(announced bool) func(t *testin
 // A cost the upstream leaves out or garbles charges 1 and is counted;
 // the cost is clamped to max_cost.
 func TestAMissingOrMalformedCostChargesOne(t *testing.T) {
-	costs := []string{"", "abc", "-3", "1000"}
+	costs := []string{"", "abc", "-3", "1000", "0"}
 	var n atomic.Int64
 	up, _ := answering(t, func(w http.ResponseWriter, r *http.Request) {
 		if c := costs[n.Add(1)-1]; c != "" {

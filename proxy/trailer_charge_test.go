@@ -164,3 +164,55 @@ func TestTheGatewayAsksForTrailersOnACostHeaderRoute(t *testing.T) {
 		})
 	}
 }
+
+// Costs the upstream states several times, or beyond 64 bits: several
+// fields (repeated lines, members of a comma-separated list, a header and
+// a trailer) charge their sum, and any cost is clamped to max_cost (50).
+func TestSeveralCostFieldsChargeTheirSumClampedToMaxCost(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		head    []string // X-Usage-Cost lines of the head
+		trailer []string // and of the trailer
+		want    int64
+	}{
+		{"one cost charges it", []string{"7"}, nil, 7},
+		{"a cost above max_cost charges max_cost", []string{"1000"}, nil, 50},
+		{"a cost beyond 64 bits charges max_cost", []string{"99999999999999999999999"}, nil, 50},
+		{"repeated header lines charge their sum", []string{"10", "15"}, nil, 25},
+		{"a comma-separated list charges its sum", []string{"10, 15"}, nil, 25},
+		{"a header and a trailer charge their sum", []string{"10"}, []string{"15"}, 25},
+		{"repeated trailer lines charge their sum", nil, []string{"10", "15"}, 25},
+		{"a sum above max_cost charges max_cost", []string{"30", "30"}, []string{"99999999999999999999999"}, 50},
+		{"a malformed member charges 1", []string{"10, x"}, nil, 1},
+		{"a negative member charges 1", []string{"10", "-3"}, nil, 1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			up, _ := answering(t, func(w http.ResponseWriter, r *http.Request) {
+				for _, v := range c.head {
+					w.Header().Add("X-Usage-Cost", v)
+				}
+				if c.trailer != nil {
+					w.Header().Set("Trailer", "X-Usage-Cost")
+				}
+				io.WriteString(w, "data")
+				w.(http.Flusher).Flush()
+				w.Header().Del("X-Usage-Cost")
+				for _, v := range c.trailer {
+					w.Header().Add("X-Usage-Cost", v)
+				}
+			})
+			rt, pool := trailerRoute(up, time.Minute)
+			g := newGateway(t, setup{routes: []proxy.Route{rt}, pools: []proxy.Pool{pool}})
+			for i, want := range []int64{100, 100 - c.want} {
+				res := g.get(t, "/stream")
+				io.Copy(io.Discard, res.Body)
+				if _, ok := res.Trailer["X-Usage-Cost"]; ok {
+					t.Fatalf("call %d: the client saw the cost trailer", i+1)
+				}
+				if r := remaining(t, res, "usage"); r != want {
+					t.Fatalf("call %d: r=%d, want %d", i+1, r, want)
+				}
+			}
+		})
+	}
+}
