@@ -2,12 +2,15 @@ package proxy
 
 import (
 	"context"
+	"io"
 	"log/slog"
+	"math"
 	"net/http"
 	"net/textproto"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/edgegate/gateway/limiter"
@@ -65,14 +68,102 @@ type settlement struct {
 	// the gateway wrote instead charges nothing.
 	headed bool
 	status int
-	// pending are the charges whose cost comes in a trailer, by index.
-	pending []int
+	// pending are the charges by a header whose trailer may still add to
+	// their cost.
+	pending []pendingCost
 	wg      sync.WaitGroup
+	// The upstream exchange outlives its client (see readOn): cancel ends
+	// it; unwatch stops the watch of the client; giveUp is the timer that
+	// bounds it once the client has left.
+	cancel  context.CancelFunc
+	unwatch func() bool
+	giveUp  atomic.Pointer[time.Timer]
+}
+
+// maxReadOn bounds the body the gateway reads, and discards, for a cost
+// trailer once the client has gone.
+const maxReadOn = 16 << 20
+
+// byHeader reports whether a charge takes its cost from a header, which
+// may come as a trailer.
+func byHeader(charges []responseCharge) bool {
+	for i := range charges {
+		if charges[i].header != "" {
+			return true
+		}
+	}
+	return false
+}
+
+// readOn is the context of the exchange with the upstream: the client's
+// values, and its end only bound later than before: a client that leaves
+// before the cost trailer does not decide the cost, so the exchange goes
+// on for bound at most once the client has gone (the trailer's body
+// reads on in trailerBody). finish ends it.
+func (s *settlement) readOn(client context.Context, bound time.Duration) context.Context {
+	ctx, cancel := context.WithCancel(context.WithoutCancel(client))
+	s.cancel = cancel
+	s.unwatch = context.AfterFunc(client, func() { s.giveUp.Store(time.AfterFunc(bound, cancel)) })
+	return context.WithValue(ctx, settlementKey{}, s)
+}
+
+// settlementKey carries a settlement in the context of an exchange that
+// reads on to its trailer.
+type settlementKey struct{}
+
+// readingOn returns the settlement of a response whose cost may come in a
+// trailer; nil for any other.
+func readingOn(res *http.Response) *settlement {
+	s, _ := res.Request.Context().Value(settlementKey{}).(*settlement)
+	return s
+}
+
+// trailerBody is an upstream's body whose trailer may carry costs: they
+// are charged at its end. Closed before its end (the client left, or the
+// copy to it failed), the body is read on, up to maxReadOn, to its
+// trailer; what ends it sooner (the bound of readOn, the upstream)
+// charges max_cost.
+type trailerBody struct {
+	io.ReadCloser
+	res   *http.Response
+	s     *settlement
+	ended bool
+}
+
+func (b *trailerBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err == io.EOF && !b.ended {
+		b.ended = true
+		b.s.trailers(b.res.Trailer)
+	}
+	return n, err
+}
+
+func (b *trailerBody) Close() error {
+	if !b.ended && b.s.awaitsTrailer() {
+		b.ended = true
+		if _, err := io.CopyN(io.Discard, b.ReadCloser, maxReadOn+1); err == io.EOF {
+			b.s.trailers(b.res.Trailer)
+		} else {
+			b.s.unfinished()
+		}
+	}
+	return b.ReadCloser.Close()
+}
+
+// pendingCost is a charge by a header that a trailer may add to: i is
+// its index in the charges, charged what the head said, if it said
+// anything (inHead).
+type pendingCost struct {
+	i       int
+	charged int64
+	inHead  bool
 }
 
 // head takes what the upstream's final response head says: the status,
 // and each cost header, removed before the client sees it, as is its
-// announcement as a trailer.
+// announcement as a trailer. A trailer of the same name adds to the
+// head's cost.
 func (s *settlement) head(code int, h http.Header) {
 	s.headed, s.status = true, code
 	for i := range s.charges {
@@ -84,45 +175,118 @@ func (s *settlement) head(code int, h http.Header) {
 			continue
 		}
 		unannounce(h, ch.header)
+		p := pendingCost{i: i}
 		if v, ok := h[ch.header]; ok {
 			delete(h, ch.header)
-			s.charge(ch, s.cost(ch, v))
-			continue
+			p.charged, p.inHead = s.cost(ch, v), true
+			s.charge(ch, p.charged)
 		}
-		s.pending = append(s.pending, i)
+		s.pending = append(s.pending, p)
 	}
 }
 
-// finish charges what the trailers say, removing them, and waits for
-// every charge of the request. h is the response's header map, where the
-// forwarder put the upstream's trailers.
-func (s *settlement) finish(h http.Header) {
-	if s.headed {
-		for _, i := range s.pending {
-			ch := &s.charges[i]
-			v, ok := h[ch.header]
-			if !ok {
-				v, ok = h[http.TrailerPrefix+ch.header]
-			}
-			delete(h, ch.header)
-			delete(h, http.TrailerPrefix+ch.header)
-			if !ok {
-				v = nil
-			}
-			s.charge(ch, s.cost(ch, v))
+// awaitsTrailer reports whether a cost is known only from the trailer.
+func (s *settlement) awaitsTrailer() bool {
+	for _, p := range s.pending {
+		if !p.inHead {
+			return true
+		}
+	}
+	return false
+}
+
+// trailers charges what the upstream's trailers say, added to what the
+// head said, removing the costs before the forwarder hands the rest to
+// the client. A cost neither the head nor the trailer states charges 1.
+func (s *settlement) trailers(t http.Header) {
+	for _, p := range s.pending {
+		ch := &s.charges[p.i]
+		v, ok := t[ch.header]
+		delete(t, ch.header)
+		switch {
+		case ok:
+			s.charge(ch, min(p.charged+s.cost(ch, v), ch.policy.MaxCost)-p.charged)
+		case !p.inHead:
+			s.charge(ch, s.cost(ch, nil))
+		}
+	}
+	s.pending = nil
+}
+
+// unfinished charges max_cost for each cost of a trailer that never came
+// because the body did not end; a cost the head stated stays as it was.
+func (s *settlement) unfinished() {
+	for _, p := range s.pending {
+		if p.inHead {
+			continue
+		}
+		ch := &s.charges[p.i]
+		s.h.opts.Logger.LogAttrs(s.ctx, slog.LevelInfo, "cost trailer never came; charged max_cost",
+			slog.String("route", s.route), slog.String("policy", ch.name))
+		s.charge(ch, ch.policy.MaxCost)
+	}
+	s.pending = nil
+}
+
+// finish charges 1 for each cost whose trailer could not come (a response
+// without a body), ends the exchange's context, and waits for every
+// charge of the request.
+func (s *settlement) finish() {
+	s.trailers(nil)
+	if s.cancel != nil {
+		s.unwatch()
+		s.cancel()
+		if t := s.giveUp.Load(); t != nil {
+			t.Stop()
 		}
 	}
 	s.wg.Wait()
 }
 
-// cost reads a cost header's values: one integer, at most max_cost; 0
-// charges nothing. A missing or malformed value costs 1 and is counted.
+// cost reads a cost's fields: each line, and each member of a
+// comma-separated list in a line, is a whole number, and they charge
+// their sum, at most max_cost (a number beyond 64 bits included); 0
+// charges nothing. No member, or any that is not a whole number (a
+// negative one included), costs 1 and is counted.
 func (s *settlement) cost(ch *responseCharge, v []string) int64 {
-	if len(v) == 1 {
-		if n, err := strconv.ParseInt(strings.TrimSpace(v[0]), 10, 64); err == nil && n >= 0 {
-			return min(n, ch.policy.MaxCost)
+	sum, members := int64(0), 0
+	for _, line := range v {
+		for m := range strings.SplitSeq(line, ",") {
+			m = textproto.TrimString(m)
+			if m == "" {
+				continue // an empty list member, which RFC 9110 has ignored
+			}
+			n, ok := parseCost(m)
+			if !ok {
+				return s.invalidCost(ch)
+			}
+			members++
+			sum = min(sum+min(n, ch.policy.MaxCost), ch.policy.MaxCost)
 		}
 	}
+	if members == 0 {
+		return s.invalidCost(ch)
+	}
+	return sum
+}
+
+// parseCost reads a whole number of ASCII digits; one beyond 64 bits is
+// math.MaxInt64.
+func parseCost(m string) (int64, bool) {
+	for i := 0; i < len(m); i++ {
+		if m[i] < '0' || m[i] > '9' {
+			return 0, false
+		}
+	}
+	n, err := strconv.ParseInt(m, 10, 64)
+	if err != nil {
+		return math.MaxInt64, true // only a range error is left
+	}
+	return n, true
+}
+
+// invalidCost counts a missing or malformed cost, which charges 1.
+func (s *settlement) invalidCost(ch *responseCharge) int64 {
 	if m := s.h.opts.Metrics; m != nil {
 		m.CostHeaderInvalid.WithLabelValues(s.route, ch.name).Inc()
 	}

@@ -183,7 +183,7 @@ func aCostTrailerIsChargedAtTheEndOfAStreamedBody(announced bool) func(t *testin
 // A cost the upstream leaves out or garbles charges 1 and is counted;
 // the cost is clamped to max_cost.
 func TestAMissingOrMalformedCostChargesOne(t *testing.T) {
-	costs := []string{"", "abc", "-3", "1000"}
+	costs := []string{"", "abc", "-3", "1000", "0"}
 	var n atomic.Int64
 	up, _ := answering(t, func(w http.ResponseWriter, r *http.Request) {
 		if c := costs[n.Add(1)-1]; c != "" {
@@ -434,52 +434,5 @@ func TestChargesByTheResponseOverRedisCluster(t *testing.T) {
 			tc.test(t, redistest.NewLimiter(t, limiter.RedisOptions{Mode: limiter.RedisCluster, Addrs: c.Addrs(),
 				KeyPrefix: "charges-" + limitertest.Subject()[3:11] + ":"}))
 		})
-	}
-}
-
-// A streamed response cut off before its cost trailer (the client left)
-// is settled all the same, once the forwarder gives up: no cost came, so
-// it is charged 1 and counted, before the request is logged as done; the
-// next request finds it charged.
-func TestAStreamCutOffBeforeItsCostTrailerIsChargedOne(t *testing.T) {
-	up, _ := answering(t, func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Trailer", "X-Usage-Cost")
-		io.WriteString(w, "first part ")
-		w.(http.Flusher).Flush()
-		<-r.Context().Done() // the client hung up: no trailer
-	})
-	p := policy(limitertest.TokenBucket(100, 1, time.Hour), "usage")
-	p.CostHeader = "X-Usage-Cost"
-	m := proxy.NewMetrics(prometheus.NewRegistry())
-	g := newGateway(t, setup{routes: []proxy.Route{route("stream", "/stream", up, t, p)}, metrics: m})
-	// firstPart reads a response's head and first part, then hangs up.
-	firstPart := func() *http.Response {
-		ctx, cancel := context.WithCancel(context.Background())
-		defer cancel()
-		req, _ := http.NewRequestWithContext(ctx, "GET", g.URL+"/stream", nil)
-		res, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer res.Body.Close()
-		buf := make([]byte, len("first part "))
-		if _, err := io.ReadFull(res.Body, buf); err != nil || res.StatusCode != 200 {
-			t.Fatalf("%d, %q, %v; want 200 and the first part", res.StatusCode, buf, err)
-		}
-		return res
-	}
-	if r := remaining(t, firstPart(), "usage"); r != 100 {
-		t.Fatalf("r=%d, want 100", r)
-	}
-	for deadline := time.Now().Add(5 * time.Second); !strings.Contains(g.logs.String(), `"msg":"request"`); time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the cut-off request was never logged as done")
-		}
-	}
-	if got := testutil.ToFloat64(m.CostHeaderInvalid.WithLabelValues("stream", "usage")); got != 1 {
-		t.Fatalf("gateway_cost_header_invalid_total %v, want 1", got)
-	}
-	if r := remaining(t, firstPart(), "usage"); r != 99 {
-		t.Fatalf("r=%d after the cut-off stream, want 99", r)
 	}
 }

@@ -66,6 +66,10 @@ func (p *bufferPool) Put(b []byte) {
 // written in place).
 var noUserAgent = []string{""}
 
+// teTrailers is the TE of a request to an upstream that may send a cost
+// trailer, shared as noUserAgent is.
+var teTrailers = []string{"trailers"}
+
 // newForwarder builds the ReverseProxy of one route. It uses Rewrite, not
 // Director: hop-by-hop headers and the client's forwarding headers are gone
 // before Rewrite runs, so a client cannot strip what the gateway adds. What
@@ -102,6 +106,10 @@ func newForwarder(rt *route, target *url.URL, transport http.RoundTripper, logge
 			if tracing != nil {
 				tracing.inject(pr.Out.Context(), pr.Out.Header)
 			}
+			if rt.asksTrailers {
+				// A cost may come as a trailer, whatever the client said.
+				pr.Out.Header["Te"] = teTrailers
+			}
 			// A request without a User-Agent goes without one, as
 			// ReverseProxy would have it go; set here, the empty value
 			// costs neither ReverseProxy's allocation nor its
@@ -125,6 +133,11 @@ func newForwarder(rt *route, target *url.URL, transport http.RoundTripper, logge
 			delete(res.Header, "Alt-Svc")
 			if !noRules {
 				rules.apply(res.Header)
+			}
+			if rt.asksTrailers && res.Body != http.NoBody && res.StatusCode != http.StatusSwitchingProtocols {
+				if s := readingOn(res); s != nil {
+					res.Body = &trailerBody{ReadCloser: res.Body, res: res, s: s}
+				}
 			}
 			return nil
 		},

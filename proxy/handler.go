@@ -216,6 +216,9 @@ type route struct {
 	metrics       *routeMetrics // nil without metrics
 	tunnels       tunnelSettings
 	tracing       *tracing // nil without a tracer
+	// asksTrailers: a policy of the route or of a plan takes its cost from
+	// a header, which may come as a trailer.
+	asksTrailers bool
 }
 
 // NewHandler compiles cfg and returns a ready Handler.
@@ -373,6 +376,10 @@ func (h *Handler) compile(cfg Config, prev *compiled) (*compiled, []*poolTranspo
 			l.bindLeaseGauges(h.opts.Metrics, r.OperationID)
 			l.bindDelayHistograms(h.opts.Metrics, r.OperationID)
 			r.planLimits[plan] = l
+		}
+		r.asksTrailers = r.limits != nil && byHeader(r.limits.charges)
+		for _, l := range r.planLimits {
+			r.asksTrailers = r.asksTrailers || byHeader(l.charges)
 		}
 		r.query = subject.Query{Sources: r.Subject, OperationID: r.OperationID, MapsPlan: r.mapsPlan, Gate: gate,
 			CertIdentity: r.ClientCertIdentity}
@@ -533,7 +540,7 @@ func (h *Handler) serve(w http.ResponseWriter, cw *capture, r *http.Request, c *
 	x.forwarded = true
 	if s := x.settling; s != nil {
 		// Deferred, so that a response cut off mid-body settles too.
-		defer s.finish(w.Header())
+		defer s.finish()
 	}
 	rt.forward(w, r, x)
 	x.upstream = time.Since(start)

@@ -98,6 +98,7 @@ type setup struct {
 	// default, 10 a minute.
 	invalidTokens *limiter.Policy
 	maxDelayed    int // MaxDelayed; 0: the default
+	pools         []proxy.Pool
 }
 
 func newResolver(t testing.TB, trusted []string) *subject.Resolver {
@@ -143,7 +144,7 @@ func newGateway(t *testing.T, s setup) *gateway {
 		Logger:    slog.New(slog.NewJSONHandler(g.logs, nil)),
 		AccessLog: true,
 		Metrics:   s.metrics,
-	}, proxy.Config{Routes: s.routes, Resolver: resolver, Limiter: lim, AllowUnderscoreHeaders: s.underscores,
+	}, proxy.Config{Routes: s.routes, Pools: s.pools, Resolver: resolver, Limiter: lim, AllowUnderscoreHeaders: s.underscores,
 		TunnelIdleTimeout: s.tunnelIdle, BodyReadTimeout: s.bodyRead, InvalidTokenPolicy: s.invalidTokens, MaxDelayed: s.maxDelayed})
 	if err != nil {
 		t.Fatal(err)

@@ -388,13 +388,17 @@ func (rt *route) forward(w http.ResponseWriter, r *http.Request, x *exchange) {
 	}
 	fw := x.fw
 	*fw = forwardWriter{ResponseWriter: w, route: rt, resend: len(p.members) > 1 && mayResend(r), settle: x.settling}
+	out := r // as the upstream exchange sees it
+	if s := x.settling; s != nil && byHeader(s.charges) {
+		out = r.WithContext(s.readOn(r.Context(), p.ResponseTimeout))
+	}
 	for attempt := 0; ; attempt++ {
 		m := p.members[i]
 		x.target = m.name
 		if rt.tracing != nil {
-			rt.tracing.serveUpstream(rt.forwards[i], fw, r, x.method, p, m, attempt)
+			rt.tracing.serveUpstream(rt.forwards[i], fw, out, x.method, p, m, attempt)
 		} else {
-			m.serve(rt.forwards[i], fw, r)
+			m.serve(rt.forwards[i], fw, out)
 		}
 		err := fw.unreached
 		if err == nil {
