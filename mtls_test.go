@@ -104,6 +104,7 @@ listen {
   https               = "127.0.0.1:0"
   admin               = "127.0.0.1:0"
   read_header_timeout = "5s"
+  http3               = true
 }
 tls {
   certificate {
