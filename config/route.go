@@ -320,9 +320,9 @@ func (c *checker) policyList(items []listItem, field string, elements map[string
 // priority reads a priority name; an unknown one is reported at rng and
 // read as the default.
 func (c *checker) priority(name string, rng hcl.Range) overload.Priority {
-	p, ok := overload.ParsePriority(name)
-	if !ok {
-		c.errorf(rng, "Unknown priority", "A priority is \"critical\", \"default\" or \"sheddable\", not %q.", name)
+	p, err := overload.ParsePriority(name)
+	if err != nil {
+		c.refusedAt(rng, err)
 	}
 	return p
 }

@@ -2,7 +2,6 @@ package overload
 
 import (
 	"context"
-	"errors"
 	"sync"
 	"time"
 )
@@ -38,10 +37,10 @@ type Controller struct {
 	gradient *gradient // nil without Adaptive
 }
 
-// New returns a Controller for o, or an error naming o's first problem.
+// New returns a Controller for o, or o's problems (Validate).
 func New(o Options) (*Controller, error) {
-	if ps := o.Problems(); len(ps) > 0 {
-		return nil, errors.New("overload: " + ps[0].Option + ": " + ps[0].Detail)
+	if err := o.Validate(); err != nil {
+		return nil, err
 	}
 	c := &Controller{}
 	c.apply(o.withDefaults())
@@ -54,8 +53,8 @@ func New(o Options) (*Controller, error) {
 // smaller queue sheds nobody; it takes no arrival until it is below its
 // new size.
 func (c *Controller) Reconfigure(o Options) error {
-	if ps := o.Problems(); len(ps) > 0 {
-		return errors.New("overload: " + ps[0].Option + ": " + ps[0].Detail)
+	if err := o.Validate(); err != nil {
+		return err
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()

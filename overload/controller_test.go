@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edgegate/gateway/internal/option"
 	"github.com/edgegate/gateway/overload"
 )
 
@@ -376,8 +377,8 @@ func TestProblems(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			var got []string
-			for _, p := range c.o.Problems() {
-				got = append(got, p.Option)
+			for _, e := range option.Within("", c.o.Validate()) {
+				got = append(got, e.(*option.Error).Field)
 			}
 			if strings.Join(got, ",") != c.want {
 				t.Fatalf("problems with %v, want %q", got, c.want)

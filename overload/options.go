@@ -1,12 +1,15 @@
 package overload
 
 import (
+	"errors"
 	"fmt"
 	"time"
+
+	"github.com/edgegate/gateway/internal/option"
 )
 
 // Options are a pool's overload block. Zero values take the defaults
-// below; Problems says what else is refused.
+// below; Validate says what else is refused.
 type Options struct {
 	// MaxInFlight caps the requests in flight to the pool from this
 	// instance: the limit itself, or with Adaptive the limit's ceiling.
@@ -36,34 +39,31 @@ const (
 	MinQueueTimeout = time.Millisecond
 )
 
-// Problem is one thing wrong with Options, named by its option as the
-// configuration file names it ("min_limit").
-type Problem struct {
-	Option  string
-	Summary string
-	Detail  string
-}
-
-// Problems lists what is wrong with o; none means New accepts it.
-func (o Options) Problems() []Problem {
-	var ps []Problem
+// Validate reports every problem of o, each an *option.Error naming its
+// option as the configuration file names it ("min_limit"), joined; nil
+// means New accepts o.
+func (o Options) Validate() error {
+	var errs []error
+	problem := func(field, summary, detail string) {
+		errs = append(errs, &option.Error{Field: field, Summary: summary, Detail: detail})
+	}
 	if o.MaxInFlight < 1 {
-		ps = append(ps, Problem{"max_in_flight", "Value too small", "max_in_flight must be at least 1."})
+		problem("max_in_flight", "Value too small", "max_in_flight must be at least 1.")
 	}
 	if o.MinLimit < 0 {
-		ps = append(ps, Problem{"min_limit", "Value too small", "min_limit must be at least 1."})
+		problem("min_limit", "Value too small", "min_limit must be at least 1.")
 	}
 	if o.MinLimit > 0 && o.MaxInFlight >= 1 && o.MinLimit > o.MaxInFlight {
-		ps = append(ps, Problem{"min_limit", "min_limit above max_in_flight",
-			fmt.Sprintf("min_limit is %d but max_in_flight is %d; the adaptive limit lies between them.", o.MinLimit, o.MaxInFlight)})
+		problem("min_limit", "min_limit above max_in_flight",
+			fmt.Sprintf("min_limit is %d but max_in_flight is %d; the adaptive limit lies between them.", o.MinLimit, o.MaxInFlight))
 	}
 	if o.MinLimit > 0 && !o.Adaptive {
-		ps = append(ps, Problem{"min_limit", "min_limit without adaptive", "min_limit is the adaptive limit's floor; with adaptive = false the limit is max_in_flight."})
+		problem("min_limit", "min_limit without adaptive", "min_limit is the adaptive limit's floor; with adaptive = false the limit is max_in_flight.")
 	}
 	if o.QueueTimeout != 0 && o.QueueTimeout < MinQueueTimeout {
-		ps = append(ps, Problem{"queue_timeout", "Duration too short", fmt.Sprintf("queue_timeout must be at least %s.", MinQueueTimeout)})
+		problem("queue_timeout", "Duration too short", fmt.Sprintf("queue_timeout must be at least %s.", MinQueueTimeout))
 	}
-	return ps
+	return errors.Join(errs...)
 }
 
 // withDefaults fills in what o leaves zero.

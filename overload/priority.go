@@ -1,5 +1,7 @@
 package overload
 
+import "github.com/edgegate/gateway/internal/option"
+
 // Priority is the class of a request in a pool's queue: a freed slot goes
 // to the highest priority waiting, and a full queue sheds the lowest. The
 // zero Priority is Default.
@@ -22,14 +24,15 @@ var priorityNames = [numPriorities]string{"sheddable", "default", "critical"}
 // Priorities are every priority, lowest first.
 var Priorities = [numPriorities]Priority{Sheddable, Default, Critical}
 
-// ParsePriority reads a priority name of the configuration file.
-func ParsePriority(s string) (Priority, bool) {
+// ParsePriority reads a priority name of the configuration file; an
+// unknown one is an *option.Error, and Default.
+func ParsePriority(s string) (Priority, error) {
 	for _, p := range Priorities {
 		if s == priorityNames[p.index()] {
-			return p, true
+			return p, nil
 		}
 	}
-	return Default, false
+	return Default, option.Unknown("priority", "Unknown priority", s, []string{Critical.String(), Default.String(), Sheddable.String()})
 }
 
 // Valid reports whether p is one of Priorities.

@@ -363,9 +363,7 @@ func (p Pool) Validate() error {
 		}
 	}
 	if o := p.Overload; o != nil {
-		for _, op := range o.Problems() {
-			problem("overload."+op.Option, op.Summary, "%s", op.Detail)
-		}
+		errs = append(errs, option.Within("overload", o.Validate())...)
 		wait := defaultIfZero(o.QueueTimeout, overload.DefaultQueueTimeout)
 		if respond := defaultIfZero(p.ResponseTimeout, DefaultResponseTimeout); wait > respond {
 			problem("overload.queue_timeout", "queue_timeout above response_timeout", "queue_timeout is %s but the upstream's response_timeout is %s; a request would wait for a slot longer than for an answer.", wait, respond)

@@ -42,3 +42,41 @@ func Unknown(field, summary, value string, names []string) *Error {
 	}
 	return &Error{Field: field, Summary: summary, Detail: fmt.Sprintf("%s must be %s, not %q.", field, list, value)}
 }
+
+// Within returns the problems joined in err, each a copy whose Field (and
+// Earlier) is within block: "queue_timeout" within "overload" is
+// "overload.queue_timeout". An error that is no *Error is kept as it is.
+func Within(block string, err error) []error {
+	var out []error
+	var walk func(error)
+	walk = func(err error) {
+		switch e := err.(type) {
+		case nil:
+		case *Error:
+			c := *e
+			c.Field = join(block, c.Field)
+			if c.Earlier != "" {
+				c.Earlier = join(block, c.Earlier)
+			}
+			out = append(out, &c)
+		case interface{ Unwrap() []error }:
+			for _, each := range e.Unwrap() {
+				walk(each)
+			}
+		default:
+			out = append(out, err)
+		}
+	}
+	walk(err)
+	return out
+}
+
+func join(block, field string) string {
+	switch {
+	case block == "":
+		return field
+	case field == "":
+		return block
+	}
+	return block + "." + field
+}
