@@ -26,7 +26,7 @@ func (c *checker) rlsRules(blocks []*rlsRuleBlock, policies map[string]*limiter.
 		elements[field+".domain"] = attrRange(b.Body, "domain")
 		elements[field+".descriptor"] = b.Descriptor.Range()
 		elements[field+".route"] = attrRange(b.Body, "route")
-		r.Descriptor = c.descriptor(b, so)
+		r.Descriptor = c.descriptor(b, so, field, elements)
 		if has(b.Body, "policies") {
 			policyElements := map[string]hcl.Range{}
 			r.Policies, _ = c.policyList(c.list(b.Policies, "policies"), "policies", policyElements, c.policyNamed(policies))
@@ -43,15 +43,12 @@ func (c *checker) rlsRules(blocks []*rlsRuleBlock, policies map[string]*limiter.
 
 // descriptor reads a rule's entries; its subject entry must be a source
 // the rest of the file makes usable.
-func (c *checker) descriptor(b *rlsRuleBlock, so *subject.Options) []proxy.DescriptorEntry {
+func (c *checker) descriptor(b *rlsRuleBlock, so *subject.Options, field string, elements map[string]hcl.Range) []proxy.DescriptorEntry {
 	var entries []proxy.DescriptorEntry
 	subjectSeen := false
 	for _, it := range c.list(b.Descriptor, "descriptor") {
-		e, err := proxy.ParseDescriptorEntry(it.value)
-		if err != nil {
-			c.errorf(it.rng, "Invalid descriptor entry", "%s.", err)
-			continue
-		}
+		e := proxy.ParseDescriptorEntry(it.value)
+		elements[fmt.Sprintf("%s.descriptor[%d]", field, len(entries))] = it.rng
 		if k, err := subject.ParseKind(e.Key); err == nil && !subjectSeen {
 			subjectSeen = true
 			c.sourceUsable(k, it.rng, knownSources(so))

@@ -43,13 +43,17 @@ func (e DescriptorEntry) String() string {
 	return e.Key
 }
 
-// ParseDescriptorEntry reads "key" or "key=value".
-func ParseDescriptorEntry(s string) (DescriptorEntry, error) {
+// ParseDescriptorEntry reads "key" or "key=value"; ValidateRLSRules says
+// whether the entry is one.
+func ParseDescriptorEntry(s string) DescriptorEntry {
 	key, value, hasValue := strings.Cut(s, "=")
-	if key == "" || strings.TrimSpace(key) != key || len(s) > maxDescriptorValueBytes {
-		return DescriptorEntry{}, fmt.Errorf("a descriptor entry is \"key\" or \"key=value\" with a key of no spaces, at most %d bytes, not %q", maxDescriptorValueBytes, s)
-	}
-	return DescriptorEntry{Key: key, Value: value, HasValue: hasValue}, nil
+	return DescriptorEntry{Key: key, Value: value, HasValue: hasValue}
+}
+
+// valid reports whether e can match an entry of a call: a key of no
+// spaces, key and value within the bounds a call is held to.
+func (e DescriptorEntry) valid() bool {
+	return e.Key != "" && !strings.ContainsAny(e.Key, " \t") && len(e.Key) <= maxDescriptorValueBytes && len(e.Value) <= maxDescriptorValueBytes
 }
 
 // maxDescriptorValueBytes bounds an entry's key and value, in a rule and
@@ -93,11 +97,19 @@ func ValidateRLSRules(rules []RLSRule, routes []Route) error {
 		case at < 0:
 			problem(i, "descriptor", "No subject in the descriptor", "descriptor needs an entry whose key is a subject kind (client_ip, api_key, principal, ...): it carries whom the budget is for.")
 		}
+		sound := true
+		for j, e := range r.Descriptor {
+			if !e.valid() {
+				sound = false
+				problem(i, fmt.Sprintf("descriptor[%d]", j), "Invalid descriptor entry",
+					"A descriptor entry is \"key\" or \"key=value\", a key of no spaces, each at most %d bytes, not %q.", maxDescriptorValueBytes, e.String())
+			}
+		}
 		key := r.Domain + "\x00" + descriptorKey(r.Descriptor)
-		if first, dup := seen[key]; dup {
+		if first, dup := seen[key]; dup && sound {
 			errs = append(errs, &option.Error{Field: fmt.Sprintf("rls_rules[%d].descriptor", i), Summary: "Duplicate rls_rule",
 				Earlier: fmt.Sprintf("rls_rules[%d].descriptor", first), Detail: "Another rule has this domain and descriptor; only the first could ever match."})
-		} else {
+		} else if sound {
 			seen[key] = i
 		}
 		errs = append(errs, validateRLSBudget(i, r, at, kind, routes, problem)...)
