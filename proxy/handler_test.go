@@ -99,6 +99,8 @@ type setup struct {
 	invalidTokens *limiter.Policy
 	maxDelayed    int // MaxDelayed; 0: the default
 	pools         []proxy.Pool
+	rlsRules      []proxy.RLSRule
+	rlsToken      string
 }
 
 func newResolver(t testing.TB, trusted []string) *subject.Resolver {
@@ -145,7 +147,8 @@ func newGateway(t *testing.T, s setup) *gateway {
 		AccessLog: true,
 		Metrics:   s.metrics,
 	}, proxy.Config{Routes: s.routes, Pools: s.pools, Resolver: resolver, Limiter: lim, AllowUnderscoreHeaders: s.underscores,
-		TunnelIdleTimeout: s.tunnelIdle, BodyReadTimeout: s.bodyRead, InvalidTokenPolicy: s.invalidTokens, MaxDelayed: s.maxDelayed})
+		TunnelIdleTimeout: s.tunnelIdle, BodyReadTimeout: s.bodyRead, InvalidTokenPolicy: s.invalidTokens, MaxDelayed: s.maxDelayed,
+		RLSRules: s.rlsRules, RLSToken: s.rlsToken})
 	if err != nil {
 		t.Fatal(err)
 	}
