@@ -212,7 +212,14 @@ func (h *Handler) decideDescriptor(ctx context.Context, call *rlsCall, req *rlsv
 	if p := l.maxCost(); cost > p.MaxCost {
 		return nil, status.Errorf(codes.InvalidArgument, "hits_addend %d is above policy %q's max_cost %d", cost, p.Name, p.MaxCost)
 	}
-	o := c.limiter.Evaluate(ctx, limiter.Request{
+	// The caller's deadline is its own business: a call it gives up on
+	// ends as cancelled, which says nothing of Redis, rather than as a
+	// deadline the backend's breaker would count against the node. The
+	// decision's own bound is the request's Deadline.
+	lctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancel()
+	defer context.AfterFunc(ctx, cancel)()
+	o := c.limiter.Evaluate(lctx, limiter.Request{
 		Policies: l.set, Subject: s.Pseudonym, Cost: cost, EvaluationID: h.evalIDs.next(), NewID: true,
 		Route: rt.OperationID, Deadline: call.start.Add(c.deadline), Start: call.start,
 	})

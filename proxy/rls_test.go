@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -21,6 +22,7 @@ import (
 	"github.com/edgegate/gateway/internal/option"
 	"github.com/edgegate/gateway/limiter"
 	"github.com/edgegate/gateway/limiter/limitertest"
+	"github.com/edgegate/gateway/limiter/redistest"
 	"github.com/edgegate/gateway/proxy"
 	"github.com/edgegate/gateway/subject"
 )
@@ -291,5 +293,37 @@ func TestRLSRulesValidate(t *testing.T) {
 	}
 	if err := proxy.ValidateRLSRules([]proxy.RLSRule{rule("a", "d", "r", nil, "client_ip"), rule("b", "d", "", []*limiter.Policy{fw}, "client_ip", "k=v")}, routes); err != nil {
 		t.Errorf("sound rules: %v", err)
+	}
+}
+
+// TestRLSCallersGivingUpDoNotOpenTheBreaker: callers whose deadlines pass
+// while Redis is slow have given up; that says nothing of Redis, and the
+// next caller is decided, not refused by an open breaker.
+func TestRLSCallersGivingUpDoNotOpenTheBreaker(t *testing.T) {
+	s := redistest.Start(t)
+	up := newUpstream(t)
+	rt := route("api", "/", up, t, redisPolicy(limitertest.FixedWindow(1000, time.Minute), "impatient-"+limitertest.Subject()[3:11]))
+	rt.Subject = []subject.Kind{subject.ClientIP}
+	g := newGateway(t, setup{routes: []proxy.Route{rt}, limiter: redistest.NewLimiter(t, limiter.RedisOptions{Addrs: []string{s.Addr}}),
+		rlsRules: []proxy.RLSRule{rule("api", "edge", "api", nil, "client_ip")}})
+	c := startRLS(t, g)
+	req := &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{entries("client_ip=192.0.2.1")}}
+	shouldRateLimit(t, c, "edge", 0, req.Descriptors...)
+
+	s.Stop()
+	var wg sync.WaitGroup
+	for range 2 * limiter.DefaultBreakerFailures {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+			defer cancel()
+			if _, err := c.ShouldRateLimit(ctx, req); status.Code(err) != codes.DeadlineExceeded {
+				t.Errorf("a call to a stopped Redis: %v, want DeadlineExceeded", err)
+			}
+		})
+	}
+	wg.Wait()
+	s.Cont()
+	if res := shouldRateLimit(t, c, "edge", 0, req.Descriptors...); res.OverallCode != rlsv3.RateLimitResponse_OK {
+		t.Fatalf("after Redis answered again: %v, want OK", res.OverallCode)
 	}
 }
