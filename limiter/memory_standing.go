@@ -23,6 +23,7 @@ func (m *Memory) StandingDenial(req Request) (Evaluated, bool) {
 		if i == 0 || e.expiresAt <= nowMillis {
 			e = nil
 		}
+		p := s.policyFor(key, p, nowMillis)
 		st := s.current(key, e, p, nowMillis)
 		s.mu.Unlock()
 		res := decide(p, st, nowMillis, req.Cost, req.Phase, req.MayDelay)
