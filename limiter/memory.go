@@ -243,6 +243,9 @@ func (m *Memory) evaluate(req Request, keys []memoryKey) Outcome {
 		if steps[k].clockUnsafe {
 			return Unavailable{Category: ClockUnsafe}
 		}
+		// An override changes what is left, not the quota reported (as
+		// on Redis).
+		steps[k].decision.Limit = ps[k].Quota()
 		each[k] = steps[k].decision
 	}
 	charge := admitted(ps, each)

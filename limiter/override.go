@@ -15,6 +15,10 @@ type Override struct {
 	// Route, Policy and Pseudonym name it: one override per subject,
 	// route and policy.
 	Route, Policy, Pseudonym string
+	// Revision is the policy's when the override was set: a policy of
+	// another revision keeps another state, which the override does not
+	// touch.
+	Revision int64
 	// SubjectKind and Plan are what the subject was named as; for the
 	// admin API's listing.
 	SubjectKind, Plan string

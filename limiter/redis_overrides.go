@@ -34,6 +34,7 @@ func (r *Redis) overridesKey() string { return r.prefix + "overrides" }
 type overrideRecord struct {
 	Route       string    `json:"route"`
 	Policy      string    `json:"policy"`
+	Revision    int64     `json:"revision"`
 	Pseudonym   string    `json:"pseudonym"`
 	SubjectKind string    `json:"subject_kind"`
 	Plan        string    `json:"plan,omitempty"`
@@ -48,7 +49,7 @@ func (o redisOverrides) Set(ctx context.Context, req Request, i int, ov Override
 		return err
 	}
 	ov.at = r.keys(req.Policies, req.Subject)[i] + ":o"
-	rec, err := json.Marshal(overrideRecord{Route: ov.Route, Policy: ov.Policy, Pseudonym: ov.Pseudonym, SubjectKind: ov.SubjectKind,
+	rec, err := json.Marshal(overrideRecord{Route: ov.Route, Policy: ov.Policy, Revision: ov.Revision, Pseudonym: ov.Pseudonym, SubjectKind: ov.SubjectKind,
 		Plan: ov.Plan, Limit: ov.Limit, Expires: ov.Expires.UTC(), Key: ov.at})
 	if err != nil {
 		return err
@@ -100,7 +101,7 @@ func (o redisOverrides) List(ctx context.Context) ([]Override, error) {
 			expired = append(expired, id)
 			continue
 		}
-		out = append(out, Override{Route: rec.Route, Policy: rec.Policy, Pseudonym: rec.Pseudonym, SubjectKind: rec.SubjectKind,
+		out = append(out, Override{Route: rec.Route, Policy: rec.Policy, Revision: rec.Revision, Pseudonym: rec.Pseudonym, SubjectKind: rec.SubjectKind,
 			Plan: rec.Plan, Limit: rec.Limit, Expires: rec.Expires, at: rec.Key})
 	}
 	if len(expired) > 0 {
