@@ -33,8 +33,8 @@ func newBearerToken(t string) (*bearerToken, error) {
 	return &b, nil
 }
 
-// adminRequestBytes bounds what the admin API reads of a request body: no
-// call of it takes one.
+// adminRequestBytes bounds what the admin API reads of a request body
+// (PUT /v1/overrides takes one).
 const adminRequestBytes = 4 << 10
 
 const (
@@ -94,6 +94,14 @@ func (h *Handler) AdminAPI() http.Handler {
 				h.adminLimits(w, r, c)
 			default:
 				w.Header()["Allow"] = []string{"GET, HEAD, DELETE"}
+				writeProblem(w, problemAdminMethod)
+			}
+		case "/v1/overrides":
+			switch r.Method {
+			case http.MethodGet, http.MethodHead, http.MethodPut, http.MethodDelete:
+				h.adminOverrides(w, r, c)
+			default:
+				w.Header()["Allow"] = []string{"GET, HEAD, PUT, DELETE"}
 				writeProblem(w, problemAdminMethod)
 			}
 		default:
