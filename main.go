@@ -186,6 +186,9 @@ func serve(path string, stderr io.Writer, started chan<- *gateway) int {
 		Help: "Configuration reloads by result (ok, error).",
 	}, []string{"result"})
 	g.registry.MustRegister(g.reloads)
+	for _, result := range []string{"ok", "error"} {
+		g.reloads.WithLabelValues(result) // at 0 from the start, for the dashboard
+	}
 	if err := g.start(f); err != nil {
 		logger.Error("cannot start", "error", err.Error())
 		if g.backend != nil {

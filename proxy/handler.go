@@ -368,8 +368,7 @@ func (h *Handler) compile(cfg Config, prev *compiled) (*compiled, []*poolTranspo
 			if err != nil {
 				return nil, nil, fmt.Errorf("proxy: route %q: %w", r.OperationID, err)
 			}
-			l.bindLeaseGauges(h.opts.Metrics, r.OperationID)
-			l.bindDelayHistograms(h.opts.Metrics, r.OperationID)
+			l.bindSeries(h.opts.Metrics, cfg.Limiter, r.OperationID)
 			r.limits = l
 		}
 		for plan, ps := range r.Plans {
@@ -380,8 +379,7 @@ func (h *Handler) compile(cfg Config, prev *compiled) (*compiled, []*poolTranspo
 			if r.planLimits == nil {
 				r.planLimits = map[string]*limits{}
 			}
-			l.bindLeaseGauges(h.opts.Metrics, r.OperationID)
-			l.bindDelayHistograms(h.opts.Metrics, r.OperationID)
+			l.bindSeries(h.opts.Metrics, cfg.Limiter, r.OperationID)
 			r.planLimits[plan] = l
 		}
 		r.asksTrailers = r.limits != nil && byHeader(r.limits.charges)
