@@ -133,7 +133,7 @@ func (h *Handler) compileRoute(cfg Config, rc Route, pools map[string]*pool, gat
 	r.requestRules = compileHeaderRules(r.RequestHeaders)
 	r.responseRules = compileHeaderRules(r.ResponseHeaders)
 	r.Upgrades = lowerCase(r.Upgrades)
-	if err := r.compileLimits(h.opts.Metrics); err != nil {
+	if err := r.compileLimits(h.opts.Metrics, cfg.Limiter); err != nil {
 		return nil, err
 	}
 	r.query = subject.Query{Sources: r.Subject, OperationID: r.OperationID, MapsPlan: r.mapsPlan, Gate: gate,
@@ -154,15 +154,14 @@ func (h *Handler) compileRoute(cfg Config, rc Route, pools map[string]*pool, gat
 }
 
 // compileLimits compiles the route's policies and each plan's, their
-// series bound to m (nil: none).
-func (r *route) compileLimits(m *Metrics) error {
+// series bound to m (nil: none) and backend's.
+func (r *route) compileLimits(m *Metrics, backend Limiter) error {
 	compile := func(ps []*limiter.Policy) (*limits, error) {
 		l, err := newLimits(ps)
 		if err != nil {
 			return nil, err
 		}
-		l.bindLeaseGauges(m, r.OperationID)
-		l.bindDelayHistograms(m, r.OperationID)
+		l.bindSeries(m, backend, r.OperationID)
 		r.asksTrailers = r.asksTrailers || byHeader(l.charges)
 		return l, nil
 	}

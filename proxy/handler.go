@@ -319,7 +319,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	x.releaseLease()
 	code, written := cw.result()
 	cw.done()
-	h.record(r, c, &x, code, written, start, false)
+	h.record(r, c, &x, code, written, start, x.aborted)
 }
 
 // serve is the request path, in order. Every branch that does not forward
@@ -423,6 +423,13 @@ func (h *Handler) serve(w http.ResponseWriter, cw *capture, r *http.Request, c *
 		writeBodyTimeout(w, r, h.opts.Logger, rt.OperationID)
 		x.outcome = "rejected"
 		return
+	}
+	if !cw.final && r.Context().Err() != nil {
+		// The client reset its stream (HTTP/2, HTTP/3) or closed its
+		// connection before the response head: nobody answered it, and
+		// the forwarder wrote nothing. It is the client's abort.
+		x.aborted = true
+		w.WriteHeader(statusClientClosed)
 	}
 	if x.outcome == "" {
 		x.outcome = "allowed"
