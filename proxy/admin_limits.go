@@ -80,12 +80,7 @@ func (h *Handler) adminLimits(w http.ResponseWriter, r *http.Request, c *compile
 		writeProblem(w, newProblem(http.StatusNotFound, typeAdminNotFound, "No such route", "No route is named "+quoteDetail(routeName)+"."))
 		return
 	}
-	kindName, identity, ok := strings.Cut(named, ":")
-	if !ok {
-		writeAdminBadQuery(w, "subject is KIND:IDENTITY.")
-		return
-	}
-	kind, err := subject.ParseKind(kindName)
+	kind, identity, err := subject.ParseNamed(named)
 	if err != nil {
 		writeAdminBadQuery(w, "subject is KIND:IDENTITY; "+err.Error())
 		return
