@@ -32,6 +32,8 @@ const (
 	sourceHeader
 	sourceCookie
 	sourceQuery
+	sourceJA4
+	sourceJA4ClientIP
 )
 
 // The fixed sources.
@@ -44,6 +46,12 @@ var (
 	// ClientCert is the identity of a TLS client certificate whose chain
 	// verified (client_cert.go).
 	ClientCert = Kind{source: sourceClientCert, name: "client_cert"}
+	// JA4 is the JA4 fingerprint of the client's TLS ClientHello
+	// (Options.TLSFingerprint). Many clients share one.
+	JA4 = Kind{source: sourceJA4, name: "ja4"}
+	// JA4ClientIP is the JA4 fingerprint and the client_ip identity
+	// together: one subject per fingerprint per address.
+	JA4ClientIP = Kind{source: sourceJA4ClientIP, name: "ja4+client_ip"}
 )
 
 func (k Kind) String() string {
@@ -54,7 +62,7 @@ func (k Kind) String() string {
 }
 
 // kinds are the fixed Kinds in the order the documentation lists them.
-var kinds = []Kind{Principal, APIKey, ClientIP, JWT, ClientCert}
+var kinds = []Kind{Principal, APIKey, ClientIP, JWT, ClientCert, JA4, JA4ClientIP}
 
 // fieldSources are the sources named "PREFIX:NAME", by prefix.
 var fieldSources = map[string]source{"header": sourceHeader, "cookie": sourceCookie, "query": sourceQuery}

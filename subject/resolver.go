@@ -56,6 +56,10 @@ type Options struct {
 	// Now is the clock client certificates are checked against. Default
 	// time.Now.
 	Now func() time.Time
+	// TLSFingerprint is the JA4 fingerprint of the TLS connection a
+	// request's context belongs to, "" for none; nil: routes that list ja4
+	// never identify by it.
+	TLSFingerprint func(context.Context) string
 }
 
 // Defaults of Options.
@@ -100,6 +104,7 @@ type Resolver struct {
 	planHeader      string
 	plans           map[string]string // known plan names, to themselves
 	certs           *chainVerdicts    // nil without ClientCAs
+	fingerprint     func(context.Context) string
 }
 
 // Subject is who is asking, as far as anything outside this package may know.
@@ -175,6 +180,7 @@ func NewResolver(opts Options) (*Resolver, error) {
 		planHeader:      http.CanonicalHeaderKey(opts.PlanHeader),
 		plans:           plans,
 		certs:           certs,
+		fingerprint:     opts.TLSFingerprint,
 	}, nil
 }
 
@@ -303,6 +309,8 @@ func (in Inbound) Resolve(q Query) (Subject, error) {
 			s.Plan, s.PlanUnknown = r.knownPlan(claims.plan)
 		case ClientCert:
 			identity = in.clientCert(q.CertIdentity)
+		case JA4, JA4ClientIP:
+			identity = in.fingerprintIdentity(k)
 		default:
 			var err error
 			if identity, err = fieldValue(req, k); err != nil {
@@ -378,6 +386,11 @@ func (r *Resolver) Named(kind Kind, identity, plan string, q Query) (Subject, er
 		}
 		if identity != "" {
 			identity = q.CertIdentity.named(identity)
+		}
+	case JA4, JA4ClientIP:
+		var err error
+		if identity, err = r.namedFingerprint(kind, identity); err != nil {
+			return Subject{}, err
 		}
 	default:
 		if len(identity) > MaxFieldBytes {
