@@ -104,7 +104,9 @@ func TestJA4IgnoresGREASEAndReadsEachField(t *testing.T) {
 		want   string
 	}{
 		{"QUIC", func(h *tls.ClientHelloInfo) {}, "q13d1516h2_"},
-		{"no SNI extension", func(h *tls.ClientHelloInfo) { h.Extensions = slices.DeleteFunc(h.Extensions, func(e uint16) bool { return e == 0 }) }, "t13i1515h2_"},
+		{"no SNI extension", func(h *tls.ClientHelloInfo) {
+			h.Extensions = slices.DeleteFunc(h.Extensions, func(e uint16) bool { return e == 0 })
+		}, "t13i1515h2_"},
 		{"TLS 1.2 only", func(h *tls.ClientHelloInfo) { h.SupportedVersions = []uint16{tls.VersionTLS12} }, "t12d1516h2_"},
 		{"an unknown version", func(h *tls.ClientHelloInfo) { h.SupportedVersions = []uint16{0x0305} }, "t00d1516h2_"},
 		{"no ALPN", func(h *tls.ClientHelloInfo) { h.SupportedProtos = nil }, "t13d151600_"},
