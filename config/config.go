@@ -186,7 +186,7 @@ func (c *checker) file(fb *fileBlock) *File {
 		maxBody = c.integer(fb.Listen.MaxBodyBytes, fb.Listen.Body, "max_body_bytes", maxBody, 0)
 	}
 	f.Proxy.Pools = c.upstreams(fb.Upstreams)
-	f.Proxy.Routes = c.routes(fb.Routes, policies, &f.Subject, maxBody)
+	f.Proxy.Routes = c.routes(fb.Routes, policies, &f.Subject, maxBody, fb.Listen != nil && fb.Listen.HTTPS != nil)
 	f.Proxy.RLSRules = c.rlsRules(fb.RLSRules, policies, &f.Subject, f.Proxy.Routes)
 	if fb.RLS != nil {
 		f.Proxy.RLSToken = c.bearerToken(fb.RLS.Token, "rls")

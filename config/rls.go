@@ -51,7 +51,9 @@ func (c *checker) descriptor(b *rlsRuleBlock, so *subject.Options, field string,
 		elements[fmt.Sprintf("%s.descriptor[%d]", field, len(entries))] = it.rng
 		if k, err := subject.ParseKind(e.Key); err == nil && !subjectSeen {
 			subjectSeen = true
-			c.sourceUsable(k, it.rng, knownSources(so))
+			// A ja4 entry's value is the caller's fingerprint: no HTTPS
+			// listener of this gateway needed.
+			c.sourceUsable(k, it.rng, knownSources(so, true))
 		}
 		entries = append(entries, e)
 	}

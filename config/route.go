@@ -20,18 +20,19 @@ var defaultSources = []subject.Kind{subject.Principal, subject.APIKey, subject.C
 // sourcesKnown says which subject sources the rest of the file makes
 // usable.
 type sourcesKnown struct {
-	keys, principal, jwt, clientCAs bool
+	keys, principal, jwt, clientCAs, https bool
 }
 
-func knownSources(so *subject.Options) sourcesKnown {
+func knownSources(so *subject.Options, https bool) sourcesKnown {
 	return sourcesKnown{keys: so.KnownKeys != nil, principal: so.PrincipalHeader != "" && len(so.TrustedProxies) > 0,
-		jwt: so.JWT != nil, clientCAs: so.ClientCAs != nil}
+		jwt: so.JWT != nil, clientCAs: so.ClientCAs != nil, https: https}
 }
 
 // routes checks the route blocks against the policies and the subject
-// options; maxBody is the listen block's default body cap.
-func (c *checker) routes(blocks []*routeBlock, policies map[string]*limiter.Policy, so *subject.Options, maxBody int64) []proxy.Route {
-	known := knownSources(so)
+// options; maxBody is the listen block's default body cap, https whether
+// the file has an HTTPS listener.
+func (c *checker) routes(blocks []*routeBlock, policies map[string]*limiter.Policy, so *subject.Options, maxBody int64, https bool) []proxy.Route {
+	known := knownSources(so, https)
 	var routes []proxy.Route
 	// The ranges of the routes' fields as a list (proxy.ValidateRoutes).
 	listElements := map[string]hcl.Range{}
@@ -138,6 +139,8 @@ func (c *checker) sourceUsable(k subject.Kind, rng hcl.Range, known sourcesKnown
 		c.errorf(rng, "jwt needs a jwt block", "The jwt source verifies tokens against subject.jwt; add the block with a key set, issuer, audience and algorithms.")
 	case k == subject.ClientCert && !known.clientCAs:
 		c.errorf(rng, "client_cert needs client_ca_file", "The client_cert source believes certificates that chain to tls.client_ca_file; set it.")
+	case (k == subject.JA4 || k == subject.JA4ClientIP) && !known.https:
+		c.errorf(rng, k.String()+" needs listen.https", "The ja4 fingerprint is read from the TLS ClientHello; the gateway terminates TLS only on listen.https (and http3).")
 	}
 }
 

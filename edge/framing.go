@@ -97,7 +97,8 @@ func (l *framingListener) handshake(c net.Conn) {
 		ctx, cancel = context.WithTimeout(ctx, l.timeout)
 		defer cancel()
 	}
-	tc := tls.Server(c, l.cfg)
+	ctx, f := withFingerprint(ctx, false)
+	tc := tls.Server(&fingerprintedConn{Conn: c, fingerprint: f}, l.cfg)
 	if err := tc.HandshakeContext(ctx); err != nil {
 		tc.Close()
 		return
@@ -163,6 +164,9 @@ type connKey struct{}
 // connContext is the http.Server hook that lets the framing check find a
 // request's connection.
 func connContext(ctx context.Context, c net.Conn) context.Context {
+	if f := connFingerprint(c); f != nil {
+		ctx = context.WithValue(ctx, fingerprintKey{}, f)
+	}
 	if fc, ok := c.(*framingConn); ok {
 		return context.WithValue(ctx, connKey{}, fc)
 	}

@@ -150,6 +150,7 @@ func (q *quicEdge) connContext(ctx context.Context, info *quic.ClientInfo) (cont
 		ctx = context.WithValue(ctx, handshakeKey{}, h)
 		context.AfterFunc(ctx, h.done)
 	}
+	ctx, _ = withFingerprint(ctx, true)
 	return ctx, nil
 }
 

@@ -77,12 +77,7 @@ func adminSubject(w http.ResponseWriter, q url.Values, c *compiled) (rt *route, 
 		writeProblem(w, newProblem(http.StatusNotFound, typeAdminNotFound, "No such route", "No route is named "+quoteDetail(routeName)+"."))
 		return nil, s, false
 	}
-	kindName, identity, found := strings.Cut(named, ":")
-	if !found {
-		writeAdminBadQuery(w, "subject is KIND:IDENTITY.")
-		return nil, s, false
-	}
-	kind, err := subject.ParseKind(kindName)
+	kind, identity, err := subject.ParseNamed(named)
 	if err != nil {
 		writeAdminBadQuery(w, "subject is KIND:IDENTITY; "+err.Error())
 		return nil, s, false

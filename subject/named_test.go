@@ -2,7 +2,10 @@ package subject_test
 
 import (
 	"crypto/sha256"
+	"net/http"
+	"net/http/httptest"
 	"net/netip"
+	"strings"
 	"testing"
 
 	"github.com/edgegate/gateway/subject"
@@ -77,4 +80,50 @@ func TestANamedSubjectIsTheSubjectOfARequestThatCarriesIt(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A header, cookie or query source is named KIND:NAME:VALUE by the admin
+// API, and Named gives it the pseudonym a request with that value gets.
+func TestANamedFieldSubjectIsTheSubjectOfARequestThatCarriesIt(t *testing.T) {
+	r, err := subject.NewResolver(subject.Options{PseudonymKeys: map[int][]byte{1: []byte(fakeSecret)}, PseudonymVersion: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		named string
+		req   *http.Request
+	}{
+		{"header:x-tenant:acme", withHeader(request("192.0.2.1:1"), "X-Tenant", "acme")},
+		{"cookie:session:a:b", withHeader(request("192.0.2.1:1"), "Cookie", "session=a:b")},
+		{"query:key:a b", httptest.NewRequest("GET", "/?key=a+b", nil)},
+	} {
+		t.Run(c.named, func(t *testing.T) {
+			kind, identity, err := subject.ParseNamed(c.named)
+			if err != nil {
+				t.Fatal(err)
+			}
+			q := subject.Query{Sources: []subject.Kind{kind}, OperationID: "op"}
+			want, err := r.Resolve(c.req, q)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := r.Named(kind, identity, "", q)
+			if err != nil || got != want {
+				t.Fatalf("named %+v, %v; resolved %+v", got, err, want)
+			}
+			if _, err := r.Named(kind, strings.Repeat("a", subject.MaxFieldBytes+1), "", q); err == nil {
+				t.Fatal("a value over the limit is named")
+			}
+		})
+	}
+	for _, bad := range []string{"header:acme", "header", "form:x:y", "header:bad name:x"} {
+		if _, _, err := subject.ParseNamed(bad); err == nil {
+			t.Errorf("ParseNamed(%q) gave no error", bad)
+		}
+	}
+}
+
+func withHeader(req *http.Request, name, value string) *http.Request {
+	req.Header.Set(name, value)
+	return req
 }

@@ -11,55 +11,7 @@ import (
 	"slices"
 	"strings"
 	"time"
-
-	"github.com/edgegate/gateway/internal/option"
 )
-
-// Kind is a source of identity.
-type Kind uint8
-
-const (
-	Principal Kind = iota + 1
-	APIKey
-	ClientIP
-	// JWT is the principal of a verified bearer token.
-	JWT
-	// ClientCert is the identity of a TLS client certificate whose chain
-	// verified (client_cert.go).
-	ClientCert
-)
-
-func (k Kind) String() string {
-	switch k {
-	case Principal:
-		return "principal"
-	case APIKey:
-		return "api_key"
-	case ClientIP:
-		return "client_ip"
-	case JWT:
-		return "jwt"
-	case ClientCert:
-		return "client_cert"
-	}
-	return "none"
-}
-
-// kinds are the Kinds in the order the documentation lists them.
-var kinds = []Kind{Principal, APIKey, ClientIP, JWT, ClientCert}
-
-// ParseKind maps a configuration name to a Kind; an unknown name is an
-// *option.Error of the field subject.
-func ParseKind(s string) (Kind, error) {
-	names := make([]string, len(kinds))
-	for i, k := range kinds {
-		if k.String() == s {
-			return k, nil
-		}
-		names[i] = k.String()
-	}
-	return 0, option.Unknown("subject", "Unknown subject source", s, names)
-}
 
 // KeyHash is the SHA-256 of an API key. The gateway knows keys only by hash.
 type KeyHash [sha256.Size]byte
@@ -104,6 +56,10 @@ type Options struct {
 	// Now is the clock client certificates are checked against. Default
 	// time.Now.
 	Now func() time.Time
+	// TLSFingerprint is the JA4 fingerprint of the TLS connection a
+	// request's context belongs to, "" for none; nil: routes that list ja4
+	// never identify by it.
+	TLSFingerprint func(context.Context) string
 }
 
 // Defaults of Options.
@@ -148,6 +104,7 @@ type Resolver struct {
 	planHeader      string
 	plans           map[string]string // known plan names, to themselves
 	certs           *chainVerdicts    // nil without ClientCAs
+	fingerprint     func(context.Context) string
 }
 
 // Subject is who is asking, as far as anything outside this package may know.
@@ -223,6 +180,7 @@ func NewResolver(opts Options) (*Resolver, error) {
 		planHeader:      http.CanonicalHeaderKey(opts.PlanHeader),
 		plans:           plans,
 		certs:           certs,
+		fingerprint:     opts.TLSFingerprint,
 	}, nil
 }
 
@@ -351,6 +309,13 @@ func (in Inbound) Resolve(q Query) (Subject, error) {
 			s.Plan, s.PlanUnknown = r.knownPlan(claims.plan)
 		case ClientCert:
 			identity = in.clientCert(q.CertIdentity)
+		case JA4, JA4ClientIP:
+			identity = in.fingerprintIdentity(k)
+		default:
+			var err error
+			if identity, err = fieldValue(req, k); err != nil {
+				return Subject{}, err
+			}
 		}
 		if identity == "" {
 			continue
@@ -422,6 +387,15 @@ func (r *Resolver) Named(kind Kind, identity, plan string, q Query) (Subject, er
 		if identity != "" {
 			identity = q.CertIdentity.named(identity)
 		}
+	case JA4, JA4ClientIP:
+		var err error
+		if identity, err = r.namedFingerprint(kind, identity); err != nil {
+			return Subject{}, err
+		}
+	default:
+		if len(identity) > MaxFieldBytes {
+			return Subject{}, fmt.Errorf("%s: longer than %d bytes", kind, MaxFieldBytes)
+		}
 	}
 	if identity == "" {
 		return Subject{}, fmt.Errorf("%s: no identity", kind)
@@ -474,6 +448,9 @@ func (r *Resolver) header(k Kind) string {
 		if r.jwt != nil {
 			return r.jwt.header
 		}
+	}
+	if k.source == sourceHeader {
+		return k.field
 	}
 	return ""
 }
