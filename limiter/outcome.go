@@ -227,6 +227,9 @@ type Request struct {
 	// gateway_limiter_duration_seconds times an admission from it rather
 	// than read the clock again. Zero: from when Evaluate is called.
 	Start time.Time
+	// settles, on a settlement of an admission (Admitted.Settlement),
+	// is what it settles.
+	settles *settling
 }
 
 // DefaultDeadline is how long the gateway lets one evaluation take.
