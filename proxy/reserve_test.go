@@ -1,0 +1,95 @@
+package proxy_test
+
+import (
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/edgegate/gateway/limiter"
+	"github.com/edgegate/gateway/limiter/limitertest"
+	"github.com/edgegate/gateway/proxy"
+)
+
+// The burst of issue 33: 40 requests at once, each costing 50 by its
+// cost header, on a budget of 100 with the last unit left. Each admission
+// reserves its policy's reserve, so no more are in flight than the units
+// left hold reserves: one with the default reserve of 1, none with a
+// reserve of 50; and on a fresh budget with a reserve of 50, two. The
+// debt that follows is at most (admitted) × (50 - reserve).
+func TestABurstOnTheLastUnitsAdmitsNoMoreThanTheyHoldReserves(t *testing.T) {
+	for _, c := range []struct {
+		name          string
+		reserve, left int64
+	}{
+		{"the default reserve of 1, the last unit left", limiter.DefaultReserve, 1},
+		{"a reserve of 50, the last unit left", 50, 1},
+		{"a reserve of 50, the whole budget left", 50, 100},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			onEachBackend(t, func(t *testing.T, lim proxy.Limiter) {
+				burstOnTheLastUnits(t, lim, c.reserve, c.left)
+			})
+		})
+	}
+}
+
+func burstOnTheLastUnits(t *testing.T, lim proxy.Limiter, reserve, left int64) {
+	release := make(chan struct{})
+	var held atomic.Int64
+	up, reached := answering(t, func(w http.ResponseWriter, r *http.Request) {
+		if cost := r.Header.Get("X-Spend"); cost != "" {
+			w.Header().Set("X-Usage-Cost", cost)
+			return
+		}
+		held.Add(1)
+		<-release
+		w.Header().Set("X-Usage-Cost", "50")
+	})
+	p := redisPolicy(limitertest.FixedWindow(100, time.Hour), "usage")
+	p.CostHeader, p.MaxCost, p.Reserve = "X-Usage-Cost", 50, reserve
+	g := newGateway(t, setup{routes: []proxy.Route{route("api", "/api", up, t, p)}, limiter: lim})
+	for spent := 100 - left; spent > 0; spent -= min(spent, 50) {
+		if res := g.get(t, "/api", "X-Spend", strconv.FormatInt(min(spent, 50), 10)); res.StatusCode != 200 {
+			t.Fatalf("spending: status %d", res.StatusCode)
+		}
+	}
+	spending := reached.Load()
+
+	var refused atomic.Int64
+	var wg sync.WaitGroup
+	codes := make([]int, 40)
+	for i := range codes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res := g.get(t, "/api")
+			codes[i] = res.StatusCode
+			if res.StatusCode == 429 {
+				refused.Add(1)
+			}
+		}()
+	}
+	// Every request is either refused or held by the upstream at once.
+	waitFor(t, "every request refused or in flight", func() bool { return refused.Load()+held.Load() == 40 })
+	close(release)
+	wg.Wait()
+
+	want := left / reserve
+	admitted := reached.Load() - spending
+	if admitted != want {
+		t.Fatalf("%d of 40 admitted, want %d (%d left, reserve %d); statuses %v", admitted, want, left, reserve, codes)
+	}
+	// What is left: the admitted settled at 50 each.
+	res := g.get(t, "/api", "X-Spend", "0")
+	if wantCode := map[bool]int{true: 200, false: 429}[left-50*admitted >= reserve]; res.StatusCode != wantCode {
+		t.Fatalf("after the burst: status %d, want %d", res.StatusCode, wantCode)
+	}
+	if res.StatusCode == 200 {
+		if r := remaining(t, res, "usage"); r != left-50*admitted-reserve {
+			t.Fatalf("after the burst: r=%d, want %d", r, left-50*admitted-reserve)
+		}
+	}
+}
