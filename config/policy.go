@@ -47,6 +47,11 @@ func (c *checker) policy(b *policyBlock) *limiter.Policy {
 	p.MaxClockRegression = c.durationOr(b.MaxClockRegression, b.Body, "max_clock_regression", p.MaxClockRegression)
 	p.CountStatuses = limiter.StatusSet(b.CountStatuses...)
 	p.CostHeader = or(b.CostHeader, "")
+	p.Reserve = or(b.Reserve, p.Reserve)
+	if b.Reserve != nil && *b.Reserve == limiter.DefaultReserve && !p.ChargedByResponse() {
+		// Written at its default, which Validate cannot tell from unset.
+		c.refusedAt(nameRange(b.Body, "reserve"), limiter.ReserveNotTaken())
+	}
 	if b.Calendar != nil {
 		cal, err := limiter.ParseCalendar(*b.Calendar)
 		if err != nil {
