@@ -88,8 +88,9 @@ func admissionCharge(p *Policy, cost int64) int64 {
 // Admitted is what may follow an admitted request, carried by its
 // outcome (Evaluated.Admitted) as an http.Response carries its Body's
 // Close: the leases it holds released or renewed (a concurrency policy),
-// and the place it took given back when it is never used (a delayed
-// request whose client left). It goes to the backend that decided the
+// the place it took given back when it is never used (a delayed
+// request whose client left), and the reserves of its policies charged by
+// the response settled (Settlement). It goes to the backend that decided the
 // request, with the request as that backend took it (a fallback's
 // divided policies included). A nil *Admitted has nothing to follow:
 // each of its methods does nothing.
