@@ -48,8 +48,7 @@ func (c *checker) policy(b *policyBlock) *limiter.Policy {
 	p.CountStatuses = limiter.StatusSet(b.CountStatuses...)
 	p.CostHeader = or(b.CostHeader, "")
 	p.Reserve = or(b.Reserve, p.Reserve)
-	if b.Reserve != nil && *b.Reserve == limiter.DefaultReserve && !p.ChargedByResponse() {
-		// Written at its default, which Validate cannot tell from unset.
+	if b.Reserve != nil && !p.ChargedByResponse() {
 		c.refusedAt(nameRange(b.Body, "reserve"), limiter.ReserveNotTaken())
 	}
 	if b.Calendar != nil {

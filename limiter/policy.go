@@ -122,7 +122,7 @@ type Policy struct {
 	// charges at once, atomically with the request's other policies, and
 	// holds until the response settles it (Admitted.Settlement): a budget
 	// with r units left admits at most r / Reserve requests at once. At
-	// least 1 and at most MaxCost; DefaultReserve on any other policy.
+	// least 1 and at most MaxCost; any other policy ignores it.
 	Reserve int64
 
 	MaxCost            int64

@@ -88,12 +88,8 @@ func (p *Policy) validateResponseCharge(problem func(field, summary, detail stri
 		// charge comes after the request, from the shared budget.
 		problem("lease", "lease with a response charge", "lease does not apply to a policy charged by the response (count_statuses, cost_header).")
 	}
-	switch {
-	case p.Reserve < 1:
+	if p.ChargedByResponse() && p.Reserve < 1 {
 		problem("reserve", "Value too small", "reserve must be at least 1.")
-	case p.Reserve != DefaultReserve && !p.ChargedByResponse():
-		e := ReserveNotTaken()
-		problem(e.Field, e.Summary, "%s", e.Detail)
 	}
 	if p.CostHeader != "" {
 		if !validHeaderName(p.CostHeader) {
@@ -123,7 +119,8 @@ func validHeaderName(s string) bool {
 }
 
 // ReserveNotTaken is the problem of a policy that sets reserve without
-// being charged by the response.
+// being charged by the response: a file's (Validate ignores the field
+// there, which has a default).
 func ReserveNotTaken() *option.Error {
 	return &option.Error{Field: "reserve", Summary: "reserve without a response charge",
 		Detail: "reserve applies only to a policy charged by the response (count_statuses, cost_header)."}
