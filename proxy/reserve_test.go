@@ -11,6 +11,7 @@ import (
 	"github.com/edgegate/gateway/limiter"
 	"github.com/edgegate/gateway/limiter/limitertest"
 	"github.com/edgegate/gateway/proxy"
+	"github.com/edgegate/gateway/subject"
 )
 
 // The burst of issue 33: 40 requests at once, each costing 50 by its
@@ -91,5 +92,45 @@ func burstOnTheLastUnits(t *testing.T, lim proxy.Limiter, reserve, left int64) {
 		if r := remaining(t, res, "usage"); r != left-50*admitted-reserve {
 			t.Fatalf("after the burst: r=%d, want %d", r, left-50*admitted-reserve)
 		}
+	}
+}
+
+// costTransport answers every request at once with its cost header.
+type costTransport struct{ cost []string }
+
+func (c *costTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	return &http.Response{StatusCode: 200, Header: http.Header{"Date": benchDate, "X-Usage-Cost": c.cost},
+		Body: http.NoBody, Request: r, ContentLength: 0}, nil
+}
+
+// BenchmarkRequestPathChargedByTheResponse is the request path of a route
+// whose one policy the response charges, on the memory backend: each
+// request reserves at admission and is settled after its response, once
+// the reserve given back (a cost of 0), once the rest charged (a cost of
+// 5 over a reserve of 1), once the reserve the cost (nothing sent).
+func BenchmarkRequestPathChargedByTheResponse(b *testing.B) {
+	for _, bc := range []struct {
+		name string
+		cost string
+	}{
+		{"given_back", "0"},
+		{"charged_the_rest", "5"},
+		{"the_reserve", "1"},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			m := limiter.NewMemory(limiter.MemoryOptions{})
+			defer m.Close()
+			p := limitertest.FixedWindow(1<<40, time.Hour)
+			p.CostHeader, p.MaxCost, p.Dedup = "X-Usage-Cost", 100, limiter.Dedup{}
+			rt := proxy.Route{OperationID: "orders.read", Path: "/orders", Upstream: "http://upstream.invalid",
+				Policies: onePolicy(p), Subject: []subject.Kind{subject.ClientIP}, Cost: 1}
+			h, err := proxy.NewHandler(proxy.Options{Transport: &costTransport{cost: []string{bc.cost}}}, proxy.Config{
+				Routes: []proxy.Route{rt}, Resolver: newResolver(b, nil), Limiter: m,
+			})
+			if err != nil {
+				b.Fatal(err)
+			}
+			benchServe(b, h, 1, 200)
+		})
 	}
 }
