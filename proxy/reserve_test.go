@@ -134,3 +134,39 @@ func BenchmarkRequestPathChargedByTheResponse(b *testing.B) {
 		})
 	}
 }
+
+// A request held for a delay whose client leaves never reaches the
+// upstream: the reserve its response-charged policy took goes back with
+// the delayed place, so two clients that left cost the budget nothing.
+func TestAClientThatLeavesWhileHeldGivesItsReserveBack(t *testing.T) {
+	onEachBackend(t, func(t *testing.T, lim proxy.Limiter) {
+		up, reached := answering(t, func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("X-Usage-Cost", "1")
+		})
+		usage := redisPolicy(limitertest.FixedWindow(3, time.Hour), "usage")
+		usage.CostHeader, usage.MaxCost = "X-Usage-Cost", 3
+		smooth := smoothing(1, time.Second)
+		g := newGateway(t, setup{routes: []proxy.Route{concurrencyRoute(t, up.URL, smooth, usage)}, limiter: lim})
+		logClock := stopClock(g)
+		if code, err := g.getFor(t, "/", 5*time.Second); code != 200 {
+			t.Fatalf("first request: %d %v", code, err)
+		}
+		for i := 2; i <= 3; i++ {
+			logClock.Advance(time.Second)
+			if code, err := g.getFor(t, "/", 200*time.Millisecond); err == nil {
+				t.Fatalf("request %d answered %d at once; want it held", i, code)
+			}
+			if rec := lastLine(t, g, i); rec["outcome"] != "client_closed" {
+				t.Fatalf("request %d logged %v; want client_closed", i, rec)
+			}
+		}
+		res := g.get(t, "/")
+		if res.StatusCode != 200 || remaining(t, res, "usage") != 1 {
+			t.Fatalf("after two clients left while held: %d, RateLimit %q; want 200 with usage r=1 (3 - 1 spent - 1 reserved)",
+				res.StatusCode, res.Header.Get("RateLimit"))
+		}
+		if n := reached.Load(); n != 2 {
+			t.Fatalf("the upstream saw %d requests, want 2", n)
+		}
+	})
+}
