@@ -84,14 +84,18 @@ func (f *fallback) Evaluate(ctx context.Context, req Request) Outcome {
 	e.Fallback = true
 	if f.decisions != nil && req.observed() {
 		for i, p := range req.Policies.list {
-			decision := "denied"
-			if e.PolicyDecision(i).Allowed {
-				decision = "allowed"
-			}
-			f.decisions.WithLabelValues(req.Route, p.Name, decision).Inc()
+			f.decisions.WithLabelValues(req.Route, p.Name, fallbackDecision(e.PolicyDecision(i).Allowed)).Inc()
 		}
 	}
 	return e
+}
+
+// fallbackDecision is gateway_limiter_fallback_total's decision label.
+func fallbackDecision(allowed bool) string {
+	if allowed {
+		return "allowed"
+	}
+	return "denied"
 }
 
 // scaleAll is scale for every policy of a set, made once per set.
@@ -153,6 +157,10 @@ func (f *fallback) Close() error {
 	f.local.Close()
 	return f.shared.Close()
 }
+
+// Overrides are the shared backend's: the fallback decides by the
+// configured limits alone.
+func (f *fallback) Overrides() Overrides { return f.shared.Overrides() }
 
 // Peek is the shared backend's: the fallback's own state is of an outage.
 func (f *fallback) Peek(ctx context.Context, req Request) Outcome {
