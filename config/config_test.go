@@ -397,6 +397,7 @@ policy "usage" {
   refill_period = "1s"
   cost_header   = "X-Usage-Cost"
   max_cost      = 50000
+  reserve       = 2000
 }
 route "login" {
   path     = "/login"
@@ -410,7 +411,8 @@ route "login" {
 	}
 	ps := f.Proxy.Routes[0].Policies
 	if len(ps) != 2 || ps[0].CountStatuses != limiter.StatusSet(401, 403) || ps[0].CostHeader != "" ||
-		ps[1].CostHeader != "X-Usage-Cost" || ps[1].CountStatuses != (limiter.Statuses{}) || ps[1].MaxCost != 50000 {
+		ps[1].CostHeader != "X-Usage-Cost" || ps[1].CountStatuses != (limiter.Statuses{}) || ps[1].MaxCost != 50000 ||
+		ps[0].Reserve != limiter.DefaultReserve || ps[1].Reserve != 2000 {
 		t.Fatalf("policies %+v", ps)
 	}
 }

@@ -181,6 +181,16 @@ tls {
   @@
 }
 ` + docRoute,
+	// reserve belongs to policies charged by the response only.
+	"policy.reserve": `policy "p" {
+  algorithm      = "fixed-window"
+  limit          = 10
+  window         = "1m"
+  count_statuses = [401]
+  max_cost       = 5
+  @@
+}
+` + docRoute,
 	"policy.dedup": `policy "p" {
   algorithm = "fixed-window"
   limit     = 10

@@ -47,6 +47,10 @@ func (c *checker) policy(b *policyBlock) *limiter.Policy {
 	p.MaxClockRegression = c.durationOr(b.MaxClockRegression, b.Body, "max_clock_regression", p.MaxClockRegression)
 	p.CountStatuses = limiter.StatusSet(b.CountStatuses...)
 	p.CostHeader = or(b.CostHeader, "")
+	p.Reserve = or(b.Reserve, p.Reserve)
+	if b.Reserve != nil && !p.ChargedByResponse() {
+		c.refusedAt(nameRange(b.Body, "reserve"), limiter.ReserveNotTaken())
+	}
 	if b.Calendar != nil {
 		cal, err := limiter.ParseCalendar(*b.Calendar)
 		if err != nil {

@@ -224,6 +224,7 @@ type policyBlock struct {
 	Mode               *string `hcl:"mode,optional"`
 	CountStatuses      []int   `hcl:"count_statuses,optional"`
 	CostHeader         *string `hcl:"cost_header,optional"`
+	Reserve            *int64  `hcl:"reserve,optional"`
 
 	Dedup    *dedupBlock `hcl:"dedup,block"`
 	Body     hcl.Body    `hcl:",body"`

@@ -66,21 +66,31 @@ func evaluated(policies []*Policy, each []Decision) Evaluated {
 
 // uncharged corrects, for a refused request, the decisions of the policies
 // that would have allowed it: nothing was taken from them, so what they
-// have left is cost more than their decision said. A policy charged by the
-// response was only checked, never charged (see Phase).
+// have left is what they would have been charged more than their decision
+// said: the cost, or a response-charged policy's reserve.
 func uncharged(policies []*Policy, each []Decision, cost int64) {
 	for i, p := range policies {
-		if each[i].Allowed && !p.ChargedByResponse() {
-			each[i].Remaining += cost
+		if each[i].Allowed {
+			each[i].Remaining += admissionCharge(p, cost)
 		}
 	}
+}
+
+// admissionCharge is what an admission of cost charges p: the cost, or
+// for a policy charged by the response its reserve.
+func admissionCharge(p *Policy, cost int64) int64 {
+	if p.ChargedByResponse() {
+		return p.Reserve
+	}
+	return cost
 }
 
 // Admitted is what may follow an admitted request, carried by its
 // outcome (Evaluated.Admitted) as an http.Response carries its Body's
 // Close: the leases it holds released or renewed (a concurrency policy),
-// and the place it took given back when it is never used (a delayed
-// request whose client left). It goes to the backend that decided the
+// the place it took given back when it is never used (a delayed
+// request whose client left), and the reserves of its policies charged by
+// the response settled (Settlement). It goes to the backend that decided the
 // request, with the request as that backend took it (a fallback's
 // divided policies included). A nil *Admitted has nothing to follow:
 // each of its methods does nothing.
@@ -88,23 +98,47 @@ type Admitted struct {
 	by      follower
 	req     Request
 	decided Evaluated
+	// starts are, for a request that reserved (a policy charged by the
+	// response), each policy's state start after the admission: where a
+	// reserve larger than its cost is given back.
+	starts []int64
 }
 
 // follower is a backend that made an admission, acting on it.
 type follower interface {
+	Evaluate(ctx context.Context, req Request) Outcome
 	release(req Request, leased Evaluated)
 	renew(ctx context.Context, req Request, leased Evaluated)
 	giveBack(req Request, reserved Evaluated)
+	// returnReserve gives req.Cost back to req's one policy, in the state
+	// whose start is start (returningLease).
+	returnReserve(ctx context.Context, req Request, start int64) Outcome
 }
 
 // admission is e, the outcome of req decided by by, with the Admitted
-// that follows it when it holds leases or a delayed place; e as it is
-// otherwise.
-func admission(by follower, req Request, e Evaluated) Evaluated {
-	if holdsLeases(req, e) || Held(req, e) > 0 && req.EvaluationID != "" {
-		e.admitted = &Admitted{by: by, req: req, decided: e}
+// that follows it when it holds leases, a delayed place or a reserve;
+// e as it is otherwise. starts are each policy's state start after the
+// admission, when the backend has them.
+func admission(by follower, req Request, e Evaluated, starts []int64) Evaluated {
+	if holdsLeases(req, e) || Held(req, e) > 0 && req.EvaluationID != "" || reserving(req, e) {
+		e.admitted = &Admitted{by: by, req: req, decided: e, starts: starts}
 	}
 	return e
+}
+
+// reserving reports whether req, decided as e, is an admission that
+// reserved: a policy of its set is charged by the response, and every
+// enforced policy allowed.
+func reserving(req Request, e Evaluated) bool {
+	if req.Phase != Admission || !req.Policies.chargedByResponse {
+		return false
+	}
+	for i, p := range req.Policies.list {
+		if !p.Shadow && !e.PolicyDecision(i).Allowed {
+			return false
+		}
+	}
+	return true
 }
 
 // Admitted is what may follow e (see Admitted); nil when nothing does.
@@ -137,6 +171,66 @@ func (a *Admitted) GiveBack() {
 	if a != nil {
 		a.by.giveBack(a.req, a.decided)
 	}
+}
+
+// Settlement is the request that settles the request's i-th policy, one
+// charged by the response, once the response says what it cost: the
+// caller sends it to its limiter (Evaluate), as it sent the admission,
+// with an EvaluationID and a Deadline of its own, once per such policy,
+// whatever the response (a response the gateway answered itself costs
+// 0). The cost replaces the reserve: what it is beyond it is charged
+// whatever is left (a debt may follow), and what the reserve was beyond
+// it is given back to the state it was charged to, while that still
+// holds it (a window that has ended keeps it). A policy that did not
+// allow the admission (a shadow one) reserved nothing: it is charged the
+// whole cost. The settlement goes to the backend that made the admission
+// (a fallback's local one included). An admission never settled keeps
+// its reserves charged. On a nil *Admitted it is the zero Request, which
+// no backend decides.
+func (a *Admitted) Settlement(i int, cost int64) Request {
+	if a == nil {
+		return Request{}
+	}
+	set := a.req.Policies
+	s := &settling{by: a.by}
+	if a.decided.PolicyDecision(i).Allowed {
+		s.reserved = set.list[i].Reserve
+	}
+	if i < len(a.starts) {
+		s.start = a.starts[i]
+	}
+	return Request{Policies: set.alone(i), Subject: a.req.Subject, Cost: cost, Phase: Settlement, settles: s}
+}
+
+// settling is what a settlement request (Admitted.Settlement) settles:
+// the reserve its policy's admission charged (0: none), in the state
+// whose start is start, by the backend by.
+type settling struct {
+	by       follower
+	reserved int64
+	start    int64
+}
+
+// settle decides req, a settlement (Admitted.Settlement), on the
+// backend that made its admission: the cost beyond the reserve charged
+// as a Settlement, the reserve beyond the cost given back, nothing when
+// the two are equal.
+func (s *settling) settle(ctx context.Context, req Request) Outcome {
+	p := req.Policies.list[0]
+	if req.Cost < 0 {
+		return Incompatible{Reason: CostOutOfRange}
+	}
+	// (A fallback's divided policy may have a smaller max_cost.)
+	req.Cost, req.settles = min(req.Cost, p.MaxCost), nil
+	switch diff := req.Cost - s.reserved; {
+	case diff > 0:
+		req.Cost = diff
+		return s.by.Evaluate(ctx, req)
+	case diff < 0:
+		req.Cost, req.Phase, req.EvaluationID = -diff, returningLease, ""
+		return s.by.returnReserve(ctx, req, s.start)
+	}
+	return Evaluated{Decision: Decision{Allowed: true, Limit: p.Quota(), Certainty: p.Certainty()}}
 }
 
 // scratchPolicies is how many policies a request may have before a

@@ -277,12 +277,8 @@ func decide(p *Policy, st state, nowMillis, cost int64, phase Phase, mayDelay bo
 	case phase == Settlement:
 		res = p.Algorithm.spec().decide(p, st, nowMillis, cost, true, 0)
 	case p.ChargedByResponse():
-		// Checked, not charged: anything left admits.
-		res = p.Algorithm.spec().decide(p, st, nowMillis, 1, false, 0)
-		if res.charged {
-			res.charged = false
-			res.decision.Remaining++
-		}
+		// Its reserve, charged like any cost; the settlement does the rest.
+		res = p.Algorithm.spec().decide(p, st, nowMillis, admissionCharge(p, cost), false, 0)
 	default:
 		res = p.Algorithm.spec().decide(p, st, nowMillis, cost, false, p.maxDelayMillis(mayDelay))
 	}

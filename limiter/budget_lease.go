@@ -189,7 +189,7 @@ func (r *Redis) evaluateLeased(ctx context.Context, req Request) Outcome {
 	var s *budgetSet
 	for s == nil {
 		if s = r.budget.set(req.Policies, req.Subject); s == nil {
-			return r.evaluate(ctx, req, nil)
+			return r.evaluate(ctx, req, nil, nil)
 		}
 		s.mu.Lock()
 		if s.gone {
@@ -233,7 +233,7 @@ func (r *Redis) evaluateLeased(ctx context.Context, req Request) Outcome {
 	s.calling = true
 	call := s.plan(r, req.Cost)
 	s.mu.Unlock()
-	o := r.evaluate(ctx, req, call)
+	o := r.evaluate(ctx, req, call, call.starts)
 	s.mu.Lock()
 	o = s.settle(r, req.Cost, call, o)
 	s.calling = false

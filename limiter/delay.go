@@ -30,7 +30,7 @@ func (p *Policy) validateMaxDelay(problem func(field, summary, detail string, ar
 		millis("max_delay", p.MaxDelay)
 	}
 	if p.ChargedByResponse() {
-		problem("max_delay", "Argument not valid with a charge by the response", "max_delay does not apply to a policy charged by the response: nothing is charged before the response to reserve a place with.")
+		problem("max_delay", "Argument not valid with a charge by the response", "max_delay does not apply to a policy charged by the response: its reserve is taken at once or refused, and what it costs is known only after the response.")
 	}
 }
 

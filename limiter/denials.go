@@ -17,7 +17,9 @@ import (
 // ends no later than the backend's own denial would (a millisecond sooner,
 // for the scripts' rounding). A concurrency denial is never kept: any
 // release may end it. A denial of a policy with leases of budget is kept
-// for at most budgetIdle: another instance's idle lease may end it. A fixed window cannot
+// for at most budgetIdle: another instance's idle lease may end it. Nor is
+// the denial of a policy charged by the response: any settlement may give
+// back part of a reserve (endsEarly). A fixed window cannot
 // admit before it ends; a token bucket only gains tokens with time, and
 // other instances can only spend them. (A held request's place given back
 // can end one: this instance then forgets the subject's, Redis.GiveBack.)
@@ -136,6 +138,12 @@ func (d *denials) get(k denialKey, now time.Time) (Evaluated, bool) {
 	return evaluated(ps, each), true
 }
 
+// endsEarly reports whether a denial of p may end before its retry time
+// by what another request gives back: a lease released (concurrency), a
+// reserve larger than its response's cost (a policy charged by the
+// response). Such a denial is never kept.
+func endsEarly(p *Policy) bool { return p.HoldsLeases() || p.ChargedByResponse() }
+
 // put remembers o, decided for a request sent at sent, while it is certain
 // to stand. Nothing was charged for either kind of request it keeps: a
 // refused one, kept while one of its enforced policies' certain denials
@@ -155,10 +163,10 @@ func (d *denials) put(k denialKey, o Evaluated, sent time.Time) {
 		dec := o.PolicyDecision(i)
 		switch {
 		case refused:
-			if !p.Shadow && !dec.Allowed && dec.Certainty == Certain && !p.HoldsLeases() {
+			if !p.Shadow && !dec.Allowed && dec.Certainty == Certain && !endsEarly(p) {
 				stands = max(stands, dec.RetryAfter)
 			}
-		case dec.Allowed || dec.Certainty != Certain || p.HoldsLeases():
+		case dec.Allowed || dec.Certainty != Certain || endsEarly(p):
 			return
 		case i == 0 || dec.RetryAfter < stands:
 			stands = dec.RetryAfter

@@ -33,7 +33,7 @@ var (
 // that a test can make keys share their first half. The evaluation ID is
 // hashed as usual.
 func (m *Memory) EvaluateKeyed(req Request, key [16]byte) Outcome {
-	return m.evaluate(req, []memoryKey{key})
+	return m.evaluate(req, []memoryKey{key}, nil, nil)
 }
 
 // RecordsScanned is the longest queue of remembered evaluations a key keeps

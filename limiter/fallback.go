@@ -60,6 +60,10 @@ func newFallback(shared Backend, opts FallbackOptions, fallbacks *prometheus.Cou
 }
 
 func (f *fallback) Evaluate(ctx context.Context, req Request) Outcome {
+	if req.settles != nil {
+		// Where its admission was made: a local one settles locally.
+		return req.settles.settle(ctx, req)
+	}
 	o := f.shared.Evaluate(ctx, req)
 	switch o.(type) {
 	case Unavailable, Indeterminate:
@@ -129,6 +133,7 @@ func (f *fallback) scale(p *Policy) *Policy {
 	s.Capacity = ceilDiv(p.Capacity, f.instances)
 	s.RefillTokens = ceilDiv(p.RefillTokens, f.instances)
 	s.MaxCost = min(p.MaxCost, s.Quota())
+	s.Reserve = min(p.Reserve, s.MaxCost)
 	s.Clock = ClockBackend // the process is this backend's store
 	if len(f.scaled) >= maxScaled {
 		clear(f.scaled)

@@ -89,3 +89,39 @@ func TestFallbackDividesAConcurrencyLimitAndReleasesLocally(t *testing.T) {
 		t.Fatal("a lease released to the fallback did not free a slot")
 	}
 }
+
+// A response-charged policy's reserve taken by the fallback, from the
+// divided budget, is settled there: a settlement below the reserve gives
+// the difference back to this instance's budget, never to the shared
+// backend, which is still down.
+func TestFallbackSettlesLocallyWhatItAdmittedLocally(t *testing.T) {
+	f := newFallback(down{}, FallbackOptions{Instances: 2}, nil)
+	defer f.Close()
+	p := NewPolicy("usage", FixedWindow)
+	p.Limit, p.Window, p.CostHeader, p.MaxCost, p.Reserve = 100, time.Hour, "X-Usage-Cost", 60, 40
+	ps := MustPolicySet(p)
+	admit := func(i int) Evaluated {
+		req := Request{Policies: ps, Subject: "s", Cost: 1, EvaluationID: "e" + strconv.Itoa(i), NewID: true}
+		e, ok := f.Evaluate(context.Background(), req).(Evaluated)
+		if !ok || !e.Fallback {
+			t.Fatalf("request %d: not a fallback decision", i)
+		}
+		return e
+	}
+	// ceil(100/2) = 50 on this instance: one reserve of 40 fits, not two.
+	first := admit(1)
+	if !first.Allowed || first.Remaining != 10 {
+		t.Fatalf("first: allowed %v, %d left; want allowed with 10", first.Allowed, first.Remaining)
+	}
+	if admit(2).Allowed {
+		t.Fatal("a second reserve of 40 admitted on 10 left")
+	}
+	req := first.Admitted().Settlement(0, 5)
+	req.EvaluationID, req.NewID = "s1", true
+	if o, ok := f.Evaluate(context.Background(), req).(Evaluated); !ok {
+		t.Fatalf("settlement: %#v, want it decided by the fallback", o)
+	}
+	if e := admit(3); !e.Allowed || e.Remaining != 5 {
+		t.Fatalf("after a cost of 5 settled: allowed %v, %d left; want allowed with 45 - 40 = 5", e.Allowed, e.Remaining)
+	}
+}

@@ -171,20 +171,41 @@ func (m *Memory) Ready(context.Context) error { return nil }
 // Evaluate decides one request. It never returns Indeterminate: nothing here
 // can fail after the state is touched.
 func (m *Memory) Evaluate(ctx context.Context, req Request) Outcome {
+	if req.settles != nil {
+		return req.settles.settle(ctx, req)
+	}
 	if o := admit(ctx, req); o != nil {
 		return o
 	}
 	var keysOn [scratchPolicies]memoryKey
-	keys := keysOn[:0]
+	var starts []int64
+	if req.Phase == Admission && req.Policies.chargedByResponse {
+		starts = make([]int64, req.Policies.Len())
+	}
+	o := m.evaluate(req, m.keys(req, keysOn[:0]), nil, starts)
+	if e, ok := o.(Evaluated); ok {
+		return admission(m, req, e, starts)
+	}
+	return o
+}
+
+// keys appends to keys those of req's policies and subject.
+func (m *Memory) keys(req Request, keys []memoryKey) []memoryKey {
 	var keyBuf [160]byte
 	for _, p := range req.Policies.list {
 		keys = append(keys, m.sum(appendMemoryKey(keyBuf[:0], p, req.Subject)))
 	}
-	o := m.evaluate(req, keys)
-	if e, ok := o.(Evaluated); ok {
-		return admission(m, req, e)
+	return keys
+}
+
+// returnReserve gives req.Cost back to req's one policy in the state
+// that starts at start, while it still holds it.
+func (m *Memory) returnReserve(ctx context.Context, req Request, start int64) Outcome {
+	if o := admit(ctx, req); o != nil {
+		return o
 	}
-	return o
+	var keysOn [scratchPolicies]memoryKey
+	return m.evaluate(req, m.keys(req, keysOn[:0]), []int64{start}, nil)
 }
 
 // evaluate decides an admitted request whose policies' keys are keys,
@@ -192,8 +213,10 @@ func (m *Memory) Evaluate(ctx context.Context, req Request) Outcome {
 // the decision is atomic: no other evaluation sees some of its charges and
 // not the others. With de-duplication each key remembers its own policy's
 // decision under the evaluation ID; a retry is a replay only when every
-// key still does.
-func (m *Memory) evaluate(req Request, keys []memoryKey) Outcome {
+// key still does. returned, in the returningLease phase, are the state
+// starts each policy gets req.Cost back to; starts, when not nil,
+// receives each charged policy's state start.
+func (m *Memory) evaluate(req Request, keys []memoryKey, returned, starts []int64) Outcome {
 	set := req.Policies
 	ps := set.list
 	n := len(ps)
@@ -220,7 +243,7 @@ func (m *Memory) evaluate(req Request, keys []memoryKey) Outcome {
 	nowMillis := m.clock.Now().UnixMilli()
 	m.wakeSweeperIfDue(nowMillis)
 	first := &m.shards[keys[0][0]%memoryShards]
-	var reserved []int64
+	reserved := returned
 	if req.Phase == givingBack {
 		var ok bool
 		if reserved, ok = first.takeReservation(id, nowMillis); !ok {
@@ -247,6 +270,9 @@ func (m *Memory) evaluate(req Request, keys []memoryKey) Outcome {
 		// on Redis).
 		steps[k].decision.Limit = ps[k].Quota()
 		each[k] = steps[k].decision
+		if starts != nil && steps[k].charged {
+			starts[k] = steps[k].next.Start
+		}
 	}
 	charge := admitted(ps, each)
 	if !charge {

@@ -75,10 +75,5 @@ func (m *Memory) giveBack(req Request, reserved Evaluated) {
 	}
 	req.Phase = givingBack
 	var keysOn [scratchPolicies]memoryKey
-	keys := keysOn[:0]
-	var keyBuf [160]byte
-	for _, p := range req.Policies.list {
-		keys = append(keys, m.sum(appendMemoryKey(keyBuf[:0], p, req.Subject)))
-	}
-	m.evaluate(req, keys)
+	m.evaluate(req, m.keys(req, keysOn[:0]), nil, nil)
 }

@@ -211,7 +211,8 @@ type Request struct {
 	Route string
 	// Phase is Admission, before forwarding, or Settlement, after the
 	// response, which charges the policies given (those of the request
-	// charged by the response) whatever they have left.
+	// charged by the response) whatever they have left; a settlement of
+	// an admission's reserve is made by Admitted.Settlement.
 	Phase Phase
 	// MayDelay: the caller can hold an admitted request for its Delay
 	// before it goes on, and give its place back (Admitted.GiveBack) if it
@@ -227,6 +228,9 @@ type Request struct {
 	// gateway_limiter_duration_seconds times an admission from it rather
 	// than read the clock again. Zero: from when Evaluate is called.
 	Start time.Time
+	// settles, on a settlement of an admission (Admitted.Settlement),
+	// is what it settles.
+	settles *settling
 }
 
 // DefaultDeadline is how long the gateway lets one evaluation take.

@@ -119,6 +119,12 @@ type Policy struct {
 	// MaxCost). At most one of the two is set.
 	CountStatuses Statuses
 	CostHeader    string
+	// Reserve, on a policy charged by the response, is what an admission
+	// charges at once, atomically with the request's other policies, and
+	// holds until the response settles it (Admitted.Settlement): a budget
+	// with r units left admits at most r / Reserve requests at once. At
+	// least 1 and at most MaxCost; any other policy ignores it.
+	Reserve int64
 
 	MaxCost            int64
 	CleanupGrace       time.Duration
@@ -129,13 +135,13 @@ type Policy struct {
 
 // NewPolicy is a policy named name of algorithm alg with each optional
 // field at its default, the one place these defaults are set: revision
-// 1, max_cost 1, cleanup_grace DefaultCleanupGrace, max_clock_regression
+// 1, max_cost 1, reserve DefaultReserve, cleanup_grace DefaultCleanupGrace, max_clock_regression
 // DefaultMaxClockRegression, de-duplication DefaultDedup, a concurrency
 // policy's lease_ttl DefaultLeaseTTL, the backend's clock, enforced. The
 // caller sets the algorithm's own fields (limit, window, capacity...) and
 // whatever else it changes, and then has it checked (Validate).
 func NewPolicy(name string, alg Algorithm) *Policy {
-	p := &Policy{Name: name, Algorithm: alg, Revision: 1, MaxCost: 1,
+	p := &Policy{Name: name, Algorithm: alg, Revision: 1, MaxCost: 1, Reserve: DefaultReserve,
 		CleanupGrace: DefaultCleanupGrace, MaxClockRegression: DefaultMaxClockRegression,
 		Clock: ClockBackend, Dedup: DefaultDedup}
 	if slices.Contains(Algorithms(), alg) && p.HoldsLeases() {
@@ -155,6 +161,9 @@ const (
 	// DefaultLeaseTTL is a concurrency policy's lease_ttl when it sets
 	// none.
 	DefaultLeaseTTL = 30 * time.Second
+	// DefaultReserve is what a response-charged policy reserves at
+	// admission when it sets no reserve.
+	DefaultReserve = 1
 )
 
 // MaxMaxDelay bounds MaxDelay: a request held longer would wait past
@@ -290,6 +299,9 @@ func (p *Policy) Validate() error {
 	}
 	if p.MaxCost > p.Quota() {
 		problem("max_cost", "max_cost above the quota", "max_cost is %d but the policy admits only %d at once.", p.MaxCost, p.Quota())
+	}
+	if p.ChargedByResponse() && p.Reserve > p.MaxCost {
+		problem("reserve", "reserve above max_cost", "reserve is %d but no response is charged more than max_cost, %d.", p.Reserve, p.MaxCost)
 	}
 	// A window in seconds always fits: no duration reaches 16 digits of them.
 	if p.Quota() > MaxHeaderInteger {

@@ -34,7 +34,8 @@ type PolicySet struct {
 	// (script_args.go).
 	scriptArgs []scriptPolicy
 	// single is each policy as a set of its own, for a lease of budget
-	// given back alone; nil unless the set is leased.
+	// given back alone or a policy settled alone; nil unless the set is
+	// leased or charged by the response.
 	single []*PolicySet
 }
 
@@ -76,7 +77,7 @@ func compileSet(ps []*Policy) *PolicySet {
 		s.leased = s.leased && p.Lease > 1
 		s.scriptArgs = append(s.scriptArgs, newScriptPolicy(p))
 	}
-	if s.leased && len(s.list) > 1 {
+	if (s.leased || s.chargedByResponse) && len(s.list) > 1 {
 		for _, p := range s.list {
 			s.single = append(s.single, compileSet([]*Policy{p}))
 		}
@@ -124,7 +125,8 @@ func (s *PolicySet) clockPolicy() *Policy { return s.list[0] }
 
 // alone is the set's i-th policy as a set of its own; the set itself when
 // it has one policy. Only a leased set has them (a lease of budget goes
-// back alone).
+// back alone), and one charged by the response (a policy is settled
+// alone).
 func (s *PolicySet) alone(i int) *PolicySet {
 	if len(s.list) == 1 {
 		return s

@@ -128,7 +128,7 @@ func TestEveryAlgorithmsFieldsAreChecked(t *testing.T) {
 // problem naming its own.
 func TestValidateChecksWhatAResponseChargesBy(t *testing.T) {
 	valid := func() *limiter.Policy {
-		return &limiter.Policy{Name: "p", Algorithm: limiter.FixedWindow, Revision: 1, Limit: 5, Window: time.Minute, MaxCost: 5}
+		return &limiter.Policy{Name: "p", Algorithm: limiter.FixedWindow, Revision: 1, Limit: 5, Window: time.Minute, MaxCost: 5, Reserve: 1}
 	}
 	for _, c := range []struct {
 		name  string
@@ -142,6 +142,9 @@ func TestValidateChecksWhatAResponseChargesBy(t *testing.T) {
 		{"a status past any set is refused", func(p *limiter.Policy) { p.CountStatuses = limiter.StatusSet(100000) }, "count_statuses"},
 		{"a header name with a space is refused", func(p *limiter.Policy) { p.CostHeader = "X Cost" }, "cost_header"},
 		{"a cost header whose max_cost is 1 is refused", func(p *limiter.Policy) { p.CostHeader, p.MaxCost = "X-Usage-Cost", 1 }, "cost_header"},
+		{"a reserve of max_cost is valid", func(p *limiter.Policy) { p.CostHeader, p.Reserve = "X-Usage-Cost", 5 }, ""},
+		{"a reserve of 0 is refused", func(p *limiter.Policy) { p.CountStatuses, p.Reserve = limiter.StatusSet(401), 0 }, "reserve"},
+		{"a reserve above max_cost is refused", func(p *limiter.Policy) { p.CostHeader, p.Reserve = "X-Usage-Cost", 6 }, "reserve"},
 		{"both ways at once are refused", func(p *limiter.Policy) {
 			p.CountStatuses, p.CostHeader = limiter.StatusSet(401), "X-Cost"
 		}, "cost_header"},
@@ -221,7 +224,7 @@ func TestValidateChecksMaxDelay(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			p := c.p
-			p.Name, p.Revision, p.MaxCost = "p", 1, 1
+			p.Name, p.Revision, p.MaxCost, p.Reserve = "p", 1, 1, 1
 			var fields []string
 			for _, e := range joined(p.Validate()) {
 				var fe *option.Error

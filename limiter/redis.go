@@ -390,22 +390,47 @@ func timed(ctx context.Context) (context.Context, context.CancelFunc) {
 // reply is retried once under the same evaluation ID when the first policy
 // de-duplicates.
 func (r *Redis) Evaluate(ctx context.Context, req Request) Outcome {
+	if req.settles != nil {
+		return req.settles.settle(ctx, req)
+	}
 	if o := admit(ctx, req); o != nil {
 		return o
 	}
 	if req.Phase == Admission && req.Policies.leased {
 		return r.evaluateLeased(ctx, req)
 	}
-	o := r.evaluate(ctx, req, nil)
+	var starts []int64
+	if req.Phase == Admission && req.Policies.chargedByResponse {
+		starts = make([]int64, req.Policies.Len())
+	}
+	o := r.evaluate(ctx, req, nil, starts)
 	if e, ok := o.(Evaluated); ok {
-		return admission(r, req, e)
+		return admission(r, req, e, starts)
+	}
+	return o
+}
+
+// returnReserve gives req.Cost back to req's one policy in the state
+// that starts at start, while it still holds it: one script call, sent
+// once (a give-back that may not have run leaves the reserve charged).
+func (r *Redis) returnReserve(ctx context.Context, req Request, start int64) Outcome {
+	if o := admit(ctx, req); o != nil {
+		return o
+	}
+	ctx, bounded := withDeadline(ctx, req.Deadline)
+	cmd := r.command(req.Policies, req.Subject, scriptCall{cost: req.Cost, phase: returningLease, leaseStart: start})
+	o := r.decide(ctx, req.Policies, cmd, nil)
+	if _, replied := o.(Evaluated); replied {
+		releaseCommand(cmd)
+		bounded.release()
 	}
 	return o
 }
 
 // evaluate decides req in one script call, which with call also asks for
-// leases of budget (budget_lease.go).
-func (r *Redis) evaluate(ctx context.Context, req Request, call *budgetCall) Outcome {
+// leases of budget (budget_lease.go); starts, when not nil, receives each
+// policy's state start (a lease of budget, a reserve).
+func (r *Redis) evaluate(ctx context.Context, req Request, call *budgetCall, starts []int64) Outcome {
 	set := req.Policies
 	dk := denialKey{set: set, subject: req.Subject, cost: req.Cost}
 	sent := r.now(set.clockPolicy())
@@ -429,10 +454,6 @@ func (r *Redis) evaluate(ctx context.Context, req Request, call *budgetCall) Out
 	// The ID of the record, lease or reservation, after every policy's.
 	if dedup || set.holdsLeases || req.MayDelay && set.delays {
 		c.id = req.EvaluationID
-	}
-	var starts []int64
-	if call != nil {
-		starts = call.starts
 	}
 	cmd := r.command(set, req.Subject, c)
 	o := r.decide(ctx, set, cmd, starts)

@@ -71,7 +71,7 @@ func (r *Redis) fetchAhead(s *budgetSet, call *budgetCall) {
 		defer func() { <-b.slots; b.giving.Done() }()
 		start := time.Now()
 		req := Request{Policies: s.set, Subject: s.subject, Cost: 1, Phase: Admission, Start: start, Deadline: start.Add(DefaultDeadline)}
-		o := r.evaluate(context.Background(), req, call)
+		o := r.evaluate(context.Background(), req, call, call.starts)
 		s.mu.Lock()
 		s.settleAhead(r, call, o)
 		s.mu.Unlock()

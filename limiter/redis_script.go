@@ -217,9 +217,9 @@ const (
 )
 
 // decodeReply reads the script's reply: a status, then four numbers per
-// policy, then when the call asked for a lease of budget each policy's
-// state start, which it writes to starts (when not nil; left alone when
-// the reply has none). clock is the
+// policy, then when the call asked for a lease of budget or a policy
+// reserved each policy's state start, which it writes to starts (when
+// not nil; left alone when the reply has none). clock is the
 // gateway's injected clock: with the wall clock it is how a calendar
 // policy's period is found from the time to its end.
 func decodeReply(set *PolicySet, reply []any, clock Clock, starts []int64) Outcome {
@@ -240,7 +240,7 @@ func decodeReply(set *PolicySet, reply []any, clock Clock, starts []int64) Outco
 		return Indeterminate{Err: errMalformedReply}
 	}
 	ps := set.list
-	if len(reply) != 1+4*len(ps) && (starts == nil || len(reply) != 1+5*len(ps)) {
+	if len(reply) != 1+4*len(ps) && len(reply) != 1+5*len(ps) {
 		return Indeterminate{Err: errMalformedReply}
 	}
 	for i := 0; i < len(starts) && len(reply) > 1+4*len(ps); i++ {

@@ -1,6 +1,10 @@
 package limiter
 
-import "strings"
+import (
+	"strings"
+
+	"github.com/edgegate/gateway/internal/option"
+)
 
 // Phase says when in a request's life the limiter is asked, which decides
 // how a policy charged by the response (Policy.ChargedByResponse) is
@@ -8,9 +12,9 @@ import "strings"
 type Phase uint8
 
 const (
-	// Admission is before forwarding: a response-charged policy is only
-	// checked. It allows while its subject has anything left (at least 1)
-	// and is charged nothing; what it reports left is uncharged.
+	// Admission is before forwarding: a response-charged policy is
+	// charged its Reserve when that fits, like any charge, and the
+	// admission carries what settles it (Admitted.Settlement).
 	Admission Phase = iota
 	// Settlement is after the response: every policy of the request is
 	// charged Cost and allows, even when that takes its budget below zero
@@ -84,6 +88,9 @@ func (p *Policy) validateResponseCharge(problem func(field, summary, detail stri
 		// charge comes after the request, from the shared budget.
 		problem("lease", "lease with a response charge", "lease does not apply to a policy charged by the response (count_statuses, cost_header).")
 	}
+	if p.ChargedByResponse() && p.Reserve < 1 {
+		problem("reserve", "Value too small", "reserve must be at least 1.")
+	}
 	if p.CostHeader != "" {
 		if !validHeaderName(p.CostHeader) {
 			problem("cost_header", "Invalid header name", "cost_header %q is not a header name.", p.CostHeader)
@@ -109,4 +116,12 @@ func validHeaderName(s string) bool {
 		}
 	}
 	return s != ""
+}
+
+// ReserveNotTaken is the problem of a policy that sets reserve without
+// being charged by the response: a file's (Validate ignores the field
+// there, which has a default).
+func ReserveNotTaken() *option.Error {
+	return &option.Error{Field: "reserve", Summary: "reserve without a response charge",
+		Detail: "reserve applies only to a policy charged by the response (count_statuses, cost_header)."}
 }

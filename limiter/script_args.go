@@ -35,7 +35,7 @@ func chargeMode(p *Policy, phase Phase) lua.Charge {
 	case phase == returningLease:
 		return lua.ChargeReturned
 	case p.ChargedByResponse():
-		return lua.ChargeChecked
+		return lua.ChargeReserve
 	}
 	return lua.ChargeFits
 }
@@ -51,7 +51,7 @@ func newScriptPolicy(p *Policy) scriptPolicy {
 		lua.ArgWindow: p.Period().Milliseconds(), lua.ArgRefill: p.RefillTokens,
 		lua.ArgCleanupGrace: p.CleanupGrace.Milliseconds(), lua.ArgMaxClockRegression: p.MaxClockRegression.Milliseconds(),
 		lua.ArgShadow: shadow, lua.ArgCharge: int(chargeMode(p, Admission)),
-		lua.ArgMaxDelay: p.MaxDelay.Milliseconds(), lua.ArgLease: 0,
+		lua.ArgMaxDelay: p.MaxDelay.Milliseconds(), lua.ArgLease: 0, lua.ArgReserve: p.Reserve,
 	}
 	c.dedupTTL = p.Dedup.TTL.Milliseconds()
 	c.places = rememberedPlaces(p.Dedup, 1)

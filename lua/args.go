@@ -27,19 +27,20 @@ const (
 	ArgCharge                        // a Charge
 	ArgMaxDelay                      // ms; 0 refuses rather than delays
 	ArgLease                         // units of budget asked, or a returned lease's state start
+	ArgReserve                       // units a response-charged policy reserves at admission
 	ArgsPerPolicy         = iota
 )
 
 // argNames are the script's names of the Args, in their order.
 var argNames = [ArgsPerPolicy]string{"algorithm", "now", "limit", "window", "refill", "cleanup_grace",
-	"max_clock_regression", "shadow", "charge", "max_delay", "lease"}
+	"max_clock_regression", "shadow", "charge", "max_delay", "lease", "reserve"}
 
 // Charge is how one policy of a call is charged (ArgCharge).
 type Charge int
 
 const (
 	ChargeFits     Charge = iota // the cost, when it fits
-	ChargeChecked                // checked, not charged: allows while 1 is left
+	ChargeReserve                // the policy's reserve (ArgReserve), when it fits
 	ChargeDebt                   // the cost whatever is left: a debt may follow
 	ChargeReserved               // given back what the reservation record says
 	ChargeCovered                // covered by the caller's lease of budget: nothing charged
@@ -47,7 +48,7 @@ const (
 )
 
 // chargeNames are the script's names of the Charges, in their order.
-var chargeNames = [ChargeReturned + 1]string{"fits", "checked", "debt", "reserved", "covered", "returned"}
+var chargeNames = [ChargeReturned + 1]string{"fits", "reserve", "debt", "reserved", "covered", "returned"}
 
 // args is the Lua that names the layout: argv_head, per_policy, arg_<name>
 // (a policy's argument at ARGV[at + arg_<name>], at its part's start less

@@ -15,7 +15,9 @@ local admitted = true
 -- (The reservation record's key, reservation_of, is made only where it
 -- is used: a string per decision otherwise.)
 local reserved
--- Each policy's state start, replied when a lease of budget was asked for.
+-- Each policy's state start, replied when a lease of budget was asked
+-- for or a policy reserved (charge_reserve): where its settlement gives
+-- back.
 local starts
 if ARGV[argv_head + arg_charge] == charge_returned then
   reserved = {}
@@ -74,8 +76,9 @@ for i = 1, n do
   end
   local charge = ARGV[at + arg_charge]
   local asked = cost
-  if charge == charge_checked then
-    asked = 1
+  if charge == charge_reserve then
+    asked = ARGV[at + arg_reserve] + 0
+    starts = starts or {}
   elseif charge == charge_covered then
     asked = 0
   end
@@ -112,17 +115,16 @@ for i = 1, n do
     st[5] = math.max(st[5] or 0, ttl)
     ttl = 0
   end
-  if charge == charge_checked and allowed == 1 then
-    remaining = remaining + 1
-  end
   if allowed == 0 and ARGV[at + arg_shadow] == '0' then
     admitted = false
   end
   -- now, the key's entry in states, what a charge writes, and for a
   -- policy that holds leases its lease set, lease TTL and whether shadow,
-  -- then whether an admission charges it (not when only checked)
+  -- then whether an admission charges it (not when covered), [11] whether
+  -- it did (set below), what it asked, and whether that is a reserve
   state[i] = {now, st, n_start, n_count, n_prev, ttl,
-    leases, type(window) == 'number' and window or nil, ARGV[at + arg_shadow] == '1', charge ~= charge_checked and charge ~= charge_covered}
+    leases, type(window) == 'number' and window or nil, ARGV[at + arg_shadow] == '1', charge ~= charge_covered,
+    false, asked, charge == charge_reserve}
   local at_reply = 2 + (i - 1) * 4
   reply[at_reply] = allowed
   reply[at_reply + 1] = remaining
@@ -132,7 +134,7 @@ end
 if not admitted then
   for i = 1, n do
     if reply[2 + (i - 1) * 4] == 1 and state[i][10] then
-      reply[3 + (i - 1) * 4] = reply[3 + (i - 1) * 4] + cost
+      reply[3 + (i - 1) * 4] = reply[3 + (i - 1) * 4] + state[i][12]
     end
   end
 end
@@ -199,7 +201,8 @@ if admitted and eval_id and not reserved then
   if held > 0 then
     local starts = {}
     for i = 1, n do
-      starts[i] = state[i][11] and state[i][3] or 'x'
+      -- (A reserve is settled by the response, never given back here.)
+      starts[i] = state[i][11] and not state[i][13] and state[i][3] or 'x'
     end
     redis.call('SET', reservation_of(KEYS, eval_id), table.concat(starts, ','), 'PX', held + tonumber(ARGV[argv_head + arg_cleanup_grace]))
   end

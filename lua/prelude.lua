@@ -47,9 +47,10 @@
 --   period in ms (a calendar policy's: its period boundaries, window_at
 --   in common.lua), refill tokens, cleanup grace in ms, max clock
 --   regression in ms, shadow (1) or enforced (0), charge: charge_fits
---   charged cost when it fits, charge_checked checked only (allows while
---   at least 1 is left, charged nothing, and reports what is left
---   uncharged), charge_debt charged cost whatever is left (a debt may
+--   charged cost when it fits, charge_reserve charged the policy's
+--   reserve (below) when it fits, for a policy the response charges: its
+--   settlement later charges the rest or gives back the difference
+--   (charge_debt, charge_returned), charge_debt charged cost whatever is left (a debt may
 --   follow, and remaining may be negative), charge_reserved given back
 --   what the request's reservation record says it was charged,
 --   charge_covered covered by the calling instance's lease of budget
@@ -63,7 +64,8 @@
 --   left, for the calling instance to admit from (0: none); the reply's
 --   remaining is what the cost left, the lease's units in it, so the
 --   instance got min(lease, remaining). With charge_returned, the state's
---   start the lease was taken in.
+--   start the lease was taken in; reserve: the units charge_reserve
+--   charges.
 --   then, after every policy's, the evaluation ID when the call is
 --   de-duplicated (it heads the record), a policy holds leases
 --   (concurrency; it names the lease), or may delay the request (it names
@@ -72,8 +74,9 @@
 -- Reply: {status}, then when decided or replayed allowed, remaining,
 -- reset_ms, retry_ms per policy; an allowed policy's retry_ms is its delay
 -- (0, or how long the request waits for the place it was given); when a
--- lease of budget was asked for, each policy's state start after them all
--- (what a give-back of the lease names). Status 0 decided, 1 clock unsafe, 2 state
+-- lease of budget was asked for or a policy reserved, each policy's state
+-- start after them all (what a give-back of the lease or of a reserve
+-- names). Status 0 decided, 1 clock unsafe, 2 state
 -- unreadable, 3 replayed (a decision remembered under the same evaluation
 -- ID, charged nothing). A policy that would allow a refused request reports
 -- what it has left, uncharged. A denial writes no algorithm state, and a

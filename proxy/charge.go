@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"math"
@@ -17,27 +18,27 @@ import (
 )
 
 // responseCharge is one policy of a route charged by the upstream's
-// response, compiled: the limiter checks it before forwarding with the
-// route's other policies, and the response says what it costs.
+// response, compiled: the limiter reserves for it before forwarding with
+// the route's other policies, and the response says what it costs.
 type responseCharge struct {
 	policy   *limiter.Policy
-	alone    *limiter.PolicySet // the policy, a set of one: a settlement's Request.Policies
+	index    int // the policy's place in the route's set: what the admission settles
 	name     string
 	statuses *limiter.Statuses // nil when header says the cost
 	header   string            // the cost header's canonical name
 }
 
+// maxCharges is the most policies charged by the response a route may
+// have: a settlement marks each settled in a word.
+const maxCharges = 64
+
 func newResponseCharges(ps []*limiter.Policy) ([]responseCharge, error) {
 	var charges []responseCharge
-	for _, p := range ps {
+	for i, p := range ps {
 		if !p.ChargedByResponse() {
 			continue
 		}
-		alone, err := limiter.NewPolicySet(p)
-		if err != nil {
-			return nil, err
-		}
-		ch := responseCharge{policy: p, alone: alone, name: p.Name}
+		ch := responseCharge{policy: p, index: i, name: p.Name}
 		if p.CostHeader != "" {
 			ch.header = textproto.CanonicalMIMEHeaderKey(p.CostHeader)
 		} else {
@@ -45,27 +46,35 @@ func newResponseCharges(ps []*limiter.Policy) ([]responseCharge, error) {
 		}
 		charges = append(charges, ch)
 	}
+	if len(charges) > maxCharges {
+		return nil, fmt.Errorf("%d policies charged by the response; a route may have %d", len(charges), maxCharges)
+	}
 	return charges, nil
 }
 
 // settlement is one request's charges after its response: made when the
 // limiter admitted a request whose policies include some charged by the
-// response, filled by the forwarder when the upstream's head arrives, and
-// finished by serve at the end of the body. Each charge is sent as soon as
-// its cost is known (at the head, or at the end of the body for a
-// trailer), beside the response rather than before it; serve waits for
-// them before it returns, so that no charge outlives its request and the
-// next request on the connection sees it.
+// response (each holding its reserve), filled by the forwarder when the
+// upstream's head arrives, and finished when the exchange ends. Each
+// policy is settled once (limiter.Admitted.Settlement), as soon as its
+// cost is known: a status at the head, a cost header at the end of the
+// body, when no trailer can add to it; beside the response rather than
+// before it. An answer the gateway wrote instead, or none, costs 0: the
+// reserve goes back. finish waits for every settlement before the
+// request ends, so that none outlives its request and the next request
+// on the connection sees it.
 type settlement struct {
-	h       *Handler
-	limiter Limiter // the one that admitted the request, whatever a reload brings
-	charges []responseCharge
-	subject string
-	route   string
-	timeout time.Duration
-	ctx     context.Context
-	// headed: the upstream's head arrived (status is its code). An answer
-	// the gateway wrote instead charges nothing.
+	h        *Handler
+	limiter  Limiter // the one that admitted the request, whatever a reload brings
+	admitted *limiter.Admitted
+	charges  []responseCharge
+	subject  string
+	route    string
+	timeout  time.Duration
+	ctx      context.Context
+	// settled marks each charge settled, by its index in charges.
+	settled uint64
+	// headed: the upstream's head arrived (status is its code).
 	headed bool
 	status int
 	// pending are the charges by a header whose trailer may still add to
@@ -152,34 +161,35 @@ func (b *trailerBody) Close() error {
 }
 
 // pendingCost is a charge by a header that a trailer may add to: i is
-// its index in the charges, charged what the head said, if it said
-// anything (inHead).
+// its index in the charges, and the head said cost, if it said anything
+// (inHead).
 type pendingCost struct {
-	i       int
-	charged int64
-	inHead  bool
+	i      int
+	cost   int64
+	inHead bool
 }
 
 // head takes what the upstream's final response head says: the status,
-// and each cost header, removed before the client sees it, as is its
-// announcement as a trailer. A trailer of the same name adds to the
-// head's cost.
+// which settles each charge by status, and each cost header, removed
+// before the client sees it, as is its announcement as a trailer. A
+// trailer of the same name adds to the head's cost.
 func (s *settlement) head(code int, h http.Header) {
 	s.headed, s.status = true, code
 	for i := range s.charges {
 		ch := &s.charges[i]
 		if ch.statuses != nil {
+			cost := int64(0)
 			if ch.statuses.Has(code) {
-				s.charge(ch, 1)
+				cost = 1
 			}
+			s.settle(i, cost)
 			continue
 		}
 		unannounce(h, ch.header)
 		p := pendingCost{i: i}
 		if v, ok := h[ch.header]; ok {
 			delete(h, ch.header)
-			p.charged, p.inHead = s.cost(ch, v), true
-			s.charge(ch, p.charged)
+			p.cost, p.inHead = s.cost(ch, v), true
 		}
 		s.pending = append(s.pending, p)
 	}
@@ -195,9 +205,10 @@ func (s *settlement) awaitsTrailer() bool {
 	return false
 }
 
-// trailers charges what the upstream's trailers say, added to what the
-// head said, removing the costs before the forwarder hands the rest to
-// the client. A cost neither the head nor the trailer states charges 1.
+// trailers settles each cost header at what the upstream's trailers say,
+// added to what the head said, removing the costs before the forwarder
+// hands the rest to the client. A cost neither the head nor the trailer
+// states charges 1.
 func (s *settlement) trailers(t http.Header) {
 	for _, p := range s.pending {
 		ch := &s.charges[p.i]
@@ -205,34 +216,41 @@ func (s *settlement) trailers(t http.Header) {
 		delete(t, ch.header)
 		switch {
 		case ok:
-			s.charge(ch, min(p.charged+s.cost(ch, v), ch.policy.MaxCost)-p.charged)
+			s.settle(p.i, min(p.cost+s.cost(ch, v), ch.policy.MaxCost))
 		case !p.inHead:
-			s.charge(ch, s.cost(ch, nil))
+			s.settle(p.i, s.cost(ch, nil))
+		default:
+			s.settle(p.i, p.cost)
 		}
 	}
 	s.pending = nil
 }
 
-// unfinished charges max_cost for each cost of a trailer that never came
+// unfinished settles at max_cost each cost of a trailer that never came
 // because the body did not end; a cost the head stated stays as it was.
 func (s *settlement) unfinished() {
 	for _, p := range s.pending {
+		ch := &s.charges[p.i]
 		if p.inHead {
+			s.settle(p.i, p.cost)
 			continue
 		}
-		ch := &s.charges[p.i]
 		s.h.opts.Logger.LogAttrs(s.ctx, slog.LevelInfo, "cost trailer never came; charged max_cost",
 			slog.String("route", s.route), slog.String("policy", ch.name))
-		s.charge(ch, ch.policy.MaxCost)
+		s.settle(p.i, ch.policy.MaxCost)
 	}
 	s.pending = nil
 }
 
-// finish charges 1 for each cost whose trailer could not come (a response
-// without a body), ends the exchange's context, and waits for every
-// charge of the request.
+// finish settles each cost whose trailer could not come (a response
+// without a body: 1, or what the head said), and at 0 each charge the
+// upstream never answered (the gateway answered, or nobody did), ends the
+// exchange's context, and waits for every settlement of the request.
 func (s *settlement) finish() {
 	s.trailers(nil)
+	for i := range s.charges {
+		s.settle(i, 0)
+	}
 	if s.cancel != nil {
 		s.unwatch()
 		s.cancel()
@@ -293,24 +311,20 @@ func (s *settlement) invalidCost(ch *responseCharge) int64 {
 	return 1
 }
 
-// charge settles cost on ch's policy beside the response. A failure
-// changes nothing the client gets: it is logged and counted.
-func (s *settlement) charge(ch *responseCharge, cost int64) {
-	if cost == 0 {
+// settle settles the i-th charge at cost beside the response, unless it
+// is settled already. A failure changes nothing the client gets: it is
+// logged and counted.
+func (s *settlement) settle(i int, cost int64) {
+	if s.settled&(1<<i) != 0 || s.admitted == nil {
 		return
 	}
+	s.settled |= 1 << i
+	ch := &s.charges[i]
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		req := limiter.Request{
-			Policies:     ch.alone,
-			Subject:      s.subject,
-			Cost:         cost,
-			EvaluationID: s.h.evalIDs.next(),
-			NewID:        true,
-			Deadline:     time.Now().Add(s.timeout),
-			Phase:        limiter.Settlement,
-		}
+		req := s.admitted.Settlement(ch.index, cost)
+		req.EvaluationID, req.NewID, req.Deadline = s.h.evalIDs.next(), true, time.Now().Add(s.timeout)
 		o := s.limiter.Evaluate(s.ctx, req)
 		if _, ok := o.(limiter.Evaluated); ok {
 			return

@@ -73,9 +73,10 @@ func failedLoginsAreCountedByTheirStatus(t *testing.T, lim proxy.Limiter) {
 		if res.StatusCode != 401 {
 			t.Fatalf("failure %d: status %d, want 401", i+1, res.StatusCode)
 		}
-		// What the check saw left, before this failure was charged.
-		if r := remaining(t, res, "failed-logins"); r != int64(5-i) {
-			t.Fatalf("failure %d: r=%d, want %d", i+1, r, 5-i)
+		// What the admission left, its reserve of 1 taken, before this
+		// failure was settled.
+		if r := remaining(t, res, "failed-logins"); r != int64(4-i) {
+			t.Fatalf("failure %d: r=%d, want %d", i+1, r, 4-i)
 		}
 	}
 	res := g.get(t, "/login", "X-Password", "right")
@@ -91,8 +92,9 @@ func failedLoginsAreCountedByTheirStatus(t *testing.T, lim proxy.Limiter) {
 }
 
 // The upstream says what a call cost: 40 a call on a 100-token bucket
-// shows 100, 60 and 20 left (what each call found before its charge), and
-// the third takes it to -20, a debt the next call is refused by.
+// shows 99, 59 and 19 left (what each call left, its reserve of 1 taken,
+// before it was settled), and the third takes it to -20, a debt the next
+// call is refused by.
 func TestACostHeaderChargesItsValueAndIsRemoved(t *testing.T) {
 	onEachBackend(t, aCostHeaderChargesItsValueAndIsRemoved)
 }
@@ -105,7 +107,7 @@ func aCostHeaderChargesItsValueAndIsRemoved(t *testing.T, lim proxy.Limiter) {
 	p := redisPolicy(limitertest.TokenBucket(100, 1, time.Hour), "usage")
 	p.CostHeader = "x-usage-cost"
 	g := newGateway(t, setup{routes: []proxy.Route{route("api", "/api", up, t, p)}, limiter: lim})
-	for i, want := range []int64{100, 60, 20} {
+	for i, want := range []int64{99, 59, 19} {
 		res := g.get(t, "/api")
 		if res.StatusCode != 200 || remaining(t, res, "usage") != want {
 			t.Fatalf("call %d: status %d, r=%d; want 200, r=%d", i+1, res.StatusCode, remaining(t, res, "usage"), want)
@@ -152,7 +154,7 @@ func aCostTrailerIsChargedAtTheEndOfAStreamedBody(announced bool) func(t *testin
 		p := redisPolicy(limitertest.TokenBucket(100, 1, time.Hour), "usage")
 		p.CostHeader, p.MaxCost = "X-Usage-Cost", 100
 		g := newGateway(t, setup{routes: []proxy.Route{route("stream", "/stream", up, t, p)}, limiter: lim})
-		for i, want := range []int64{100, 70, 40, 10} {
+		for i, want := range []int64{99, 69, 39, 9} { // each after its reserve of 1
 			res := g.get(t, "/stream")
 			body, _ := io.ReadAll(res.Body)
 			if res.StatusCode != 200 || string(body) != "chunk chunk chunk " || remaining(t, res, "usage") != want {
@@ -194,13 +196,13 @@ func TestAMissingOrMalformedCostChargesOne(t *testing.T) {
 	p.CostHeader, p.MaxCost = "X-Usage-Cost", 50
 	m := proxy.NewMetrics(prometheus.NewRegistry())
 	g := newGateway(t, setup{routes: []proxy.Route{route("api", "/api", up, t, p)}, metrics: m})
-	for i, want := range []int64{100, 99, 98, 97} {
+	for i, want := range []int64{99, 98, 97, 96} {
 		if r := remaining(t, g.get(t, "/api"), "usage"); r != want {
 			t.Fatalf("call %d (cost %q): r=%d, want %d", i+1, costs[i], r, want)
 		}
 	}
-	if r := remaining(t, g.get(t, "/api"), "usage"); r != 47 {
-		t.Fatalf("after a cost of 1000 clamped to 50: r=%d, want 47", r)
+	if r := remaining(t, g.get(t, "/api"), "usage"); r != 46 {
+		t.Fatalf("after a cost of 1000 clamped to 50: r=%d, want 46", r)
 	}
 	if got := testutil.ToFloat64(m.CostHeaderInvalid.WithLabelValues("api", "usage")); got != 3 {
 		t.Fatalf("gateway_cost_header_invalid_total %v, want 3", got)
@@ -218,13 +220,13 @@ func (f failingCharges) Evaluate(ctx context.Context, req limiter.Request) limit
 }
 
 // A charge the limiter does not take leaves the response as it was: it is
-// logged and counted, and the budget stays unspent.
+// logged and counted, and only the request's reserve stays charged.
 func TestAFailedChargeNeverChangesTheResponse(t *testing.T) {
 	up, _ := answering(t, func(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusUnauthorized)
 		io.WriteString(w, "who are you")
 	})
-	p := policy(limitertest.FixedWindow(1, time.Minute), "failed-logins")
+	p := policy(limitertest.FixedWindow(3, time.Minute), "failed-logins")
 	p.CountStatuses = limiter.StatusSet(401)
 	mem := limiter.NewMemory(limiter.MemoryOptions{})
 	t.Cleanup(func() { mem.Close() })
@@ -239,6 +241,9 @@ func TestAFailedChargeNeverChangesTheResponse(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(m.ChargeFailures.WithLabelValues("login", "failed-logins")); got != 3 {
 		t.Fatalf("gateway_limiter_charge_failures_total %v, want 3", got)
+	}
+	if res := g.get(t, "/login"); res.StatusCode != 429 {
+		t.Fatalf("after three unsettled reserves of 1 on a limit of 3: status %d, want 429", res.StatusCode)
 	}
 	if !strings.Contains(g.logs.String(), "limiter charge failed") {
 		t.Fatalf("no log of the failed charge: %s", g.logs.String())
@@ -260,7 +265,7 @@ func aResponseChargedPolicyBesideARequestCountedOne(t *testing.T, lim proxy.Limi
 	failures.CountStatuses = limiter.StatusSet(401, 403)
 	g := newGateway(t, setup{routes: []proxy.Route{multiRoute("login", "/login", up, t, calls, failures)}, limiter: lim})
 	res := g.get(t, "/login")
-	if res.StatusCode != 403 || remaining(t, res, "calls") != 2 || remaining(t, res, "failures") != 1 {
+	if res.StatusCode != 403 || remaining(t, res, "calls") != 2 || remaining(t, res, "failures") != 0 {
 		t.Fatalf("first: status %d, RateLimit %q", res.StatusCode, res.Header.Get("RateLimit"))
 	}
 	for range 2 {
@@ -386,8 +391,9 @@ func (d droppingCharges) Evaluate(ctx context.Context, req limiter.Request) limi
 }
 
 // A charge whose reply Redis sent but the gateway never got is retried
-// under its evaluation ID, and charged once: each failed login takes one
-// from the budget, and no charge counts as failed.
+// under its evaluation ID, and charged once: each call of cost 3 takes 3
+// from the budget (1 reserved, 2 settled), and no charge counts as
+// failed.
 func TestALostChargeReplyIsChargedOnce(t *testing.T) {
 	s := redistest.Start(t)
 	link := redistest.StartProxy(t, s.Addr)
@@ -395,22 +401,22 @@ func TestALostChargeReplyIsChargedOnce(t *testing.T) {
 	// and DropNextReply could drop the SUBSCRIBE reply instead.
 	r := redistest.NewLimiter(t, limiter.RedisOptions{Addrs: []string{link.Addr}, DenialCacheEntries: -1})
 	up, _ := answering(t, func(w http.ResponseWriter, r *http.Request) {
-		w.WriteHeader(http.StatusUnauthorized)
+		w.Header().Set("X-Usage-Cost", "3")
 	})
-	p := redisPolicy(limitertest.FixedWindow(5, time.Hour), "failed-logins")
-	p.CountStatuses = limiter.StatusSet(401)
+	p := redisPolicy(limitertest.FixedWindow(20, time.Hour), "usage")
+	p.CostHeader, p.MaxCost = "X-Usage-Cost", 10
 	m := proxy.NewMetrics(prometheus.NewRegistry())
-	g := newGateway(t, setup{routes: []proxy.Route{route("login", "/login", up, t, p)}, limiter: droppingCharges{r, link}, metrics: m})
-	for i, want := range []int64{5, 4, 3} {
-		res := g.get(t, "/login")
-		if res.StatusCode != 401 || remaining(t, res, "failed-logins") != want {
-			t.Fatalf("failure %d: %d, RateLimit %q; want 401 with r=%d", i+1, res.StatusCode, res.Header.Get("RateLimit"), want)
+	g := newGateway(t, setup{routes: []proxy.Route{route("api", "/api", up, t, p)}, limiter: droppingCharges{r, link}, metrics: m})
+	for i, want := range []int64{19, 16, 13} {
+		res := g.get(t, "/api")
+		if res.StatusCode != 200 || remaining(t, res, "usage") != want {
+			t.Fatalf("call %d: %d, RateLimit %q; want 200 with r=%d", i+1, res.StatusCode, res.Header.Get("RateLimit"), want)
 		}
 	}
 	if n := link.Dropped(); n != 3 {
 		t.Fatalf("%d replies dropped, want 3", n)
 	}
-	if got := testutil.ToFloat64(m.ChargeFailures.WithLabelValues("login", "failed-logins")); got != 0 {
+	if got := testutil.ToFloat64(m.ChargeFailures.WithLabelValues("api", "usage")); got != 0 {
 		t.Fatalf("gateway_limiter_charge_failures_total %v, want 0: the retry is the charge", got)
 	}
 }

@@ -74,18 +74,24 @@ type budget struct {
 	// response may cost (1 for count_statuses, max_cost for cost_header);
 	// 0 for a policy charged when the request is admitted.
 	maxCharge int64
+	// reserve is what an admission of a response-charged policy charges
+	// until its settlement replaces it (limiter.Policy.Reserve).
+	reserve int64
 }
 
 // chargedExactness is what fixed windows promise of the evaluations of a
 // route whose policies mix request-counted ones and ones charged by the
 // response, every request costing 1. A policy's charges in a window are,
 // for a request-counted policy, the admissions (every policy allowed) and,
-// for a response-charged one, its settlements; an admission checks every
+// for a response-charged one, the reserves of its admissions and its
+// settlements, each of which replaces its admission's reserve: certainly
+// the cost beyond the reserve, possibly the whole cost, in its window,
+// and the reserve possibly in the admission's. An admission checks every
 // policy against the charges of its window so far:
 //
 //   - A policy allows an admission only while its window's charges are at
-//     most limit − 1 (a response-charged one is only checked, and needs 1
-//     left). So an admission certainly in window w that a policy allowed
+//     most limit − 1 (a response-charged one needs its reserve of 1 left).
+//     So an admission certainly in window w that a policy allowed
 //     after charges certainly in w totalling limit or more had returned
 //     breaks the promise.
 //   - A policy denies only once its window's charges reach the limit. So
@@ -126,12 +132,12 @@ func (t chargedTally) String() string {
 		t.policy, t.index, t.admitted, t.denied, t.charged, t.maybeCharged)
 }
 
-// placedCharge is one charge of a policy, placed in windows lo..hi.
+// placedCharge is one charge of a policy, placed in windows lo..hi: at
+// most cost, and at least sure (0 when it may not have been made).
 type placedCharge struct {
-	cost     int64
-	certain  bool // made: otherwise it may or may not have been
-	from, to time.Time
-	lo, hi   int64
+	cost, sure int64
+	from, to   time.Time
+	lo, hi     int64
 }
 
 func (e chargedExactness) check(history []evaluation) (tallies []chargedTally, violations []string) {
@@ -141,14 +147,32 @@ func (e chargedExactness) check(history []evaluation) (tallies []chargedTally, v
 	for _, ev := range history {
 		lo, hi := x.span(ev.from, ev.to)
 		if ev.phase == limiter.Settlement {
+			// It replaces its admission's reserve: its own window certainly
+			// gets what the cost is beyond the reserve (the rest, when the
+			// admission's window is the same), and possibly all of it.
 			k := key{ev.subject, ev.policies[0]}
-			charges[k] = append(charges[k], placedCharge{ev.cost, ev.decided, ev.from, ev.to, lo, hi})
+			sure := int64(0)
+			if ev.decided {
+				sure = max(ev.cost-e.budgets[ev.policies[0]].reserve, 0)
+			}
+			charges[k] = append(charges[k], placedCharge{ev.cost, sure, ev.from, ev.to, lo, hi})
 			continue
 		}
-		for _, name := range ev.policies {
-			if e.budgets[name].maxCharge == 0 && (ev.admitted || !ev.decided) {
-				k := key{ev.subject, name}
-				charges[k] = append(charges[k], placedCharge{ev.cost, ev.decided, ev.from, ev.to, lo, hi})
+		if ev.decided && !ev.admitted {
+			continue
+		}
+		for i, name := range ev.policies {
+			k, b := key{ev.subject, name}, e.budgets[name]
+			switch {
+			case b.maxCharge == 0:
+				sure := int64(0)
+				if ev.decided {
+					sure = ev.cost
+				}
+				charges[k] = append(charges[k], placedCharge{ev.cost, sure, ev.from, ev.to, lo, hi})
+			case !ev.decided || ev.allowed[i]:
+				// The reserve, possibly still charged in its window.
+				charges[k] = append(charges[k], placedCharge{b.reserve, 0, ev.from, ev.to, lo, hi})
 			}
 		}
 	}
@@ -169,8 +193,8 @@ func (e chargedExactness) check(history []evaluation) (tallies []chargedTally, v
 			for w := c.lo; w <= c.hi; w++ {
 				t := tally(k, w)
 				t.maybeCharged += c.cost
-				if c.certain && c.lo == c.hi {
-					t.charged += c.cost
+				if c.lo == c.hi {
+					t.charged += c.sure
 				}
 			}
 		}
@@ -190,8 +214,8 @@ func (e chargedExactness) check(history []evaluation) (tallies []chargedTally, v
 				t.admitted++
 				var before int64
 				for _, c := range charges[k] {
-					if c.certain && c.lo == lo && c.hi == lo && c.to.Before(ev.from) {
-						before += c.cost
+					if c.lo == lo && c.hi == lo && c.to.Before(ev.from) {
+						before += c.sure
 					}
 				}
 				if before > limit-ev.cost {
@@ -353,7 +377,7 @@ func TestChargedExactnessAcrossThreeGatewaysSharingRedis(t *testing.T) {
 		run       = 3 * time.Second
 	)
 	principals := []string{"alice@example.com", "bob@example.com", "carol@example.com"}
-	budgets := map[string]budget{"calls": {limit: 30}, "failures": {limit: 5, maxCharge: 1}, "usage": {limit: 60, maxCharge: 20}}
+	budgets := map[string]budget{"calls": {limit: 30}, "failures": {limit: 5, maxCharge: 1, reserve: 1}, "usage": {limit: 60, maxCharge: 20, reserve: 1}}
 	for _, c := range standaloneAndCluster(redistest.StartCluster(t)) {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()

@@ -309,6 +309,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			// ReverseProxy aborts a response cut off mid-body with a
 			// panic (http.ErrAbortHandler) that the server recovers: the
 			// request reached the upstream, and is counted and logged.
+			x.settle()
 			x.releaseLease()
 			code, written := cw.result()
 			h.record(r, c, &x, code, written, start, true)
@@ -316,6 +317,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}()
 	h.serve(cw.wrap(w), cw, r, c, &x)
 	served = true
+	x.settle()
 	x.releaseLease()
 	code, written := cw.result()
 	cw.done()
@@ -405,10 +407,6 @@ func (h *Handler) serve(w http.ResponseWriter, cw *capture, r *http.Request, c *
 	x.in.Believe()
 	start := time.Now()
 	x.forwarded = true
-	if s := x.settling; s != nil {
-		// Deferred, so that a response cut off mid-body settles too.
-		defer s.finish()
-	}
 	rt.forward(w, r, x)
 	x.upstream = time.Since(start)
 	if d := rt.pool.duration; d != nil {

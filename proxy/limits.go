@@ -280,16 +280,17 @@ func (h *Handler) admitted(w http.ResponseWriter, r *http.Request, c *compiled, 
 		// Logged as what it would have been; nothing is held.
 		x.outcome, x.shadowDenied, x.delay = "shadow_delayed", names, d
 	}
+	if l.charges != nil {
+		// Settled when the exchange ends (ServeHTTP), whatever ends it.
+		x.settling = &settlement{h: h, limiter: c.limiter, admitted: o.Admitted(), charges: l.charges, subject: req.Subject,
+			route: rt.OperationID, timeout: c.deadline, ctx: context.WithoutCancel(r.Context())}
+	}
 	if held := limiter.Held(req, o); held > 0 {
 		if !h.hold(r, l, o, held, x) {
 			w.WriteHeader(statusClientClosed)
 			return false
 		}
 		l.setHeaders(w.Header(), afterHold(o, held))
-	}
-	if l.charges != nil {
-		x.settling = &settlement{h: h, limiter: c.limiter, charges: l.charges, subject: req.Subject, route: rt.OperationID,
-			timeout: c.deadline, ctx: context.WithoutCancel(r.Context())}
 	}
 	return true
 }
@@ -328,6 +329,16 @@ func (h *Handler) unresolved(w http.ResponseWriter, r *http.Request, c *compiled
 	default:
 		x.outcome = "unidentified"
 		writeProblem(w, problemUnidentified)
+	}
+}
+
+// settle ends the request's settlement, if it has one, and waits for it:
+// the exchange is over, and whatever the upstream did not charge goes
+// back.
+func (x *exchange) settle() {
+	if x.settling != nil {
+		x.settling.finish()
+		x.settling = nil
 	}
 }
 

@@ -99,14 +99,14 @@ func TestAClientThatHangsUpBeforeTheCostTrailerIsChargedItsCost(t *testing.T) {
 			}))
 			t.Cleanup(watched.Close)
 
-			if r := hangUpAfter(t, c.method, watched.URL+"/stream", "all the data"); r != 100 {
-				t.Fatalf("r=%d, want 100", r)
+			if r := hangUpAfter(t, c.method, watched.URL+"/stream", "all the data"); r != 99 {
+				t.Fatalf("r=%d, want 99 (1 reserved)", r)
 			}
 			waitLogged(t, g, 1)
 			res := g.get(t, "/stream")
 			io.Copy(io.Discard, res.Body)
-			if r := remaining(t, res, "usage"); r != 60 {
-				t.Fatalf("r=%d after the client hung up on a cost of 40, want 60", r)
+			if r := remaining(t, res, "usage"); r != 59 {
+				t.Fatalf("r=%d after the client hung up on a cost of 40, want 59 (1 reserved)", r)
 			}
 		})
 	}
@@ -123,12 +123,12 @@ func TestACostTrailerThatNeverComesChargesMaxCost(t *testing.T) {
 	})
 	rt, pool := trailerRoute(up, 200*time.Millisecond)
 	g := newGateway(t, setup{routes: []proxy.Route{rt}, pools: []proxy.Pool{pool}})
-	if r := hangUpAfter(t, "GET", g.URL+"/stream", "first part "); r != 100 {
-		t.Fatalf("r=%d, want 100", r)
+	if r := hangUpAfter(t, "GET", g.URL+"/stream", "first part "); r != 99 {
+		t.Fatalf("r=%d, want 99 (1 reserved)", r)
 	}
 	waitLogged(t, g, 1)
-	if r := hangUpAfter(t, "GET", g.URL+"/stream", "first part "); r != 50 {
-		t.Fatalf("r=%d after a trailer that never came, want 50 (max_cost 50 charged)", r)
+	if r := hangUpAfter(t, "GET", g.URL+"/stream", "first part "); r != 49 {
+		t.Fatalf("r=%d after a trailer that never came, want 49 (max_cost 50 charged, 1 reserved)", r)
 	}
 }
 
@@ -203,7 +203,8 @@ func TestSeveralCostFieldsChargeTheirSumClampedToMaxCost(t *testing.T) {
 			})
 			rt, pool := trailerRoute(up, time.Minute)
 			g := newGateway(t, setup{routes: []proxy.Route{rt}, pools: []proxy.Pool{pool}})
-			for i, want := range []int64{100, 100 - c.want} {
+			// (Each call's r is after its own reserve of 1.)
+			for i, want := range []int64{99, 99 - c.want} {
 				res := g.get(t, "/stream")
 				io.Copy(io.Discard, res.Body)
 				if _, ok := res.Trailer["X-Usage-Cost"]; ok {

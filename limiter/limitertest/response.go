@@ -24,15 +24,18 @@ func runResponseCharged(t *testing.T, newBackend Factory) {
 		}
 		return e
 	}
-	t.Run("a response-charged policy is checked, not charged, at admission", func(t *testing.T) {
+	t.Run("a response-charged policy is charged its reserve at admission", func(t *testing.T) {
 		for _, p := range []*limiter.Policy{FixedWindow(2, time.Minute), SlidingCounter(2, time.Minute), TokenBucket(2, 1, time.Minute)} {
 			p.CountStatuses = limiter.StatusSet(401, 403)
 			b := newBackend(t, NewClock())
 			s := Subject()
-			for i := range 4 {
-				if e := ask(t, b, One(p), s, 1, limiter.Admission, ""); !e.Allowed || e.Remaining != 2 {
-					t.Fatalf("%s: admission %d: allowed %v, remaining %d; want allowed with 2 left", p.Algorithm, i+1, e.Allowed, e.Remaining)
+			for i, want := range []int64{1, 0} {
+				if e := ask(t, b, One(p), s, 1, limiter.Admission, ""); !e.Allowed || e.Remaining != want {
+					t.Fatalf("%s: admission %d: allowed %v, remaining %d; want allowed with %d left", p.Algorithm, i+1, e.Allowed, e.Remaining, want)
 				}
+			}
+			if e := ask(t, b, One(p), s, 1, limiter.Admission, ""); e.Allowed || e.Remaining != 0 {
+				t.Fatalf("%s: third admission: allowed %v, remaining %d; want refused with 0 left", p.Algorithm, e.Allowed, e.Remaining)
 			}
 		}
 	})
@@ -58,8 +61,8 @@ func runResponseCharged(t *testing.T, newBackend Factory) {
 			t.Fatal("admitted while the debt is not yet paid back")
 		}
 		clock.Advance(time.Second)
-		if e := ask(t, b, ps, s, 1, limiter.Admission, ""); !e.Allowed || e.Remaining != 10 {
-			t.Fatalf("paid back: allowed %v, remaining %d; want allowed with 10 left", e.Allowed, e.Remaining)
+		if e := ask(t, b, ps, s, 1, limiter.Admission, ""); !e.Allowed || e.Remaining != 9 {
+			t.Fatalf("paid back: allowed %v, remaining %d; want allowed with 9 left (1 reserved)", e.Allowed, e.Remaining)
 		}
 	})
 	// A policy in debt: settlements charge past its quota, and admissions
@@ -76,7 +79,7 @@ func runResponseCharged(t *testing.T, newBackend Factory) {
 			{phase: settle, cost: 1, allowed: true, remaining: 0, reset: time.Minute},
 			{cost: 1, remaining: 0, retry: time.Minute, reset: time.Minute},
 			{phase: settle, cost: 1, allowed: true, remaining: -1, reset: time.Minute},
-			{advance: time.Minute, cost: 1, allowed: true, remaining: 5, reset: time.Minute},
+			{advance: time.Minute, cost: 1, allowed: true, remaining: 4, reset: time.Minute}, // 1 reserved
 		})
 	})
 	t.Run("a sliding counter in debt admits again once the debt has decayed", func(t *testing.T) {
@@ -94,7 +97,7 @@ func runResponseCharged(t *testing.T, newBackend Factory) {
 			// which it does 17,143 ms into it.
 			{cost: 1, remaining: 0, retry: 77143 * time.Millisecond, reset: 2 * time.Minute},
 			{advance: 77142 * time.Millisecond, cost: 1, remaining: 0, retry: time.Millisecond, reset: 42858 * time.Millisecond},
-			{advance: time.Millisecond, cost: 1, allowed: true, remaining: 1, reset: 102857 * time.Millisecond}, // uncharged
+			{advance: time.Millisecond, cost: 1, allowed: true, remaining: 0, reset: 102857 * time.Millisecond}, // 1 reserved
 		})
 	})
 	t.Run("a retried settlement is charged once", func(t *testing.T) {
@@ -128,10 +131,10 @@ func runResponseCharged(t *testing.T, newBackend Factory) {
 		ps := limiter.MustPolicySet(counted, failures)
 		s := Subject()
 		e := ask(t, b, ps, s, 1, limiter.Admission, "")
-		if !e.Allowed || e.Policies[0].Remaining != 2 || e.Policies[1].Remaining != 1 {
-			t.Fatalf("first: %+v; want allowed, 2 and 1 left", e)
+		if !e.Allowed || e.Policies[0].Remaining != 2 || e.Policies[1].Remaining != 0 {
+			t.Fatalf("first: %+v; want allowed, 2 left and 0 (reserved)", e)
 		}
-		ask(t, b, One(failures), s, 1, limiter.Settlement, "")
+		settleAt(t, b, e, 1, 1)
 		e = ask(t, b, ps, s, 1, limiter.Admission, "")
 		if e.Allowed || e.Policies[0].Remaining != 2 || !e.Policies[0].Allowed || e.Policies[1].Allowed || e.Policies[1].Remaining != 0 {
 			t.Fatalf("after a failure: %+v; want denied by the second, the first uncharged with 2 left", e)

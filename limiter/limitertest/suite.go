@@ -383,6 +383,7 @@ func Run(t *testing.T, newBackend Factory) {
 	runSeveral(t, newBackend)
 	runConcurrency(t, newBackend)
 	runResponseCharged(t, newBackend)
+	runReserve(t, newBackend)
 	runCalendar(t, newBackend)
 	runDelay(t, newBackend)
 	runOverrides(t, newBackend)
