@@ -15,7 +15,7 @@ import (
 	"github.com/edgegate/gateway/subject"
 )
 
-var defaultSources = []subject.Kind{subject.Principal, subject.APIKey, subject.ClientIP}
+var defaultSources = subject.Sources(subject.Principal, subject.APIKey, subject.ClientIP)
 
 // sourcesKnown says which subject sources the rest of the file makes
 // usable.
@@ -97,19 +97,20 @@ func (c *checker) route(b *routeBlock, policies map[string]*limiter.Policy, so *
 
 // routeSubject reads a route's subject sources: the default ones when it
 // names none, and each it names only where the file makes it usable.
-func (c *checker) routeSubject(b *routeBlock, known sourcesKnown) []subject.Kind {
+func (c *checker) routeSubject(b *routeBlock, known sourcesKnown) []subject.Source {
 	if !has(b.Body, "subject") {
 		return defaultSources
 	}
-	var sources []subject.Kind
+	var sources []subject.Source
 	items := c.list(b.Subject, "subject")
 	for _, it := range items {
-		k, err := subject.ParseKind(it.value)
+		src, err := subject.ParseSource(it.value)
 		if err != nil {
 			c.refusedAt(it.rng, err)
 			continue
 		}
-		if slices.Contains(sources, k) {
+		k := src.Kind
+		if slices.Contains(sources, src) {
 			c.errorf(it.rng, "Repeated subject source", "%s is already in the list.", it.value)
 			continue
 		}
@@ -123,7 +124,7 @@ func (c *checker) routeSubject(b *routeBlock, known sourcesKnown) []subject.Kind
 		case k == subject.ClientCert && !known.clientCAs:
 			c.errorf(it.rng, "client_cert needs client_ca_file", "The client_cert source believes certificates that chain to tls.client_ca_file; set it.")
 		}
-		sources = append(sources, k)
+		sources = append(sources, src)
 	}
 	if len(items) == 0 {
 		c.errorf(b.Subject.Range(), "No subject source", "subject needs at least one source.")

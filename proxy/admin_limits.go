@@ -80,17 +80,12 @@ func (h *Handler) adminLimits(w http.ResponseWriter, r *http.Request, c *compile
 		writeProblem(w, newProblem(http.StatusNotFound, typeAdminNotFound, "No such route", "No route is named "+quoteDetail(routeName)+"."))
 		return
 	}
-	kindName, identity, ok := strings.Cut(named, ":")
-	if !ok {
-		writeAdminBadQuery(w, "subject is KIND:IDENTITY.")
-		return
-	}
-	kind, err := subject.ParseKind(kindName)
+	src, identity, err := subject.ParseNamed(named)
 	if err != nil {
-		writeAdminBadQuery(w, "subject is KIND:IDENTITY; "+err.Error())
+		writeAdminBadQuery(w, "subject is KIND:IDENTITY (a header, cookie or query parameter: KIND:NAME:VALUE); "+err.Error())
 		return
 	}
-	s, err := c.resolver.Named(kind, identity, plan, rt.query)
+	s, err := c.resolver.Named(src, identity, plan, rt.query)
 	if err != nil {
 		writeAdminBadQuery(w, err.Error())
 		return

@@ -294,6 +294,9 @@ func (h *Handler) unresolved(w http.ResponseWriter, r *http.Request, c *compiled
 	case errors.Is(err, subject.ErrAmbiguousCredential):
 		x.outcome = "rejected"
 		writeProblem(w, problemAmbiguousCredential)
+	case errors.Is(err, subject.ErrBadSubject):
+		x.outcome = "rejected"
+		writeProblem(w, problemBadSubject)
 	case errors.As(err, &spent):
 		c.tokens.refuse(w, spent.client, spent.decision, x)
 	case errors.Is(err, subject.ErrInvalidToken):

@@ -85,7 +85,7 @@ func (u *rawUpstream) head(t *testing.T) http.Header {
 }
 
 func rawRoute(u *rawUpstream, upgrades ...string) proxy.Route {
-	return proxy.Route{OperationID: "r", Path: "/", Upstream: u.url(), Subject: []subject.Kind{subject.ClientIP}, Cost: 1, Upgrades: upgrades}
+	return proxy.Route{OperationID: "r", Path: "/", Upstream: u.url(), Subject: subject.Sources(subject.ClientIP), Cost: 1, Upgrades: upgrades}
 }
 
 // dialGateway sends head on a new connection and reads the response head.

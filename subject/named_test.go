@@ -43,12 +43,12 @@ func TestANamedSubjectIsTheSubjectOfARequestThatCarriesIt(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			for _, maps := range []func(string) bool{nil, mapsGold} {
-				q := subject.Query{Sources: []subject.Kind{c.kind}, OperationID: "op", MapsPlan: maps}
+				q := subject.Query{Sources: subject.Sources(c.kind), OperationID: "op", MapsPlan: maps}
 				want, err := r.Resolve(request(c.req[0], c.req[1:]...), q)
 				if err != nil {
 					t.Fatal(err)
 				}
-				got, err := r.Named(c.kind, c.identity, c.plan, q)
+				got, err := r.Named(subject.Source{Kind: c.kind}, c.identity, c.plan, q)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -71,8 +71,8 @@ func TestANamedSubjectIsTheSubjectOfARequestThatCarriesIt(t *testing.T) {
 		{"a kind the route does not take", subject.JWT, "alice", ""},
 	} {
 		t.Run(c.name+" is refused", func(t *testing.T) {
-			q := subject.Query{Sources: []subject.Kind{subject.ClientIP, subject.APIKey, subject.Principal}, OperationID: "op"}
-			if _, err := r.Named(c.kind, c.identity, c.plan, q); err == nil {
+			q := subject.Query{Sources: subject.Sources(subject.ClientIP, subject.APIKey, subject.Principal), OperationID: "op"}
+			if _, err := r.Named(subject.Source{Kind: c.kind}, c.identity, c.plan, q); err == nil {
 				t.Fatal("no error")
 			}
 		})

@@ -27,6 +27,11 @@ const (
 	// ClientCert is the identity of a TLS client certificate whose chain
 	// verified (client_cert.go).
 	ClientCert
+	// Header, Cookie and QueryParam are the value of a request field
+	// named by the route's Source (source.go).
+	Header
+	Cookie
+	QueryParam
 )
 
 func (k Kind) String() string {
@@ -41,12 +46,18 @@ func (k Kind) String() string {
 		return "jwt"
 	case ClientCert:
 		return "client_cert"
+	case Header:
+		return "header"
+	case Cookie:
+		return "cookie"
+	case QueryParam:
+		return "query"
 	}
 	return "none"
 }
 
 // kinds are the Kinds in the order the documentation lists them.
-var kinds = []Kind{Principal, APIKey, ClientIP, JWT, ClientCert}
+var kinds = []Kind{Principal, APIKey, ClientIP, JWT, ClientCert, Header, Cookie, QueryParam}
 
 // ParseKind maps a configuration name to a Kind; an unknown name is an
 // *option.Error of the field subject.
@@ -57,6 +68,9 @@ func ParseKind(s string) (Kind, error) {
 			return k, nil
 		}
 		names[i] = k.String()
+		if k.readsField() {
+			names[i] += ":NAME"
+		}
 	}
 	return 0, option.Unknown("subject", "Unknown subject source", s, names)
 }
@@ -229,7 +243,7 @@ func NewResolver(opts Options) (*Resolver, error) {
 // Query is what a route asks Resolve.
 type Query struct {
 	// Sources are tried in order.
-	Sources []Kind
+	Sources []Source
 	// OperationID is the route's; it is part of every pseudonym.
 	OperationID string
 	// MapsPlan reports whether the route gives a plan budgets of its own;
@@ -292,12 +306,13 @@ func (in Inbound) PeerTrusted() bool { return in.peerTrusted }
 func (in Inbound) Resolve(q Query) (Subject, error) {
 	r, req, peer, peerTrusted := in.r, in.req, in.peer, in.peerTrusted
 	sources := q.Sources
-	for _, k := range sources {
-		if h := r.header(k); h != "" && len(req.Header[h]) > 1 && (k != Principal || peerTrusted) {
+	for _, src := range sources {
+		if h := r.header(src.Kind); h != "" && len(req.Header[h]) > 1 && (src.Kind != Principal || peerTrusted) {
 			return Subject{}, ErrAmbiguousCredential
 		}
 	}
-	for _, k := range sources {
+	for _, src := range sources {
+		k := src.Kind
 		var identity string
 		var s Subject
 		switch k {
@@ -351,6 +366,11 @@ func (in Inbound) Resolve(q Query) (Subject, error) {
 			s.Plan, s.PlanUnknown = r.knownPlan(claims.plan)
 		case ClientCert:
 			identity = in.clientCert(q.CertIdentity)
+		case Header, Cookie, QueryParam:
+			var err error
+			if identity, err = field(req, src); err != nil {
+				return Subject{}, err
+			}
 		}
 		if identity == "" {
 			continue
@@ -373,19 +393,21 @@ func (r *Resolver) sign(s Subject, kind Kind, identity string, q Query) Subject 
 	return s
 }
 
-// Named is the subject a request identified as kind by identity, on plan,
+// Named is the subject a request identified by src as identity, on plan,
 // resolves to on the route q asks for: the same canonical identity (an
 // address as its client prefix, an API key by its hash) and pseudonym that
 // Resolve gives it. identity is what the client presents: an address, an
 // API key, a principal, a JWT's principal claim, or its client
 // certificate's identity as the route reads it (q.CertIdentity: the SPKI
-// SHA-256 in hex, a URI or a DNS name). An API key's plan is
+// SHA-256 in hex, a URI or a DNS name), or the value of the header, cookie
+// or query parameter src names. An API key's plan is
 // its own; plan, if given, must be it. The admin API names subjects so.
 // The errors say what the request path would not identify.
-func (r *Resolver) Named(kind Kind, identity, plan string, q Query) (Subject, error) {
-	if !slices.Contains(q.Sources, kind) {
-		return Subject{}, fmt.Errorf("the route does not identify subjects by %s", kind)
+func (r *Resolver) Named(src Source, identity, plan string, q Query) (Subject, error) {
+	if !slices.Contains(q.Sources, src) {
+		return Subject{}, fmt.Errorf("the route does not identify subjects by %s", src)
 	}
+	kind := src.Kind
 	var s Subject
 	switch kind {
 	case ClientIP:
@@ -422,6 +444,11 @@ func (r *Resolver) Named(kind Kind, identity, plan string, q Query) (Subject, er
 		if identity != "" {
 			identity = q.CertIdentity.named(identity)
 		}
+	case Header, Cookie, QueryParam:
+		if identity = strings.TrimSpace(identity); len(identity) > MaxFieldValueBytes {
+			return Subject{}, fmt.Errorf("%s: a value is at most %d bytes", src, MaxFieldValueBytes)
+		}
+		identity = fieldIdentity(src.Name, identity)
 	}
 	if identity == "" {
 		return Subject{}, fmt.Errorf("%s: no identity", kind)
