@@ -148,6 +148,8 @@ func (c *checker) file(fb *fileBlock) *File {
 		// One set of roots: the handshake asks for certificates that chain
 		// to them, the client_cert source believes those that do.
 		f.Subject.ClientCAs = f.Listen.TLS.ClientCAs
+		// The HTTPS and HTTP/3 listeners fingerprint every ClientHello.
+		f.Subject.TLSFingerprint = edge.JA4
 	}
 	// One client under max_connections_per_client is what one client-IP
 	// subject is.

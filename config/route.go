@@ -20,14 +20,14 @@ var defaultSources = subject.Sources(subject.Principal, subject.APIKey, subject.
 // sourcesKnown says which subject sources the rest of the file makes
 // usable.
 type sourcesKnown struct {
-	keys, principal, jwt, clientCAs bool
+	keys, principal, jwt, clientCAs, fingerprints bool
 }
 
 // routes checks the route blocks against the policies and the subject
 // options; maxBody is the listen block's default body cap.
 func (c *checker) routes(blocks []*routeBlock, policies map[string]*limiter.Policy, so *subject.Options, maxBody int64) []proxy.Route {
 	known := sourcesKnown{keys: so.KnownKeys != nil, principal: so.PrincipalHeader != "" && len(so.TrustedProxies) > 0,
-		jwt: so.JWT != nil, clientCAs: so.ClientCAs != nil}
+		jwt: so.JWT != nil, clientCAs: so.ClientCAs != nil, fingerprints: so.TLSFingerprint != nil}
 	var routes []proxy.Route
 	// The ranges of the routes' fields as a list (proxy.ValidateRoutes).
 	listElements := map[string]hcl.Range{}
@@ -123,6 +123,8 @@ func (c *checker) routeSubject(b *routeBlock, known sourcesKnown) []subject.Sour
 			c.errorf(it.rng, "jwt needs a jwt block", "The jwt source verifies tokens against subject.jwt; add the block with a key set, issuer, audience and algorithms.")
 		case k == subject.ClientCert && !known.clientCAs:
 			c.errorf(it.rng, "client_cert needs client_ca_file", "The client_cert source believes certificates that chain to tls.client_ca_file; set it.")
+		case (k == subject.JA4 || k == subject.JA4ClientIP) && !known.fingerprints:
+			c.errorf(it.rng, k.String()+" needs a tls block", "The %s source is the fingerprint of the TLS ClientHello; only the HTTPS listener (a tls block) sees one.", k)
 		}
 		sources = append(sources, src)
 	}

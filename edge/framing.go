@@ -97,8 +97,9 @@ func (l *framingListener) handshake(c net.Conn) {
 		ctx, cancel = context.WithTimeout(ctx, l.timeout)
 		defer cancel()
 	}
-	tc := tls.Server(c, l.cfg)
-	if err := tc.HandshakeContext(ctx); err != nil {
+	fc := &fingerprintedConn{Conn: c}
+	tc := tls.Server(fc, l.cfg)
+	if err := tc.HandshakeContext(withFingerprint(ctx, &fc.fingerprint)); err != nil {
 		tc.Close()
 		return
 	}
@@ -164,9 +165,23 @@ type connKey struct{}
 // request's connection.
 func connContext(ctx context.Context, c net.Conn) context.Context {
 	if fc, ok := c.(*framingConn); ok {
-		return context.WithValue(ctx, connKey{}, fc)
+		ctx = context.WithValue(ctx, connKey{}, fc)
+		c = fc.Conn
+	}
+	if tc, ok := c.(*tls.Conn); ok {
+		if fc, ok := tc.NetConn().(*fingerprintedConn); ok {
+			ctx = withFingerprint(ctx, &fc.fingerprint)
+		}
 	}
 	return ctx
+}
+
+// fingerprintedConn is a TLS connection's transport, carrying the
+// fingerprint of its ClientHello from the handshake to the connection's
+// context (connContext).
+type fingerprintedConn struct {
+	net.Conn
+	fingerprint fingerprint
 }
 
 // framingConn scans the HTTP/1 request stream it carries and queues the

@@ -215,7 +215,9 @@ func (s *Servers) Serve() <-chan error {
 	}
 	s.serving = true
 	if s.secure != nil {
-		ln := newFramingListener(limitConnections(s.httpsLn, s.caps()), s.tls.config(), s.opts.ReadHeaderTimeout)
+		cfg := s.tls.config()
+		recordFingerprints(cfg, false)
+		ln := newFramingListener(limitConnections(s.httpsLn, s.caps()), cfg, s.opts.ReadHeaderTimeout)
 		s.serveOn(s.secure, ln)
 	}
 	if s.quic != nil {
@@ -251,7 +253,9 @@ func (s *Servers) serveOn(srv *http.Server, ln net.Listener) {
 
 // serveQUIC serves HTTP/3 until Shutdown or Close, like serveOn.
 func (s *Servers) serveQUIC() {
-	ln, err := s.quic.listen(s.tls.config())
+	cfg := s.tls.config()
+	recordFingerprints(cfg, true)
+	ln, err := s.quic.listen(cfg)
 	if err != nil {
 		s.errs <- err
 		return

@@ -32,6 +32,11 @@ const (
 	Header
 	Cookie
 	QueryParam
+	// JA4 is the JA4 fingerprint of the connection's TLS ClientHello;
+	// JA4ClientIP is that fingerprint and the client_ip identity together
+	// (Options.TLSFingerprint).
+	JA4
+	JA4ClientIP
 )
 
 func (k Kind) String() string {
@@ -52,12 +57,16 @@ func (k Kind) String() string {
 		return "cookie"
 	case QueryParam:
 		return "query"
+	case JA4:
+		return "ja4"
+	case JA4ClientIP:
+		return "ja4+client_ip"
 	}
 	return "none"
 }
 
 // kinds are the Kinds in the order the documentation lists them.
-var kinds = []Kind{Principal, APIKey, ClientIP, JWT, ClientCert, Header, Cookie, QueryParam}
+var kinds = []Kind{Principal, APIKey, ClientIP, JWT, ClientCert, Header, Cookie, QueryParam, JA4, JA4ClientIP}
 
 // ParseKind maps a configuration name to a Kind; an unknown name is an
 // *option.Error of the field subject.
@@ -118,6 +127,10 @@ type Options struct {
 	// Now is the clock client certificates are checked against. Default
 	// time.Now.
 	Now func() time.Time
+	// TLSFingerprint is the JA4 fingerprint of the TLS connection a
+	// request's context belongs to, "" for none (edge.JA4); nil: routes
+	// that list ja4 or ja4+client_ip never identify by it.
+	TLSFingerprint func(context.Context) string
 }
 
 // Defaults of Options.
@@ -162,6 +175,7 @@ type Resolver struct {
 	planHeader      string
 	plans           map[string]string // known plan names, to themselves
 	certs           *chainVerdicts    // nil without ClientCAs
+	fingerprint     func(context.Context) string
 }
 
 // Subject is who is asking, as far as anything outside this package may know.
@@ -237,6 +251,7 @@ func NewResolver(opts Options) (*Resolver, error) {
 		planHeader:      http.CanonicalHeaderKey(opts.PlanHeader),
 		plans:           plans,
 		certs:           certs,
+		fingerprint:     opts.TLSFingerprint,
 	}, nil
 }
 
@@ -371,6 +386,8 @@ func (in Inbound) Resolve(q Query) (Subject, error) {
 			if identity, err = field(req, src); err != nil {
 				return Subject{}, err
 			}
+		case JA4, JA4ClientIP:
+			identity = in.fingerprint(k)
 		}
 		if identity == "" {
 			continue
@@ -399,8 +416,9 @@ func (r *Resolver) sign(s Subject, kind Kind, identity string, q Query) Subject 
 // Resolve gives it. identity is what the client presents: an address, an
 // API key, a principal, a JWT's principal claim, or its client
 // certificate's identity as the route reads it (q.CertIdentity: the SPKI
-// SHA-256 in hex, a URI or a DNS name), or the value of the header, cookie
-// or query parameter src names. An API key's plan is
+// SHA-256 in hex, a URI or a DNS name), the value of the header, cookie
+// or query parameter src names, or a JA4 fingerprint (with ja4+client_ip,
+// a fingerprint, a comma and an address). An API key's plan is
 // its own; plan, if given, must be it. The admin API names subjects so.
 // The errors say what the request path would not identify.
 func (r *Resolver) Named(src Source, identity, plan string, q Query) (Subject, error) {
@@ -449,6 +467,11 @@ func (r *Resolver) Named(src Source, identity, plan string, q Query) (Subject, e
 			return Subject{}, fmt.Errorf("%s: a value is at most %d bytes", src, MaxFieldValueBytes)
 		}
 		identity = fieldIdentity(src.Name, identity)
+	case JA4, JA4ClientIP:
+		var err error
+		if identity, err = r.namedFingerprint(kind, identity); err != nil {
+			return Subject{}, err
+		}
 	}
 	if identity == "" {
 		return Subject{}, fmt.Errorf("%s: no identity", kind)

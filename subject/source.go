@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"strings"
 
@@ -170,4 +171,40 @@ func queryValues(raw, name string) ([]string, error) {
 		values = append(values, v)
 	}
 	return values, nil
+}
+
+// fingerprint is the identity of the ja4 and ja4+client_ip sources: the
+// connection's fingerprint, framed before the client_ip identity for the
+// latter; "" when either is missing.
+func (in Inbound) fingerprint(k Kind) string {
+	r := in.r
+	if r.fingerprint == nil {
+		return ""
+	}
+	ja4 := r.fingerprint(in.req.Context())
+	if k == JA4 || ja4 == "" {
+		return ja4
+	}
+	client := r.clientIdentity(r.clientAddr(in.req, in.peer, in.peerTrusted))
+	if client == "" {
+		return ""
+	}
+	return fieldIdentity(ja4, client)
+}
+
+// namedFingerprint is the identity Named gives a ja4 subject (a
+// fingerprint) or a ja4+client_ip one ("FINGERPRINT,ADDRESS").
+func (r *Resolver) namedFingerprint(k Kind, identity string) (string, error) {
+	if r.fingerprint == nil {
+		return "", fmt.Errorf("%s: no tls block is configured", k)
+	}
+	if k == JA4 {
+		return identity, nil
+	}
+	ja4, address, ok := strings.Cut(identity, ",")
+	a, err := netip.ParseAddr(address)
+	if !ok || ja4 == "" || err != nil {
+		return "", errors.New("ja4+client_ip: the identity is FINGERPRINT,ADDRESS")
+	}
+	return fieldIdentity(ja4, r.clientIdentity(a.Unmap())), nil
 }
