@@ -93,6 +93,9 @@ func (g *gateway) start(f *config.File) error {
 	if g.servers, err = edge.Listen(eo, g.handler, withProfiling(proxy.AdminHandler(g.ready, g.registry, g.handler.AdminAPI()))); err != nil {
 		return err
 	}
+	if eo.RateLimitGRPC != "" {
+		g.servers.ServeRateLimit(proxy.NewRLSServer(g.handler))
+	}
 	g.serveErr = g.servers.Serve()
 	g.file = f
 	return nil

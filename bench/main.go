@@ -9,6 +9,7 @@
 //	go run ./bench -targets gateway-redis -conns 64 -profile /tmp/prof   # where its CPU time goes
 //	go run ./bench -mode soak -duration 10m  # leaks through Redis restarts (soak.go)
 //	go run ./bench -mode protocols      # the gateway's CPU per request over HTTP/3 against HTTP/2 (protocols.go)
+//	go run ./bench -mode rls            # the rate limit service's decisions/s, p99 and CPU per decision (rls.go)
 //
 // The targets, in the order each round drives them:
 //
@@ -77,7 +78,7 @@ type settings struct {
 func parseSettings(args []string, stderr io.Writer) (settings, error) {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	mode := fs.String("mode", "main", "`main` (a limit that never denies), flood (one subject over a 5/min limit), both, protocols (CPU per request over HTTP/3 against HTTP/2) or soak (leaks through Redis restarts)")
+	mode := fs.String("mode", "main", "`main` (a limit that never denies), flood (one subject over a 5/min limit), both, protocols (CPU per request over HTTP/3 against HTTP/2), rls (the rate limit service over gRPC) or soak (leaks through Redis restarts)")
 	rounds := fs.Int("rounds", 3, "interleaved rounds; every figure is the median over them")
 	duration := fs.Duration("duration", 8*time.Second, "length of one load run; in soak mode the soak's, default 3m, at most 1h")
 	warmup := fs.Duration("warmup", 2*time.Second, "unmeasured load on each target before the first round")
@@ -124,6 +125,9 @@ func parseSettings(args []string, stderr io.Writer) (settings, error) {
 	case "protocols":
 		s.modes = []string{"protocols"}
 		s.only["gateway-memory"] = true
+	case "rls":
+		s.modes = []string{"rls"}
+		s.only["gateway-memory"], s.only["gateway-redis"] = true, true
 	case "soak":
 		s.modes = []string{"soak"}
 		s.only["gateway-redis"] = true
@@ -147,7 +151,7 @@ func parseSettings(args []string, stderr io.Writer) (settings, error) {
 			s.soak.warmup = 30 * time.Second
 		}
 	default:
-		return s, fmt.Errorf("-mode %q: want main, flood, both, protocols or soak", *mode)
+		return s, fmt.Errorf("-mode %q: want main, flood, both, protocols, rls or soak", *mode)
 	}
 	if s.rounds < 1 {
 		return s, errors.New("-rounds must be at least 1")
@@ -250,8 +254,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if err := h.setup(ctx); err != nil {
 		return failed(ctx, stderr, err)
 	}
-	if s.modes[0] == "protocols" {
-		if err := h.runProtocols(ctx, stdout); err != nil {
+	if drive, ok := map[string]func(context.Context, io.Writer) error{"protocols": h.runProtocols, "rls": h.runRLS}[s.modes[0]]; ok {
+		if err := drive(ctx, stdout); err != nil {
 			return failed(ctx, stderr, err)
 		}
 		fmt.Fprintf(stdout, "\nCommand: `%s` (%s in all; %s)\n", commandLine(s.args), time.Since(started).Round(time.Second),

@@ -162,7 +162,7 @@ func (c *checker) file(fb *fileBlock) *File {
 	f.Log = c.log(fb.Log)
 	f.Telemetry = c.telemetry(fb.Telemetry)
 	if fb.Admin != nil {
-		f.Proxy.AdminToken = c.adminToken(fb.Admin.Token)
+		f.Proxy.AdminToken = c.bearerToken(fb.Admin.Token, "admin")
 	}
 
 	policies := map[string]*limiter.Policy{}
@@ -189,6 +189,10 @@ func (c *checker) file(fb *fileBlock) *File {
 	}
 	f.Proxy.Pools = c.upstreams(fb.Upstreams)
 	f.Proxy.Routes = c.routes(fb.Routes, policies, &f.Subject, maxBody)
+	f.Proxy.RLSRules = c.rlsRules(fb.RLSRules, policies, &f.Subject, f.Proxy.Routes)
+	if fb.RLS != nil {
+		f.Proxy.RLSToken = c.bearerToken(fb.RLS.Token, "rls")
+	}
 	if fb.Subject != nil {
 		f.Proxy.InvalidTokenPolicy = c.invalidTokenPolicy(fb.Subject.JWT, policies)
 	}
@@ -225,7 +229,8 @@ func (c *checker) listen(b *listenBlock) edge.Options {
 	if b == nil {
 		return edge.Options{}
 	}
-	l := edge.Options{HTTP: or(b.HTTP, ""), HTTPS: or(b.HTTPS, ""), HTTP3: or(b.HTTP3, false), Admin: or(b.Admin, "")}
+	l := edge.Options{HTTP: or(b.HTTP, ""), HTTPS: or(b.HTTPS, ""), HTTP3: or(b.HTTP3, false), Admin: or(b.Admin, ""),
+		RateLimitGRPC: or(b.RateLimitGRPC, ""), RateLimitGRPCTLS: or(b.RateLimitGRPCTLS, false)}
 	if l.HTTP == "" && l.HTTPS == "" {
 		c.errorf(b.DefRange, "No public listener", "listen needs http, https or both.")
 	}
@@ -557,16 +562,16 @@ func (c *checker) log(b *logBlock) Log {
 	return l
 }
 
-// adminToken reads the admin block's token: a secret, long enough for
-// proxy.CheckAdminToken, and not empty (an empty one would turn the API
-// off without a word).
-func (c *checker) adminToken(expr hcl.Expression) string {
+// bearerToken reads the token of the admin or the rls block (block): a
+// secret, long enough for proxy.CheckBearerToken, and not empty (an empty
+// one would turn the guard off without a word).
+func (c *checker) bearerToken(expr hcl.Expression, block string) string {
 	token, ok := c.secret(expr, "token")
 	if !ok {
 		return ""
 	}
-	if err := proxy.CheckAdminToken(token); err != nil || token == "" {
-		c.errorf(expr.Range(), "Admin token too short", "The admin token is %d bytes; at least %d are needed.", len(token), proxy.MinAdminTokenBytes)
+	if err := proxy.CheckBearerToken(token); err != nil || token == "" {
+		c.errorf(expr.Range(), "Token too short", "The %s token is %d bytes; at least %d are needed.", block, len(token), proxy.MinBearerTokenBytes)
 		return ""
 	}
 	return token

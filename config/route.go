@@ -23,11 +23,15 @@ type sourcesKnown struct {
 	keys, principal, jwt, clientCAs, fingerprints bool
 }
 
+func knownSources(so *subject.Options) sourcesKnown {
+	return sourcesKnown{keys: so.KnownKeys != nil, principal: so.PrincipalHeader != "" && len(so.TrustedProxies) > 0,
+		jwt: so.JWT != nil, clientCAs: so.ClientCAs != nil, fingerprints: so.TLSFingerprint != nil}
+}
+
 // routes checks the route blocks against the policies and the subject
 // options; maxBody is the listen block's default body cap.
 func (c *checker) routes(blocks []*routeBlock, policies map[string]*limiter.Policy, so *subject.Options, maxBody int64) []proxy.Route {
-	known := sourcesKnown{keys: so.KnownKeys != nil, principal: so.PrincipalHeader != "" && len(so.TrustedProxies) > 0,
-		jwt: so.JWT != nil, clientCAs: so.ClientCAs != nil, fingerprints: so.TLSFingerprint != nil}
+	known := knownSources(so)
 	var routes []proxy.Route
 	// The ranges of the routes' fields as a list (proxy.ValidateRoutes).
 	listElements := map[string]hcl.Range{}
@@ -114,24 +118,30 @@ func (c *checker) routeSubject(b *routeBlock, known sourcesKnown) []subject.Sour
 			c.errorf(it.rng, "Repeated subject source", "%s is already in the list.", it.value)
 			continue
 		}
-		switch {
-		case k == subject.APIKey && !known.keys:
-			c.errorf(it.rng, "api_key needs known keys", "The api_key source counts only known keys; set subject.api_keys_file.")
-		case k == subject.Principal && !known.principal:
-			c.errorf(it.rng, "principal needs a trusted proxy", "The principal source needs subject.principal_header and subject.trusted_proxies.")
-		case k == subject.JWT && !known.jwt:
-			c.errorf(it.rng, "jwt needs a jwt block", "The jwt source verifies tokens against subject.jwt; add the block with a key set, issuer, audience and algorithms.")
-		case k == subject.ClientCert && !known.clientCAs:
-			c.errorf(it.rng, "client_cert needs client_ca_file", "The client_cert source believes certificates that chain to tls.client_ca_file; set it.")
-		case (k == subject.JA4 || k == subject.JA4ClientIP) && !known.fingerprints:
-			c.errorf(it.rng, k.String()+" needs a tls block", "The %s source is the fingerprint of the TLS ClientHello; only the HTTPS listener (a tls block) sees one.", k)
-		}
+		c.sourceUsable(k, it.rng, known)
 		sources = append(sources, src)
 	}
 	if len(items) == 0 {
 		c.errorf(b.Subject.Range(), "No subject source", "subject needs at least one source.")
 	}
 	return sources
+}
+
+// sourceUsable reports at rng a subject source the rest of the file does
+// not make usable.
+func (c *checker) sourceUsable(k subject.Kind, rng hcl.Range, known sourcesKnown) {
+	switch {
+	case k == subject.APIKey && !known.keys:
+		c.errorf(rng, "api_key needs known keys", "The api_key source counts only known keys; set subject.api_keys_file.")
+	case k == subject.Principal && !known.principal:
+		c.errorf(rng, "principal needs a trusted proxy", "The principal source needs subject.principal_header and subject.trusted_proxies.")
+	case k == subject.JWT && !known.jwt:
+		c.errorf(rng, "jwt needs a jwt block", "The jwt source verifies tokens against subject.jwt; add the block with a key set, issuer, audience and algorithms.")
+	case k == subject.ClientCert && !known.clientCAs:
+		c.errorf(rng, "client_cert needs client_ca_file", "The client_cert source believes certificates that chain to tls.client_ca_file; set it.")
+	case (k == subject.JA4 || k == subject.JA4ClientIP) && !known.fingerprints:
+		c.errorf(rng, k.String()+" needs a tls block", "The %s source is the fingerprint of the TLS ClientHello; only the HTTPS listener (a tls block) sees one.", k)
+	}
 }
 
 // routeForms reads what a route changes of a request and its response
@@ -174,14 +184,7 @@ func (c *checker) routeLimits(b *routeBlock, r *proxy.Route, policies map[string
 	if b.Policy != nil && hasPolicies {
 		c.errorf(nameRange(b.Body, "policy"), "Both policy and policies", "A route takes policy = \"x\" for one policy or policies = [...] for several, not both.")
 	}
-	usePolicy := func(name string, rng hcl.Range) *limiter.Policy {
-		p, ok := policies[name]
-		switch {
-		case !ok:
-			c.errorf(rng, "Unknown policy", "No policy block is named %q.", name)
-		}
-		return p
-	}
+	usePolicy := c.policyNamed(policies)
 	switch {
 	case b.Policy != nil && !hasPolicies:
 		// policy = "x" is policies = ["x"].
@@ -298,6 +301,18 @@ func (c *checker) plans(expr hcl.Expression, elements map[string]hcl.Range, useP
 		}
 	}
 	return out
+}
+
+// policyNamed looks a policy up by name, reporting at rng a name no
+// policy block has.
+func (c *checker) policyNamed(policies map[string]*limiter.Policy) func(name string, rng hcl.Range) *limiter.Policy {
+	return func(name string, rng hcl.Range) *limiter.Policy {
+		p, ok := policies[name]
+		if !ok {
+			c.errorf(rng, "Unknown policy", "No policy block is named %q.", name)
+		}
+		return p
+	}
 }
 
 // policyList reads the policies a list names, recording the range of

@@ -18,9 +18,11 @@ type fileBlock struct {
 	Log       *logBlock        `hcl:"log,block"`
 	Telemetry *telemetryBlock  `hcl:"telemetry,block"`
 	Admin     *adminBlock      `hcl:"admin,block"`
+	RLS       *rlsBlock        `hcl:"rls,block"`
 	Policies  []*policyBlock   `hcl:"policy,block"`
 	Upstreams []*upstreamBlock `hcl:"upstream,block"`
 	Routes    []*routeBlock    `hcl:"route,block"`
+	RLSRules  []*rlsRuleBlock  `hcl:"rls_rule,block"`
 }
 
 type listenBlock struct {
@@ -28,6 +30,8 @@ type listenBlock struct {
 	HTTPS                  *string   `hcl:"https,optional"`
 	HTTP3                  *bool     `hcl:"http3,optional"`
 	Admin                  *string   `hcl:"admin,optional"`
+	RateLimitGRPC          *string   `hcl:"ratelimit_grpc,optional"`
+	RateLimitGRPCTLS       *bool     `hcl:"ratelimit_grpc_tls,optional"`
 	ShutdownTimeout        *string   `hcl:"shutdown_timeout,optional"`
 	ReadHeaderTimeout      *string   `hcl:"read_header_timeout,optional"`
 	IdleTimeout            *string   `hcl:"idle_timeout,optional"`
@@ -162,6 +166,24 @@ type keyBlock struct {
 
 type adminBlock struct {
 	Token hcl.Expression `hcl:"token"`
+}
+
+// rlsBlock guards the rate limit service (listen.ratelimit_grpc).
+type rlsBlock struct {
+	Token hcl.Expression `hcl:"token"`
+}
+
+// rlsRuleBlock maps a domain and descriptor of Envoy's rate limit service
+// to a route's budget or policies of its own (proxy.RLSRule).
+type rlsRuleBlock struct {
+	Name       string         `hcl:"name,label"`
+	NameRange  hcl.Range      `hcl:"name,label_range"`
+	Domain     string         `hcl:"domain"`
+	Descriptor hcl.Expression `hcl:"descriptor"`
+	Route      *string        `hcl:"route,optional"`
+	Policies   hcl.Expression `hcl:"policies,optional"`
+	Body       hcl.Body       `hcl:",body"`
+	DefRange   hcl.Range      `hcl:",def_range"`
 }
 
 type telemetryBlock struct {

@@ -35,6 +35,12 @@ type Options struct {
 	// admin timeouts (read header 5s, idle 1m) and none of the public
 	// protections: no connection cap, no framing check. Empty: none.
 	Admin string
+	// RateLimitGRPC is the listener of Envoy's rate limit service, served
+	// by the server given to Servers.ServeRateLimit, host:port; empty:
+	// none. With RateLimitGRPCTLS it speaks TLS with the HTTPS listener's
+	// certificates (needs HTTPS).
+	RateLimitGRPC    string
+	RateLimitGRPCTLS bool
 
 	// ShutdownTimeout is how long Shutdown lets requests in flight finish.
 	// Default 15s; negative: none, connections are closed at once.
@@ -173,7 +179,10 @@ func (o Options) Validate() error {
 	if o.TLS != nil && o.HTTPS == "" {
 		problem("tls", "TLS without HTTPS", "A tls block needs listen.https.")
 	}
-	for _, a := range []struct{ name, value string }{{"http", o.HTTP}, {"https", o.HTTPS}, {"admin", o.Admin}} {
+	if o.RateLimitGRPCTLS && (o.HTTPS == "" || o.RateLimitGRPC == "") {
+		problem("listen.ratelimit_grpc_tls", "ratelimit_grpc_tls without HTTPS", "ratelimit_grpc_tls needs listen.ratelimit_grpc and listen.https: it serves with the HTTPS listener's certificates.")
+	}
+	for _, a := range []struct{ name, value string }{{"http", o.HTTP}, {"https", o.HTTPS}, {"admin", o.Admin}, {"ratelimit_grpc", o.RateLimitGRPC}} {
 		if a.value != "" && !validListenAddr(a.value) {
 			problem("listen."+a.name, "Invalid listen address", "%s must be host:port, such as \":8080\" or \"127.0.0.1:9901\".", a.name)
 		}

@@ -43,6 +43,8 @@ type Servers struct {
 	plain, secure, admin     *http.Server
 	quicConn                 net.PacketConn // the HTTPS port over UDP; nil without HTTP3
 	quic                     *quicEdge      // nil without HTTP3
+	rateLimitLn              net.Listener   // nil without RateLimitGRPC
+	rateLimit                GRPCServer     // nil until ServeRateLimit
 
 	mu       sync.Mutex
 	serving  bool
@@ -112,6 +114,7 @@ func (s *Servers) bind() error {
 		{"http", s.opts.HTTP, &s.httpLn},
 		{"https", s.opts.HTTPS, &s.httpsLn},
 		{"admin", s.opts.Admin, &s.adminLn},
+		{"ratelimit_grpc", s.opts.RateLimitGRPC, &s.rateLimitLn},
 	} {
 		if l.addr == "" {
 			continue
@@ -229,6 +232,7 @@ func (s *Servers) Serve() <-chan error {
 	if s.admin != nil {
 		s.serveOn(s.admin, s.adminLn)
 	}
+	s.serveRateLimit()
 	if s.tls != nil && s.tls.magic != nil {
 		ctx, cancel := context.WithCancel(context.Background())
 		s.stopACME = cancel
@@ -355,6 +359,13 @@ func (s *Servers) Shutdown() error {
 			}
 		})
 	}
+	wg.Go(func() {
+		if err := s.stopRateLimit(ctx); err != nil {
+			mu.Lock()
+			errs = append(errs, err)
+			mu.Unlock()
+		}
+	})
 	if s.quic != nil {
 		wg.Go(func() {
 			if err := s.quic.shutdown(ctx); err != nil {
@@ -390,6 +401,9 @@ func (s *Servers) Close() {
 	if s.quic != nil {
 		s.quic.close()
 	}
+	if s.rateLimit != nil {
+		s.rateLimit.Stop()
+	}
 	if s.tunnels != nil {
 		s.tunnels.closeAll()
 	}
@@ -420,7 +434,7 @@ func (s *Servers) release() {
 }
 
 func (s *Servers) closeListeners() {
-	for _, ln := range []net.Listener{s.httpLn, s.httpsLn, s.adminLn} {
+	for _, ln := range []net.Listener{s.httpLn, s.httpsLn, s.adminLn, s.rateLimitLn} {
 		if ln != nil {
 			ln.Close()
 		}

@@ -149,6 +149,10 @@ func (f *fallback) Close() error {
 	return f.shared.Close()
 }
 
+// Overrides are the shared backend's: the fallback decides by the
+// configured limits alone.
+func (f *fallback) Overrides() Overrides { return f.shared.Overrides() }
+
 // Peek is the shared backend's: the fallback's own state is of an outage.
 func (f *fallback) Peek(ctx context.Context, req Request) Outcome {
 	return f.shared.Peek(ctx, req)

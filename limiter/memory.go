@@ -77,6 +77,7 @@ type Memory struct {
 	stop       chan struct{}
 	done       chan struct{}
 	closeOnce  sync.Once
+	overrides  memoryOverrides
 }
 
 // memoryKey names one policy revision and subject by 128 bits: two maphash
@@ -115,6 +116,7 @@ func NewMemory(opts MemoryOptions) *Memory {
 		stop:       make(chan struct{}),
 		done:       make(chan struct{}),
 	}
+	m.overrides.m = m
 	m.sweepAt.Store(opts.Clock.Now().Add(opts.SweepInterval).UnixMilli())
 	// A shard never holds more slots than its cap, plus the unused slot 0,
 	// so the cap keeps slot numbers within uint32.
@@ -230,7 +232,9 @@ func (m *Memory) evaluate(req Request, keys []memoryKey) Outcome {
 		return evaluated(ps, each)
 	}
 	for k, p := range ps {
-		st := m.shards[keys[k][0]%memoryShards].current(keys[k], slots[k], p, nowMillis)
+		s := &m.shards[keys[k][0]%memoryShards]
+		p = s.policyFor(keys[k], p, nowMillis)
+		st := s.current(keys[k], slots[k], p, nowMillis)
 		if reserved != nil {
 			steps[k] = giveBack(p, st, req.Cost, reserved[k])
 		} else {
@@ -239,6 +243,9 @@ func (m *Memory) evaluate(req Request, keys []memoryKey) Outcome {
 		if steps[k].clockUnsafe {
 			return Unavailable{Category: ClockUnsafe}
 		}
+		// An override changes what is left, not the quota reported (as
+		// on Redis).
+		steps[k].decision.Limit = ps[k].Quota()
 		each[k] = steps[k].decision
 	}
 	charge := admitted(ps, each)

@@ -23,12 +23,14 @@ func (m *Memory) StandingDenial(req Request) (Evaluated, bool) {
 		if i == 0 || e.expiresAt <= nowMillis {
 			e = nil
 		}
-		st := s.current(key, e, p, nowMillis)
+		q := s.policyFor(key, p, nowMillis)
+		st := s.current(key, e, q, nowMillis)
 		s.mu.Unlock()
-		res := decide(p, st, nowMillis, req.Cost, req.Phase, req.MayDelay)
+		res := decide(q, st, nowMillis, req.Cost, req.Phase, req.MayDelay)
 		if res.clockUnsafe {
 			return Evaluated{}, false
 		}
+		res.decision.Limit = p.Quota()
 		each = append(each, res.decision)
 	}
 	if admitted(set.list, each) {

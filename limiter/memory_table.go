@@ -34,6 +34,9 @@ type memoryShard struct {
 	// reservations are the reservation records of the delayed requests
 	// whose first policy's key is the shard's (delay.go); nil until one.
 	reservations map[evaluationKey]reservation
+	// overrides are the overrides in force of the shard's keys
+	// (memory_overrides.go); nil until one.
+	overrides map[memoryKey]memoryOverride
 	// reservedUntil is, for each of the shard's keys charged for a place
 	// a delayed request holds, when the last such place is void: till
 	// then the key is live. nil until one.

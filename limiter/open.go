@@ -70,6 +70,8 @@ type Backend interface {
 	// instance that shares the backend.
 	Peek(ctx context.Context, req Request) Outcome
 	Reset(ctx context.Context, req Request) error
+	// Overrides keeps the overrides of subjects' limits (override.go).
+	Overrides() Overrides
 	// Ready reports why the backend cannot decide now, or nil; /readyz
 	// serves it.
 	Ready(ctx context.Context) error

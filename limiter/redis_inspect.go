@@ -39,12 +39,8 @@ func (r *Redis) Reset(ctx context.Context, req Request) error {
 	if err := r.client.Del(ctx, del...).Err(); err != nil {
 		return fmt.Errorf("reset: delete the state: %w", err)
 	}
-	if r.denials != nil {
-		r.denials.forget(req.Subject)
-	}
-	r.budget.forget(req.Subject)
-	if err := r.client.Publish(ctx, r.resetsChannel(), req.Subject).Err(); err != nil {
-		return fmt.Errorf("reset: tell the other instances: %w", err)
+	if err := r.forgetSubject(ctx, req.Subject); err != nil {
+		return fmt.Errorf("reset: %w", err)
 	}
 	return nil
 }

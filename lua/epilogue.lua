@@ -83,12 +83,12 @@ for i = 1, n do
   if reserved then
     allowed, remaining, reset, retry, ttl = 1, 0, 0, 0, 0
     if reserved[i] then
-      n_start, n_count, n_prev = give_back_by[alg](cost, tonumber(ARGV[at + arg_limit]), window, reserved[i],
+      n_start, n_count, n_prev = give_back_by[alg](cost, limit_of(KEYS[i], ARGV[at + arg_limit]), window, reserved[i],
         valid, st_start, st_count, st_prev)
     end
   else
     local decide = decide_by[alg]
-    local limit, refill, grace, debt, max_delay = ARGV[at + arg_limit] + 0, ARGV[at + arg_refill] + 0,
+    local limit, refill, grace, debt, max_delay = limit_of(KEYS[i], ARGV[at + arg_limit]), ARGV[at + arg_refill] + 0,
       ARGV[at + arg_cleanup_grace] + 0, charge == charge_debt, ARGV[at + arg_max_delay] + 0
     allowed, remaining, reset, retry, n_start, n_count, n_prev, ttl = decide(
       now, asked, limit, window, refill, grace, valid, st_start, st_count, st_prev, debt, max_delay)

@@ -124,6 +124,13 @@ local function state_of(key)
   return e
 end
 
+-- limit_of is a policy's limit (a token bucket's capacity): the override
+-- beside its state key (key .. ':o', set by the admin API, expiring by
+-- itself) when there is one, else the argument's.
+local function limit_of(key, arg)
+  return tonumber(redis.call('GET', key .. ':o')) or (arg + 0)
+end
+
 -- The rings of remembered evaluations the call's decisions write to: for
 -- each key, the place its next record goes to (n, read with the state
 -- before the first decision, and written back with the records), the

@@ -11,20 +11,30 @@ import (
 	"github.com/edgegate/gateway/limiter"
 )
 
-// MinAdminTokenBytes is the shortest admin API token taken: a bearer
-// token is the API's only guard.
-const MinAdminTokenBytes = 16
+// MinBearerTokenBytes is the shortest token the admin API and the rate
+// limit service take: a bearer token is their only guard.
+const MinBearerTokenBytes = 16
 
-// CheckAdminToken reports whether t may be Config.AdminToken.
-func CheckAdminToken(t string) error {
-	if t != "" && len(t) < MinAdminTokenBytes {
-		return fmt.Errorf("the admin token is %d bytes; at least %d are needed", len(t), MinAdminTokenBytes)
+// CheckBearerToken reports whether t may be Config.AdminToken or
+// Config.RLSToken.
+func CheckBearerToken(t string) error {
+	if t != "" && len(t) < MinBearerTokenBytes {
+		return fmt.Errorf("the token is %d bytes; at least %d are needed", len(t), MinBearerTokenBytes)
 	}
 	return nil
 }
 
-// adminRequestBytes bounds what the admin API reads of a request body: no
-// call of it takes one.
+// newBearerToken is t checked and digested; nil when t is empty.
+func newBearerToken(t string) (*bearerToken, error) {
+	if err := CheckBearerToken(t); err != nil || t == "" {
+		return nil, err
+	}
+	b := bearerToken(sha256.Sum256([]byte(t)))
+	return &b, nil
+}
+
+// adminRequestBytes bounds what the admin API reads of a request body
+// (PUT /v1/overrides takes one).
 const adminRequestBytes = 4 << 10
 
 const (
@@ -39,11 +49,11 @@ var (
 	headerAdminChallenge     = []string{`Bearer realm="admin"`}
 )
 
-// adminToken is the SHA-256 of the configured token: comparing digests
+// bearerToken is the SHA-256 of the configured token: comparing digests
 // takes the same time whatever the length of what a caller sends.
-type adminToken [sha256.Size]byte
+type bearerToken [sha256.Size]byte
 
-func (t *adminToken) admits(authorization string) bool {
+func (t *bearerToken) admits(authorization string) bool {
 	scheme, token, ok := strings.Cut(authorization, " ")
 	if !ok || !strings.EqualFold(scheme, "Bearer") {
 		return false
@@ -84,6 +94,14 @@ func (h *Handler) AdminAPI() http.Handler {
 				h.adminLimits(w, r, c)
 			default:
 				w.Header()["Allow"] = []string{"GET, HEAD, DELETE"}
+				writeProblem(w, problemAdminMethod)
+			}
+		case "/v1/overrides":
+			switch r.Method {
+			case http.MethodGet, http.MethodHead, http.MethodPut, http.MethodDelete:
+				h.adminOverrides(w, r, c)
+			default:
+				w.Header()["Allow"] = []string{"GET, HEAD, PUT, DELETE"}
 				writeProblem(w, problemAdminMethod)
 			}
 		default:

@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
@@ -56,20 +57,16 @@ type policyStateView struct {
 	ResetAfterMS int64  `json:"reset_after_ms"`
 }
 
-// adminLimits serves GET and DELETE /v1/limits?route=R&subject=KIND:IDENTITY[&plan=P].
-// The subject is resolved by the request path's own rules
-// (subject.Resolver.Named) to its pseudonym on the route, and the policies
-// are those the request path would apply to it (route.limitsFor). The raw
-// identity is used for nothing else: the answer and the audit line carry
-// the pseudonym.
-func (h *Handler) adminLimits(w http.ResponseWriter, r *http.Request, c *compiled) {
-	q := r.URL.Query()
+// adminSubject reads ?route=R&subject=KIND:IDENTITY[&plan=P]: the route,
+// and the subject resolved by the request path's own rules
+// (subject.Resolver.Named) to its pseudonym there. A query it cannot
+// read is answered (400, or 404 for no such route) and ok is false.
+func adminSubject(w http.ResponseWriter, q url.Values, c *compiled) (rt *route, s subject.Subject, ok bool) {
 	routeName, named, plan := q.Get("route"), q.Get("subject"), q.Get("plan")
 	if routeName == "" || named == "" {
 		writeAdminBadQuery(w, "route and subject are required: ?route=R&subject=KIND:IDENTITY[&plan=P]")
-		return
+		return nil, s, false
 	}
-	var rt *route
 	for _, candidate := range c.routes {
 		if candidate.OperationID == routeName {
 			rt = candidate
@@ -78,16 +75,29 @@ func (h *Handler) adminLimits(w http.ResponseWriter, r *http.Request, c *compile
 	}
 	if rt == nil {
 		writeProblem(w, newProblem(http.StatusNotFound, typeAdminNotFound, "No such route", "No route is named "+quoteDetail(routeName)+"."))
-		return
+		return nil, s, false
 	}
 	src, identity, err := subject.ParseNamed(named)
 	if err != nil {
 		writeAdminBadQuery(w, "subject is KIND:IDENTITY (a header, cookie or query parameter: KIND:NAME:VALUE); "+err.Error())
-		return
+		return nil, s, false
 	}
-	s, err := c.resolver.Named(src, identity, plan, rt.query)
-	if err != nil {
+	if s, err = c.resolver.Named(src, identity, plan, rt.query); err != nil {
 		writeAdminBadQuery(w, err.Error())
+		return nil, s, false
+	}
+	return rt, s, true
+}
+
+// adminLimits serves GET and DELETE /v1/limits?route=R&subject=KIND:IDENTITY[&plan=P].
+// The subject is resolved by the request path's own rules
+// (subject.Resolver.Named) to its pseudonym on the route, and the policies
+// are those the request path would apply to it (route.limitsFor). The raw
+// identity is used for nothing else: the answer and the audit line carry
+// the pseudonym.
+func (h *Handler) adminLimits(w http.ResponseWriter, r *http.Request, c *compiled) {
+	rt, s, ok := adminSubject(w, r.URL.Query(), c)
+	if !ok {
 		return
 	}
 	view := limitsView{Route: rt.OperationID, SubjectKind: s.Kind.String(), Pseudonym: s.Pseudonym, Policies: []policyStateView{}}

@@ -67,6 +67,7 @@ type decision struct {
 	start, end time.Time
 	status     int
 	retryAfter string
+	rls        bool // decided by the rate limit service, never forwarded
 }
 
 // clockOffset bounds Redis TIME minus the local clock: the true offset lies
@@ -373,9 +374,27 @@ const principalHeader = "X-Auth-Principal"
 
 func startLoad(t *testing.T, gateways []*gateway, clients int, principals []string) *load {
 	t.Helper()
-	transport := &http.Transport{MaxIdleConnsPerHost: clients}
+	return startLoadWith(t, gateways, clients, principals, httpSender(t))
+}
+
+// sender sends one request of client i, as principal subject (or from
+// the client address 127.0.0.1, when asPrincipal is false), to g.
+type sender func(t *testing.T, i int, g *gateway, asPrincipal bool, subject string) (decision, error)
+
+// httpSender is a sender over HTTP, its connections kept for every call
+// until t ends.
+func httpSender(t *testing.T) sender {
+	transport := &http.Transport{MaxIdleConnsPerHost: 256}
 	t.Cleanup(transport.CloseIdleConnections)
 	client := &http.Client{Transport: transport, Timeout: 10 * time.Second}
+	return func(_ *testing.T, _ int, g *gateway, asPrincipal bool, subject string) (decision, error) {
+		return send(client, g.URL, asPrincipal, subject)
+	}
+}
+
+// startLoadWith is startLoad with each request sent by send.
+func startLoadWith(t *testing.T, gateways []*gateway, clients int, principals []string, send sender) *load {
+	t.Helper()
 	l := &load{stop: make(chan struct{}), denials: map[string][]time.Time{}}
 	for i := range clients {
 		instance := i % len(gateways)
@@ -390,7 +409,7 @@ func startLoad(t *testing.T, gateways []*gateway, clients int, principals []stri
 			var err error
 			for !l.stopped() {
 				var d decision
-				if d, err = send(client, gateways[instance].URL, len(principals) > 0, subject); err != nil {
+				if d, err = send(t, i, gateways[instance], len(principals) > 0, subject); err != nil {
 					break
 				}
 				d.instance = instance

@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"context"
-	"crypto/sha256"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -114,7 +113,7 @@ const DefaultMaxBodyBytes = 10 << 20
 type Config struct {
 	Routes []Route
 	// AdminToken is the bearer token of the admin API (AdminAPI); empty,
-	// the API answers 404. See CheckAdminToken.
+	// the API answers 404. See CheckBearerToken.
 	AdminToken string
 	Resolver   *subject.Resolver
 	Limiter    Limiter
@@ -149,6 +148,12 @@ type Config struct {
 	// address (see tokenBudget); nil: DefaultInvalidTokenPolicy. A shadow
 	// policy is charged and refuses nothing.
 	InvalidTokenPolicy *limiter.Policy
+	// RLSRules map Envoy's rate limit service's descriptors to budgets
+	// (RateLimitService); ValidateRLSRules holds their rules. RLSToken,
+	// when set, is the bearer token every call of the service must carry
+	// (at least MinBearerTokenBytes).
+	RLSRules []RLSRule
+	RLSToken string
 }
 
 // DefaultFailureRetryAfter is Config.FailureRetryAfter's default.
@@ -200,8 +205,10 @@ type compiled struct {
 	pools             map[string]*pool
 	unrouted          *routeMetrics // the requests no route matched; nil without metrics
 	routes            []*route      // in file order, for the admin API
-	adminToken        *adminToken   // nil: no admin API
+	adminToken        *bearerToken  // nil: no admin API
 	tokens            *tokenBudget
+	rls               rlsTable     // by domain
+	rlsToken          *bearerToken // nil: calls need no token
 }
 
 type route struct {
@@ -401,13 +408,20 @@ func (h *Handler) compile(cfg Config, prev *compiled) (*compiled, []*poolTranspo
 	if h.opts.Metrics != nil {
 		unrouted = h.opts.Metrics.forRoute("none")
 	}
-	if err := CheckAdminToken(cfg.AdminToken); err != nil {
+	admin, err := newBearerToken(cfg.AdminToken)
+	if err != nil {
+		return nil, nil, fmt.Errorf("proxy: admin: %w", err)
+	}
+	rlsToken, err := newBearerToken(cfg.RLSToken)
+	if err != nil {
+		return nil, nil, fmt.Errorf("proxy: rls: %w", err)
+	}
+	if err := ValidateRLSRules(cfg.RLSRules, cfg.Routes); err != nil {
 		return nil, nil, fmt.Errorf("proxy: %w", err)
 	}
-	var admin *adminToken
-	if cfg.AdminToken != "" {
-		t := adminToken(sha256.Sum256([]byte(cfg.AdminToken)))
-		admin = &t
+	rls, err := compileRLSRules(cfg.RLSRules, routes)
+	if err != nil {
+		return nil, nil, fmt.Errorf("proxy: %w", err)
 	}
 	return &compiled{
 		unrouted:          unrouted,
@@ -422,6 +436,8 @@ func (h *Handler) compile(cfg Config, prev *compiled) (*compiled, []*poolTranspo
 		maxDelayed:        cfg.MaxDelayed,
 		pools:             pools,
 		tokens:            tokens,
+		rls:               rls,
+		rlsToken:          rlsToken,
 	}, dropped, nil
 }
 

@@ -66,6 +66,7 @@ type gateway struct {
 	clock   *limitertest.Clock
 	handler *proxy.Handler
 	logs    *syncBuffer
+	lim     proxy.Limiter // what the handler asks
 }
 
 type syncBuffer struct {
@@ -99,6 +100,9 @@ type setup struct {
 	invalidTokens *limiter.Policy
 	maxDelayed    int // MaxDelayed; 0: the default
 	pools         []proxy.Pool
+	rlsRules      []proxy.RLSRule
+	rlsToken      string
+	adminToken    string
 }
 
 func newResolver(t testing.TB, trusted []string) *subject.Resolver {
@@ -136,6 +140,7 @@ func newGateway(t *testing.T, s setup) *gateway {
 		t.Cleanup(func() { m.Close() })
 		lim = m
 	}
+	g.lim = lim
 	resolver := s.resolver
 	if resolver == nil {
 		resolver = newResolver(t, s.trusted)
@@ -145,7 +150,8 @@ func newGateway(t *testing.T, s setup) *gateway {
 		AccessLog: true,
 		Metrics:   s.metrics,
 	}, proxy.Config{Routes: s.routes, Pools: s.pools, Resolver: resolver, Limiter: lim, AllowUnderscoreHeaders: s.underscores,
-		TunnelIdleTimeout: s.tunnelIdle, BodyReadTimeout: s.bodyRead, InvalidTokenPolicy: s.invalidTokens, MaxDelayed: s.maxDelayed})
+		TunnelIdleTimeout: s.tunnelIdle, BodyReadTimeout: s.bodyRead, InvalidTokenPolicy: s.invalidTokens, MaxDelayed: s.maxDelayed,
+		RLSRules: s.rlsRules, RLSToken: s.rlsToken, AdminToken: s.adminToken})
 	if err != nil {
 		t.Fatal(err)
 	}

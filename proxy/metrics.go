@@ -49,7 +49,15 @@ type Metrics struct {
 	// Delays are the delays the limiter gave requests it admitted to be
 	// held (max_delay), by route and the policy that delayed them.
 	Delays *prometheus.HistogramVec
+	// RLSRequests are the rate limit service's calls by domain and
+	// outcome; RLSDuration their durations by domain.
+	RLSRequests *prometheus.CounterVec
+	RLSDuration *prometheus.HistogramVec
 }
+
+// rlsBuckets are the rate limit service's call durations, in seconds:
+// a decision, not a request forwarded.
+var rlsBuckets = []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 1}
 
 // durationBuckets are OpenTelemetry's advised boundaries for HTTP
 // durations, in seconds: what dashboards built for other proxies expect.
@@ -127,8 +135,18 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Help:    "Delays of the requests a policy's max_delay admitted to be held before they were forwarded, by route and policy.",
 		Buckets: durationBuckets,
 	}, []string{"route", "policy"})
+	m.RLSRequests = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "gateway_rls_requests_total",
+		Help: "Calls of the rate limit service (ratelimit_grpc), by domain (\"other\" for one no rls_rule names) and outcome.",
+	}, []string{"domain", "outcome"})
+	m.RLSDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "gateway_rls_request_duration_seconds",
+		Help:    "Durations of the rate limit service's calls, by domain.",
+		Buckets: rlsBuckets,
+	}, []string{"domain"})
 	reg.MustRegister(m.Requests, m.ShadowDenials, m.CostHeaderInvalid, m.ChargeFailures, m.UpstreamRequests, m.UpstreamFailures, m.UpstreamRetries, m.UpstreamEjections,
-		m.upstreams, m.UpstreamShed, m.RequestDuration, m.UpstreamDuration, m.InFlight, m.LeasesHeld, m.Delays)
+		m.upstreams, m.UpstreamShed, m.RequestDuration, m.UpstreamDuration, m.InFlight, m.LeasesHeld, m.Delays,
+		m.RLSRequests, m.RLSDuration)
 	return m
 }
 

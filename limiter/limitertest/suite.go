@@ -385,6 +385,7 @@ func Run(t *testing.T, newBackend Factory) {
 	runResponseCharged(t, newBackend)
 	runCalendar(t, newBackend)
 	runDelay(t, newBackend)
+	runOverrides(t, newBackend)
 }
 
 func sequence(t *testing.T, newBackend Factory, p *limiter.Policy, steps []want) {

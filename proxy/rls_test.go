@@ -1,0 +1,329 @@
+package proxy_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/edgegate/gateway/internal/option"
+	"github.com/edgegate/gateway/limiter"
+	"github.com/edgegate/gateway/limiter/limitertest"
+	"github.com/edgegate/gateway/limiter/redistest"
+	"github.com/edgegate/gateway/proxy"
+	"github.com/edgegate/gateway/subject"
+)
+
+// startRLS serves g's rate limit service on a loopback listener and
+// returns a client built from Envoy's protos.
+func startRLS(t testing.TB, g *gateway) rlsv3.RateLimitServiceClient {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := proxy.NewRLSServer(g.handler)
+	go srv.Serve(ln)
+	t.Cleanup(srv.Stop)
+	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return rlsv3.NewRateLimitServiceClient(conn)
+}
+
+// entries is a descriptor of "key=value" entries.
+func entries(kv ...string) *ratelimitv3.RateLimitDescriptor {
+	d := &ratelimitv3.RateLimitDescriptor{}
+	for _, e := range kv {
+		k, v, _ := strings.Cut(e, "=")
+		d.Entries = append(d.Entries, &ratelimitv3.RateLimitDescriptor_Entry{Key: k, Value: v})
+	}
+	return d
+}
+
+func shouldRateLimit(t *testing.T, c rlsv3.RateLimitServiceClient, domain string, hits uint32, ds ...*ratelimitv3.RateLimitDescriptor) *rlsv3.RateLimitResponse {
+	t.Helper()
+	res, err := c.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: domain, Descriptors: ds, HitsAddend: hits})
+	if err != nil {
+		t.Fatalf("ShouldRateLimit: %v", err)
+	}
+	return res
+}
+
+func rule(name, domain, route string, ps []*limiter.Policy, descriptor ...string) proxy.RLSRule {
+	r := proxy.RLSRule{Name: name, Domain: domain, Route: route, Policies: ps}
+	for _, e := range descriptor {
+		r.Descriptor = append(r.Descriptor, proxy.ParseDescriptorEntry(e))
+	}
+	return r
+}
+
+// mailGateway has a route mail.send, 3 a minute per API key or address,
+// and rules that draw on it (api_key with action=send_email) and on a
+// budget of their own (client_ip, 2 a minute, with a shadow policy of 1).
+func mailGateway(t *testing.T, s setup) *gateway {
+	up := newUpstream(t)
+	rt := route("mail.send", "/mail", up, t, policy(limitertest.FixedWindow(3, time.Minute), "mail"))
+	rt.Subject = subject.Sources(subject.APIKey, subject.ClientIP)
+	shadow := policy(limitertest.FixedWindow(5, time.Minute), "ip-shadow")
+	shadow.Shadow = true
+	s.routes = []proxy.Route{rt}
+	s.rlsRules = append(s.rlsRules,
+		rule("send-email", "edge", "mail.send", nil, "api_key", "action=send_email"),
+		rule("per-ip", "edge", "", []*limiter.Policy{policy(limitertest.FixedWindow(2, 10*time.Minute), "ip"), shadow}, "client_ip"))
+	return newGateway(t, s)
+}
+
+func TestRateLimitService(t *testing.T) {
+	g := mailGateway(t, setup{})
+	c := startRLS(t, g)
+	send := entries("api_key=known-key-one", "action=send_email")
+
+	t.Run("OK with the limit, what is left and the headers, then OVER_LIMIT", func(t *testing.T) {
+		for i, want := range []uint32{2, 1, 0} {
+			res := shouldRateLimit(t, c, "edge", 0, send)
+			st := res.Statuses[0]
+			if res.OverallCode != rlsv3.RateLimitResponse_OK || st.Code != rlsv3.RateLimitResponse_OK || st.LimitRemaining != want {
+				t.Fatalf("call %d: %v, status %v, remaining %d; want OK, %d left", i, res.OverallCode, st.Code, st.LimitRemaining, want)
+			}
+			l := st.CurrentLimit
+			if l.GetRequestsPerUnit() != 3 || l.GetUnit() != rlsv3.RateLimitResponse_RateLimit_MINUTE || l.GetName() != "mail" || l.UnitMultiplier != nil {
+				t.Errorf("current_limit %v, want mail: 3 per MINUTE", l)
+			}
+			if d := st.DurationUntilReset.AsDuration(); d <= 0 || d > time.Minute {
+				t.Errorf("duration_until_reset %v, want within the minute", d)
+			}
+			if h := headerValue(res, "RateLimit"); !strings.HasPrefix(h, `"mail";r=`) {
+				t.Errorf("RateLimit header %q", h)
+			}
+		}
+		res := shouldRateLimit(t, c, "edge", 0, send)
+		if res.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT || res.Statuses[0].Code != rlsv3.RateLimitResponse_OVER_LIMIT {
+			t.Fatalf("fourth call: %v, want OVER_LIMIT", res)
+		}
+	})
+	t.Run("an HTTP request of the same key draws on the same budget", func(t *testing.T) {
+		if res := g.get(t, "/mail", "X-API-Key", "known-key-one"); res.StatusCode != http.StatusTooManyRequests {
+			t.Fatalf("HTTP after the budget was spent over RLS: %d, want 429", res.StatusCode)
+		}
+		// The other key's budget: two over HTTP, then hits_addend 2 is
+		// over what is left.
+		for range 2 {
+			if res := g.get(t, "/mail", "X-API-Key", "known-key-two"); res.StatusCode != http.StatusOK {
+				t.Fatalf("HTTP: %d", res.StatusCode)
+			}
+		}
+		other := entries("api_key=known-key-two", "action=send_email")
+		if res := shouldRateLimit(t, c, "edge", 2, other); res.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT {
+			t.Fatalf("hits_addend 2 with 1 left: %v, want OVER_LIMIT", res.OverallCode)
+		}
+		if res := shouldRateLimit(t, c, "edge", 1, other); res.OverallCode != rlsv3.RateLimitResponse_OK || res.Statuses[0].LimitRemaining != 0 {
+			t.Fatalf("hits_addend 1 with 1 left: %v", res)
+		}
+	})
+	t.Run("a descriptor's hits_addend is its cost", func(t *testing.T) {
+		d := entries("client_ip=192.0.2.7")
+		d.HitsAddend = wrapperspb.UInt64(2)
+		res := shouldRateLimit(t, c, "edge", 1, d)
+		if st := res.Statuses[0]; st.Code != rlsv3.RateLimitResponse_OK || st.LimitRemaining != 0 || st.CurrentLimit.GetUnitMultiplier().GetValue() != 10 {
+			t.Fatalf("hits_addend 2 of 2: %v", st)
+		}
+		if res := shouldRateLimit(t, c, "edge", 0, entries("client_ip=192.0.2.7")); res.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT {
+			t.Fatalf("after: %v, want OVER_LIMIT", res.OverallCode)
+		}
+	})
+	t.Run("a descriptor no rule matches is OK with no limit; one over limit makes the call", func(t *testing.T) {
+		res := shouldRateLimit(t, c, "edge", 0, entries("action=send_email"), entries("api_key=known-key-one", "action=send_sms"),
+			entries("api_key=known-key-one", "action=send_email"))
+		want := []rlsv3.RateLimitResponse_Code{rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OVER_LIMIT}
+		for i, st := range res.Statuses {
+			if st.Code != want[i] || i < 2 && st.CurrentLimit != nil {
+				t.Errorf("descriptor %d: %v, want %v", i, st, want[i])
+			}
+		}
+		if res.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT {
+			t.Errorf("overall %v", res.OverallCode)
+		}
+	})
+	t.Run("an unknown API key earns no budget", func(t *testing.T) {
+		res := shouldRateLimit(t, c, "edge", 0, entries("api_key=made-up-key", "action=send_email"))
+		if res.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT {
+			t.Fatalf("unknown key: %v, want OVER_LIMIT", res.OverallCode)
+		}
+	})
+	t.Run("bad requests get gRPC errors", func(t *testing.T) {
+		negative := entries("client_ip=192.0.2.8")
+		negative.IsNegativeHits = true
+		var many []*ratelimitv3.RateLimitDescriptor
+		for range 65 {
+			many = append(many, entries("client_ip=192.0.2.9"))
+		}
+		for _, c2 := range []struct {
+			name string
+			req  *rlsv3.RateLimitRequest
+			code codes.Code
+		}{
+			{"no domain", &rlsv3.RateLimitRequest{Descriptors: []*ratelimitv3.RateLimitDescriptor{send}}, codes.InvalidArgument},
+			{"no descriptors", &rlsv3.RateLimitRequest{Domain: "edge"}, codes.InvalidArgument},
+			{"an empty descriptor", &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{{}}}, codes.InvalidArgument},
+			{"an unknown domain", &rlsv3.RateLimitRequest{Domain: "nope", Descriptors: []*ratelimitv3.RateLimitDescriptor{send}}, codes.NotFound},
+			{"a huge value", &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{entries("api_key=" + strings.Repeat("k", 300))}}, codes.InvalidArgument},
+			{"negative hits", &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{negative}}, codes.InvalidArgument},
+			{"too many descriptors", &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: many}, codes.InvalidArgument},
+			{"hits over max_cost", &rlsv3.RateLimitRequest{Domain: "edge", HitsAddend: 1 << 20, Descriptors: []*ratelimitv3.RateLimitDescriptor{entries("client_ip=192.0.2.10")}}, codes.InvalidArgument},
+		} {
+			_, err := c.ShouldRateLimit(context.Background(), c2.req)
+			if status.Code(err) != c2.code {
+				t.Errorf("%s: %v, want %v", c2.name, err, c2.code)
+			}
+		}
+	})
+}
+
+func headerValue(res *rlsv3.RateLimitResponse, name string) string {
+	for _, h := range res.ResponseHeadersToAdd {
+		if h.Key == name {
+			return h.Value
+		}
+	}
+	return ""
+}
+
+func TestRateLimitServiceToken(t *testing.T) {
+	const token = "a-fake-rls-token-for-tests"
+	c := startRLS(t, mailGateway(t, setup{rlsToken: token}))
+	req := &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{entries("client_ip=192.0.2.1")}}
+	for _, auth := range []string{"", "Bearer wrong-token-of-some-length", "Basic " + token} {
+		ctx := context.Background()
+		if auth != "" {
+			ctx = metadata.AppendToOutgoingContext(ctx, "authorization", auth)
+		}
+		if _, err := c.ShouldRateLimit(ctx, req); status.Code(err) != codes.Unauthenticated {
+			t.Errorf("authorization %q: %v, want Unauthenticated", auth, err)
+		}
+	}
+	ctx := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+token)
+	if res, err := c.ShouldRateLimit(ctx, req); err != nil || res.OverallCode != rlsv3.RateLimitResponse_OK {
+		t.Fatalf("with the token: %v, %v", res, err)
+	}
+}
+
+// TestRateLimitServiceAsEnvoysRatelimitDoes ports the cases of
+// envoyproxy/ratelimit's own service tests that apply: the most specific
+// rule wins (a key with its value over the key alone), a shadow policy
+// answers OK however far over it is, and several descriptors are decided
+// each on its own.
+func TestRateLimitServiceAsEnvoysRatelimitDoes(t *testing.T) {
+	up := newUpstream(t)
+	rt := route("api", "/", up, t, nil)
+	rt.Subject = subject.Sources(subject.ClientIP)
+	shadow := policy(limitertest.FixedWindow(1, time.Hour), "shadowed")
+	shadow.Shadow = true
+	g := newGateway(t, setup{routes: []proxy.Route{rt}, rlsRules: []proxy.RLSRule{
+		rule("any-key", "basic", "", []*limiter.Policy{policy(limitertest.FixedWindow(50, time.Second), "any")}, "client_ip", "key1"),
+		rule("key1-value1", "basic", "", []*limiter.Policy{policy(limitertest.FixedWindow(2, time.Second), "value1")}, "client_ip", "key1=value1"),
+		rule("shadow", "basic", "", []*limiter.Policy{shadow}, "client_ip", "shadow"),
+		rule("per-day", "another", "", []*limiter.Policy{policy(limitertest.FixedWindow(100, 24*time.Hour), "day")}, "client_ip"),
+	}})
+	c := startRLS(t, g)
+
+	res := shouldRateLimit(t, c, "basic", 0, entries("client_ip=192.0.2.1", "key1=value1"))
+	if st := res.Statuses[0]; st.CurrentLimit.GetName() != "value1" || st.LimitRemaining != 1 || st.CurrentLimit.GetUnit() != rlsv3.RateLimitResponse_RateLimit_SECOND {
+		t.Errorf("key1=value1: %v, want the value1 rule, 1 left of 2 per SECOND", st)
+	}
+	res = shouldRateLimit(t, c, "basic", 0, entries("client_ip=192.0.2.1", "key1=value2"))
+	if st := res.Statuses[0]; st.CurrentLimit.GetName() != "any" || st.LimitRemaining != 49 {
+		t.Errorf("key1=value2: %v, want the key1 rule, 49 left of 50", st)
+	}
+	for range 3 {
+		res = shouldRateLimit(t, c, "basic", 0, entries("client_ip=192.0.2.1", "shadow=x"))
+		if res.OverallCode != rlsv3.RateLimitResponse_OK {
+			t.Fatalf("shadow: %v, want OK", res.OverallCode)
+		}
+	}
+	res = shouldRateLimit(t, c, "another", 0, entries("client_ip=192.0.2.1"), entries("client_ip=192.0.2.2"))
+	for i, st := range res.Statuses {
+		if st.LimitRemaining != 99 || st.CurrentLimit.GetUnit() != rlsv3.RateLimitResponse_RateLimit_DAY {
+			t.Errorf("descriptor %d: %v, want 99 left of 100 per DAY", i, st)
+		}
+	}
+}
+
+func TestRLSRulesValidate(t *testing.T) {
+	fw := policy(limitertest.FixedWindow(1, time.Second), "fw")
+	conc := policy(limitertest.Concurrency(1, time.Minute), "conc")
+	routes := []proxy.Route{{OperationID: "r", Subject: subject.Sources(subject.ClientIP), Policies: []*limiter.Policy{fw}}}
+	cases := []struct {
+		name  string
+		rules []proxy.RLSRule
+		field string
+	}{
+		{"no subject entry", []proxy.RLSRule{rule("a", "d", "r", nil, "key")}, "rls_rules[0].descriptor"},
+		{"no domain", []proxy.RLSRule{rule("a", "", "r", nil, "client_ip")}, "rls_rules[0].domain"},
+		{"an unknown route", []proxy.RLSRule{rule("a", "d", "nope", nil, "client_ip")}, "rls_rules[0].route"},
+		{"a subject the route does not know", []proxy.RLSRule{rule("a", "d", "r", nil, "api_key")}, "rls_rules[0].descriptor"},
+		{"route and policies", []proxy.RLSRule{rule("a", "d", "r", []*limiter.Policy{fw}, "client_ip")}, "rls_rules[0]"},
+		{"neither", []proxy.RLSRule{rule("a", "d", "", nil, "client_ip")}, "rls_rules[0]"},
+		{"a concurrency policy", []proxy.RLSRule{rule("a", "d", "", []*limiter.Policy{conc}, "client_ip")}, "rls_rules[0].policies"},
+		{"a repeated policy", []proxy.RLSRule{rule("a", "d", "", []*limiter.Policy{fw, fw}, "client_ip")}, "rls_rules[0].policies[1]"},
+		{"an entry with no key", []proxy.RLSRule{rule("a", "d", "r", nil, "client_ip", "=v")}, "rls_rules[0].descriptor[1]"},
+		{"the same descriptor twice", []proxy.RLSRule{rule("a", "d", "r", nil, "client_ip"), rule("b", "d", "r", nil, "client_ip")}, "rls_rules[1].descriptor"},
+	}
+	for _, c := range cases {
+		err := proxy.ValidateRLSRules(c.rules, routes)
+		var oe *option.Error
+		if !errors.As(err, &oe) || oe.Field != c.field {
+			t.Errorf("%s: %v (field %v), want a problem of %s", c.name, err, oe, c.field)
+		}
+	}
+	if err := proxy.ValidateRLSRules([]proxy.RLSRule{rule("a", "d", "r", nil, "client_ip"), rule("b", "d", "", []*limiter.Policy{fw}, "client_ip", "k=v")}, routes); err != nil {
+		t.Errorf("sound rules: %v", err)
+	}
+}
+
+// TestRLSCallersGivingUpDoNotOpenTheBreaker: callers whose deadlines pass
+// while Redis is slow have given up; that says nothing of Redis, and the
+// next caller is decided, not refused by an open breaker.
+func TestRLSCallersGivingUpDoNotOpenTheBreaker(t *testing.T) {
+	s := redistest.Start(t)
+	up := newUpstream(t)
+	rt := route("api", "/", up, t, redisPolicy(limitertest.FixedWindow(1000, time.Minute), "impatient-"+limitertest.Subject()[3:11]))
+	rt.Subject = subject.Sources(subject.ClientIP)
+	g := newGateway(t, setup{routes: []proxy.Route{rt}, limiter: redistest.NewLimiter(t, limiter.RedisOptions{Addrs: []string{s.Addr}}),
+		rlsRules: []proxy.RLSRule{rule("api", "edge", "api", nil, "client_ip")}})
+	c := startRLS(t, g)
+	req := &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{entries("client_ip=192.0.2.1")}}
+	shouldRateLimit(t, c, "edge", 0, req.Descriptors...)
+
+	s.Stop()
+	var wg sync.WaitGroup
+	for range 2 * limiter.DefaultBreakerFailures {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+			defer cancel()
+			if _, err := c.ShouldRateLimit(ctx, req); status.Code(err) != codes.DeadlineExceeded {
+				t.Errorf("a call to a stopped Redis: %v, want DeadlineExceeded", err)
+			}
+		})
+	}
+	wg.Wait()
+	s.Cont()
+	if res := shouldRateLimit(t, c, "edge", 0, req.Descriptors...); res.OverallCode != rlsv3.RateLimitResponse_OK {
+		t.Fatalf("after Redis answered again: %v, want OK", res.OverallCode)
+	}
+}
