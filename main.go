@@ -3,13 +3,15 @@
 //	gateway [run] [-config gateway.hcl]     serve (the default command)
 //	gateway validate [-config gateway.hcl]  check the file, print diagnostics, exit 1 on error
 //	gateway hash-key                        print the SHA-256 of the API key read from stdin
-//	gateway version
+//	gateway version                         print the version
+//	gateway help                            list the commands (so do -h and --help)
 package main
 
 import (
 	"bufio"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -50,15 +52,15 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer, started chan<
 	}
 	switch cmd {
 	case "run":
-		path, ok := configFlag("run", args, stderr)
-		if !ok {
-			return 2
+		path, code := configFlag("run", args, stdout, stderr)
+		if code >= 0 {
+			return code
 		}
 		return serve(path, stderr, started)
 	case "validate":
-		path, ok := configFlag("validate", args, stderr)
-		if !ok {
-			return 2
+		path, code := configFlag("validate", args, stdout, stderr)
+		if code >= 0 {
+			return code
 		}
 		f, err := config.Load(path, os.LookupEnv)
 		if err != nil {
@@ -68,6 +70,9 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer, started chan<
 		fmt.Fprintf(stdout, "%s: ok: %d routes, %d policies, %s limiter\n", path, len(f.Proxy.Routes), len(f.Policies), f.Limiter.Kind)
 		return 0
 	case "hash-key":
+		if code := noFlags("hash-key", args, stdout, stderr); code >= 0 {
+			return code
+		}
 		line, err := bufio.NewReader(stdin).ReadString('\n')
 		key := strings.TrimRight(line, "\r\n")
 		if key == "" {
@@ -78,38 +83,79 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer, started chan<
 		fmt.Fprintln(stdout, hex.EncodeToString(sum[:]))
 		return 0
 	case "version":
+		if code := noFlags("version", args, stdout, stderr); code >= 0 {
+			return code
+		}
 		fmt.Fprintln(stdout, "gateway", version)
 		return 0
-	case "help", "-h", "--help":
-		usage(stdout)
+	case "help":
+		usage(stdout, nil)
 		return 0
 	}
 	fmt.Fprintf(stderr, "gateway: unknown command %q\n", cmd)
-	usage(stderr)
+	usage(stderr, nil)
 	return 2
 }
 
-func usage(w io.Writer) {
-	fmt.Fprint(w, `usage:
-  gateway [run] [-config gateway.hcl]     serve (default command)
-  gateway validate [-config gateway.hcl]  check the file, print diagnostics, exit 1 on error
-  gateway hash-key                        print the SHA-256 of an API key read from stdin
-  gateway version
-`)
+// commands are the CLI's commands, as usage lists them.
+var commands = []struct{ name, args, summary string }{
+	{"run", "[-config gateway.hcl]", "serve (the default command: gateway -config f runs)"},
+	{"validate", "[-config gateway.hcl]", "check the file, print every diagnostic, exit 1 on error"},
+	{"hash-key", "", "print the SHA-256 of an API key read from stdin"},
+	{"version", "", "print the version"},
+	{"help", "", "print this help (so do -h and --help, after a command too)"},
 }
 
-func configFlag(name string, args []string, stderr io.Writer) (string, bool) {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+// usage lists the commands on w, and then the flags of fs when it has any
+// (a command's own help).
+func usage(w io.Writer, fs *flag.FlagSet) {
+	fmt.Fprintln(w, "usage:")
+	for _, c := range commands {
+		fmt.Fprintf(w, "  %-40s%s\n", "gateway "+c.name+" "+c.args, c.summary)
+	}
+	flags := 0
+	if fs != nil {
+		fs.VisitAll(func(*flag.Flag) { flags++ })
+	}
+	if flags > 0 {
+		fmt.Fprintf(w, "\nflags of %s:\n", fs.Name())
+		fs.SetOutput(w)
+		fs.PrintDefaults()
+	}
+}
+
+// parseFlags parses a command's flags. code is -1 to go on; otherwise the
+// command is done with that exit code: 0 after -h (its help on stdout),
+// 2 after a mistake (told on stderr, with the help).
+func parseFlags(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) (code int) {
 	fs.SetOutput(stderr)
-	path := fs.String("config", "gateway.hcl", "the HCL configuration `file`")
-	if err := fs.Parse(args); err != nil {
-		return "", false
+	fs.Usage = func() {} // the help is written below, on the right stream
+	err := fs.Parse(args)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		usage(stdout, fs)
+		return 0
+	case err == nil && fs.NArg() > 0:
+		fmt.Fprintf(stderr, "gateway %s: unexpected argument %q\n", fs.Name(), fs.Arg(0))
+		fallthrough
+	case err != nil:
+		usage(stderr, fs)
+		return 2
 	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "gateway %s: unexpected argument %q\n", name, fs.Arg(0))
-		return "", false
-	}
-	return *path, true
+	return -1
+}
+
+// configFlag reads -config, the one flag of run and validate.
+func configFlag(name string, args []string, stdout, stderr io.Writer) (path string, code int) {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	p := fs.String("config", "gateway.hcl", "the HCL configuration `file`")
+	code = parseFlags(fs, args, stdout, stderr)
+	return *p, code
+}
+
+// noFlags checks the arguments of a command that takes none.
+func noFlags(name string, args []string, stdout, stderr io.Writer) (code int) {
+	return parseFlags(flag.NewFlagSet(name, flag.ContinueOnError), args, stdout, stderr)
 }
 
 func serve(path string, stderr io.Writer, started chan<- *gateway) int {
@@ -140,6 +186,9 @@ func serve(path string, stderr io.Writer, started chan<- *gateway) int {
 		Help: "Configuration reloads by result (ok, error).",
 	}, []string{"result"})
 	g.registry.MustRegister(g.reloads)
+	for _, result := range []string{"ok", "error"} {
+		g.reloads.WithLabelValues(result) // at 0 from the start, for the dashboard
+	}
 	if err := g.start(f); err != nil {
 		logger.Error("cannot start", "error", err.Error())
 		if g.backend != nil {

@@ -571,7 +571,7 @@ func (c *checker) bearerToken(expr hcl.Expression, block string) string {
 		return ""
 	}
 	if err := proxy.CheckBearerToken(token); err != nil || token == "" {
-		c.errorf(expr.Range(), "Token too short", "The %s token is %d bytes; at least %d are needed.", block, len(token), proxy.MinBearerTokenBytes)
+		c.errorf(expr.Range(), strings.ToUpper(block[:1])+block[1:]+" token too short", "The %s token is %d bytes; at least %d are needed.", block, len(token), proxy.MinBearerTokenBytes)
 		return ""
 	}
 	return token

@@ -28,9 +28,10 @@ import (
 // between two refills it counts like a window: a token spent later in the
 // same period is one the bucket would have admitted when it was taken).
 // Hence no period admits more than its limit, whatever the number of
-// instances; each instance holds at most Lease - 1 units unused (the
-// request that takes a lease spends its cost from it), which is what
-// another instance may be refused early. A lease's unused units go back
+// instances; each instance holds at most Lease - 1 units unused after a
+// request's call (the request spends its cost from it), and Lease/2 +
+// Lease after a fetch ahead (redis_lease_ahead.go), which is what another
+// instance may be refused early. A lease's unused units go back
 // to Redis (lua.ChargeReturned) once its set has been idle for
 // budgetIdle, to the state the lease was taken from: a window's units go
 // back to their window only (the script finds the window's start in the
@@ -46,6 +47,10 @@ type budgetLeases struct {
 	// giving runs the give-backs in flight; at most maxGiving at once.
 	giving sync.WaitGroup
 	slots  chan struct{}
+	// closing: Close has begun; no fetch ahead starts (giving is waited
+	// for). Under closeMu.
+	closeMu sync.Mutex
+	closing bool
 }
 
 const (
@@ -114,6 +119,9 @@ type budgetLease struct {
 	// state's start the lease was charged to, which a give-back names.
 	until, resetAt time.Time
 	start          int64
+	// dry: a call that fetched ahead found nothing left on Redis for
+	// the lease; none is fetched ahead again until a new lease is taken.
+	dry bool
 }
 
 func newBudgetLeases() *budgetLeases {
@@ -191,8 +199,12 @@ func (r *Redis) evaluateLeased(ctx context.Context, req Request) Outcome {
 		}
 		if len(s.waiting) == 0 {
 			if e, ok := s.take(r, req.Cost); ok {
+				ahead := s.planAhead(r)
 				s.mu.Unlock()
 				r.m.budgetAdmitted.Inc()
+				if ahead != nil {
+					r.fetchAhead(s, ahead)
+				}
 				return e
 			}
 		}
@@ -492,6 +504,9 @@ func (r *Redis) sweepBudgetLeases() {
 		case <-t.C:
 			r.sweepBudget(context.Background(), budgetIdle)
 		case <-r.budget.stop:
+			r.budget.closeMu.Lock()
+			r.budget.closing = true
+			r.budget.closeMu.Unlock()
 			ctx, cancel := context.WithTimeout(context.Background(), leaseCallTimeout)
 			r.sweepBudget(ctx, 0)
 			r.budget.giving.Wait()

@@ -1,7 +1,16 @@
 package limiter_test
 
 import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"slices"
+	"syscall"
 	"testing"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/edgegate/gateway/limiter"
 )
@@ -74,4 +83,34 @@ func TestRedisErrorRepliesAreClassifiedByCause(t *testing.T) {
 			t.Fatalf("outcome %#v, want Incompatible", o)
 		}
 	})
+}
+
+// Every cause an error is counted under is one gateway_redis_errors_total
+// exports at 0 from the start.
+func TestEveryRedisErrorCauseIsDeclared(t *testing.T) {
+	errs := []error{
+		redis.ErrPoolTimeout, redis.ErrClosed, limiter.ErrNotSent, limiter.ErrCircuitOpen,
+		&net.OpError{Op: "dial", Err: syscall.ECONNREFUSED}, reply("WRONGTYPE Operation against a key holding the wrong kind of value"),
+		reply("ERR user_script:1: attempt to compare nil with number"), context.DeadlineExceeded, os.ErrDeadlineExceeded,
+		io.EOF, errors.New("something else"),
+		reply("ERR Error running script (call to f_3b0c5a): @user_script:12: @user_script: 12: -NOAUTH Authentication required."),
+		reply("MOVED 3999 127.0.0.1:6381"), reply("ASK 3999 127.0.0.1:6381"),
+	}
+	for _, code := range []string{"NOSCRIPT", "NOPERM", "NOAUTH", "LOADING", "MASTERDOWN", "READONLY", "CLUSTERDOWN", "TRYAGAIN", "OOM", "NOREPLICAS", "ERR max number of clients reached", "BUSY", "MISCONF"} {
+		errs = append(errs, reply(code+" x"))
+	}
+	declared := limiter.RedisErrorCauses()
+	seen := map[string]bool{}
+	for _, err := range errs {
+		cause, _ := limiter.ClassifyRedisError(err)
+		seen[cause] = true
+		if !slices.Contains(declared, cause) {
+			t.Errorf("%v is counted under cause %q, which is not declared", err, cause)
+		}
+	}
+	for _, cause := range declared {
+		if !seen[cause] {
+			t.Errorf("cause %q is declared, and no error here is counted under it", cause)
+		}
+	}
 }

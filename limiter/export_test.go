@@ -21,6 +21,14 @@ func (r *Redis) Key(p *Policy, subject string) string { return r.key(MustPolicyS
 // ClassifyRedisError maps a go-redis error to its metric cause and outcome.
 var ClassifyRedisError = classifyRedisError
 
+// RedisErrorCauses are the causes gateway_redis_errors_total exports from
+// the start; ErrNotSent and ErrCircuitOpen two errors of the limiter's own.
+var (
+	RedisErrorCauses = redisErrorCauses
+	ErrNotSent       = errNotSent
+	ErrCircuitOpen   = errCircuitOpen
+)
+
 // EvaluateKeyed decides req as if its policy and subject hashed to key, so
 // that a test can make keys share their first half. The evaluation ID is
 // hashed as usual.

@@ -80,14 +80,18 @@ func (f *fallback) Evaluate(ctx context.Context, req Request) Outcome {
 	e.Fallback = true
 	if f.decisions != nil && req.observed() {
 		for i, p := range req.Policies.list {
-			decision := "denied"
-			if e.PolicyDecision(i).Allowed {
-				decision = "allowed"
-			}
-			f.decisions.WithLabelValues(req.Route, p.Name, decision).Inc()
+			f.decisions.WithLabelValues(req.Route, p.Name, fallbackDecision(e.PolicyDecision(i).Allowed)).Inc()
 		}
 	}
 	return e
+}
+
+// fallbackDecision is gateway_limiter_fallback_total's decision label.
+func fallbackDecision(allowed bool) string {
+	if allowed {
+		return "allowed"
+	}
+	return "denied"
 }
 
 // scaleAll is scale for every policy of a set, made once per set.

@@ -54,8 +54,8 @@ func (o MemoryOptions) Validate() error {
 	return nil
 }
 
-// Memory is the in-process backend: one gateway instance, the three
-// algorithms of the Redis scripts, bounded memory with expiry. It is safe for
+// Memory is the in-process backend: one gateway instance, every
+// algorithm the Redis scripts have, bounded memory with expiry. It is safe for
 // concurrent use. Close stops its sweeper.
 //
 // A key costs about 150 bytes: a 128-byte slot, which also holds its newest

@@ -70,6 +70,19 @@ func (b *observed) Evaluate(ctx context.Context, req Request) Outcome {
 	return o
 }
 
+// DeclareSeries exports at 0 the series of route's admissions over
+// policies that appear otherwise only with their first event: the
+// fallback's decisions, when the backend has a fallback.
+func (b *observed) DeclareSeries(route string, policies *PolicySet) {
+	if f, ok := b.Backend.(*fallback); ok && f.decisions != nil {
+		for _, p := range policies.list {
+			for _, allowed := range []bool{true, false} {
+				f.decisions.WithLabelValues(route, p.Name, fallbackDecision(allowed))
+			}
+		}
+	}
+}
+
 // bindOutcome binds duration's series of outcome.
 func (b *observed) bindOutcome(outcome string) prometheus.Observer {
 	return b.duration.WithLabelValues(outcome)

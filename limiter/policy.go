@@ -101,7 +101,8 @@ type Policy struct {
 	// and admit from them locally until they are spent or the policy's
 	// period ends (budget_lease.go); 0 or 1 is off. Across every instance
 	// no more is admitted than without it; an instance may refuse early by
-	// what the other instances hold unused, at most Lease - 1 units each.
+	// what the other instances hold unused, at most Lease/2 + Lease units
+	// each (leases are fetched ahead).
 	// The memory backend is exact and local: it has no use for it.
 	Lease int64
 

@@ -20,6 +20,17 @@ func (r *Redis) classify(err error) Outcome {
 	return o
 }
 
+// redisErrorCauses are every cause classifyRedisError names: the
+// refusals' and these. gateway_redis_errors_total exports each at 0 from
+// the start, so that a dashboard's panel reads 0 before the first error.
+func redisErrorCauses() []string {
+	causes := []string{"pool", "closed", "not_sent", "circuit_open", "dial", "wrongtype", "script", "deadline", "timeout", "connection_lost", "other"}
+	for _, r := range refusals {
+		causes = append(causes, r.cause)
+	}
+	return causes
+}
+
 func classifyRedisError(err error) (string, Outcome) {
 	var opErr *net.OpError
 	var rerr redis.Error

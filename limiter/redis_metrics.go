@@ -64,6 +64,9 @@ func (r *Redis) registerMetrics(reg prometheus.Registerer) {
 			Help: "Unused units of idle leases of budget given back to Redis.",
 		}),
 	}
+	for _, cause := range redisErrorCauses() {
+		r.m.errors.WithLabelValues(cause)
+	}
 	if reg != nil {
 		reg.MustRegister(r.m.restarts, latency, r.m.breakerOpen, r.m.batch, r.m.cached, r.m.reloads, r.m.errors,
 			r.m.budgetTaken, r.m.budgetAdmitted, r.m.budgetReturned)

@@ -126,9 +126,12 @@ end
 
 -- limit_of is a policy's limit (a token bucket's capacity): the override
 -- beside its state key (key .. ':o', set by the admin API, expiring by
--- itself) when there is one, else the argument's.
+-- itself) when there is one, else the argument's. A read Redis refuses
+-- (the key's slot half-moved to another Cluster node) finds none: the
+-- override applies again once the slot has moved.
 local function limit_of(key, arg)
-  return tonumber(redis.call('GET', key .. ':o')) or (arg + 0)
+  local ok, o = pcall(redis.call, 'GET', key .. ':o')
+  return ok and tonumber(o) or (arg + 0)
 end
 
 -- The rings of remembered evaluations the call's decisions write to: for

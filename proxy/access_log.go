@@ -36,6 +36,8 @@ type exchange struct {
 	// forwarded: the request was handed to the upstream forwarder, so the
 	// limiter (or a route without one) let it through.
 	forwarded bool
+	// aborted: the client left before the response head (logged 499).
+	aborted bool
 	// lease is held from the decision until the response is complete;
 	// nil when the request holds none.
 	lease *lease

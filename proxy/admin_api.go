@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strings"
 
 	"github.com/edgegate/gateway/limiter"
@@ -79,6 +80,10 @@ func (h *Handler) AdminAPI() http.Handler {
 			writeProblem(w, problemAdminUnauthorized)
 			return
 		}
+		q, ok := adminQuery(w, r)
+		if !ok {
+			return
+		}
 		r.Body = http.MaxBytesReader(w, r.Body, adminRequestBytes)
 		switch r.URL.Path {
 		case "/v1/routes":
@@ -91,7 +96,7 @@ func (h *Handler) AdminAPI() http.Handler {
 		case "/v1/limits":
 			switch r.Method {
 			case http.MethodGet, http.MethodHead, http.MethodDelete:
-				h.adminLimits(w, r, c)
+				h.adminLimits(w, r, c, q)
 			default:
 				w.Header()["Allow"] = []string{"GET, HEAD, DELETE"}
 				writeProblem(w, problemAdminMethod)
@@ -99,7 +104,7 @@ func (h *Handler) AdminAPI() http.Handler {
 		case "/v1/overrides":
 			switch r.Method {
 			case http.MethodGet, http.MethodHead, http.MethodPut, http.MethodDelete:
-				h.adminOverrides(w, r, c)
+				h.adminOverrides(w, r, c, q)
 			default:
 				w.Header()["Allow"] = []string{"GET, HEAD, PUT, DELETE"}
 				writeProblem(w, problemAdminMethod)
@@ -108,6 +113,24 @@ func (h *Handler) AdminAPI() http.Handler {
 			writeProblem(w, problemAdminNotFound)
 		}
 	})
+}
+
+// adminQuery is the query of an admin call, every parameter at most once:
+// a query that does not parse, or names a parameter twice, is ambiguous
+// (which subject would a DELETE reset?) and answered 400, and ok is false.
+func adminQuery(w http.ResponseWriter, r *http.Request) (q url.Values, ok bool) {
+	q, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		writeAdminBadQuery(w, "The query does not parse.")
+		return nil, false
+	}
+	for name, values := range q {
+		if len(values) > 1 {
+			writeAdminBadQuery(w, "The query names "+quoteDetail(name)+" more than once.")
+			return nil, false
+		}
+	}
+	return q, true
 }
 
 func writeAdminJSON(w http.ResponseWriter, v any) {

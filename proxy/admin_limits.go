@@ -95,8 +95,8 @@ func adminSubject(w http.ResponseWriter, q url.Values, c *compiled) (rt *route, 
 // are those the request path would apply to it (route.limitsFor). The raw
 // identity is used for nothing else: the answer and the audit line carry
 // the pseudonym.
-func (h *Handler) adminLimits(w http.ResponseWriter, r *http.Request, c *compiled) {
-	rt, s, ok := adminSubject(w, r.URL.Query(), c)
+func (h *Handler) adminLimits(w http.ResponseWriter, r *http.Request, c *compiled, q url.Values) {
+	rt, s, ok := adminSubject(w, q, c)
 	if !ok {
 		return
 	}

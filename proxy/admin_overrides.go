@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"slices"
 	"strings"
 	"time"
@@ -41,7 +42,7 @@ type overridesView struct {
 // adminOverrides serves /v1/overrides: PUT sets one subject's limit of one
 // policy of a route until it expires, GET lists the overrides kept, DELETE
 // removes one. Every change is an audit line, with the pseudonym.
-func (h *Handler) adminOverrides(w http.ResponseWriter, r *http.Request, c *compiled) {
+func (h *Handler) adminOverrides(w http.ResponseWriter, r *http.Request, c *compiled, q url.Values) {
 	backend, ok := c.limiter.(interface{ Overrides() limiter.Overrides })
 	if !ok || backend.Overrides() == nil {
 		writeProblem(w, problemAdminNoLimiter)
@@ -52,9 +53,9 @@ func (h *Handler) adminOverrides(w http.ResponseWriter, r *http.Request, c *comp
 	overrides := backend.Overrides()
 	switch r.Method {
 	case http.MethodPut:
-		h.putOverride(ctx, w, r, c, overrides)
+		h.putOverride(ctx, w, r, c, q, overrides)
 	case http.MethodDelete:
-		h.deleteOverride(ctx, w, r, c, overrides)
+		h.deleteOverride(ctx, w, c, q, overrides)
 	default:
 		list, err := overrides.List(ctx)
 		if err != nil {
@@ -72,8 +73,8 @@ func (h *Handler) adminOverrides(w http.ResponseWriter, r *http.Request, c *comp
 	}
 }
 
-func (h *Handler) putOverride(ctx context.Context, w http.ResponseWriter, r *http.Request, c *compiled, overrides limiter.Overrides) {
-	rt, s, ok := adminSubject(w, r.URL.Query(), c)
+func (h *Handler) putOverride(ctx context.Context, w http.ResponseWriter, r *http.Request, c *compiled, q url.Values, overrides limiter.Overrides) {
+	rt, s, ok := adminSubject(w, q, c)
 	if !ok {
 		return
 	}
@@ -125,8 +126,7 @@ func (h *Handler) putOverride(ctx context.Context, w http.ResponseWriter, r *htt
 // deleteOverride removes the override of ?route=R&policy=P and a subject:
 // subject=KIND:IDENTITY as PUT names it, or pseudonym= as GET lists it
 // (an override whose route is gone names its subject so alone).
-func (h *Handler) deleteOverride(ctx context.Context, w http.ResponseWriter, r *http.Request, c *compiled, overrides limiter.Overrides) {
-	q := r.URL.Query()
+func (h *Handler) deleteOverride(ctx context.Context, w http.ResponseWriter, c *compiled, q url.Values, overrides limiter.Overrides) {
 	routeName, policy, pseudonym := q.Get("route"), q.Get("policy"), q.Get("pseudonym")
 	if policy == "" || (pseudonym == "") == (q.Get("subject") == "") || routeName == "" {
 		writeAdminBadQuery(w, "DELETE takes ?route=R&policy=P with subject=KIND:IDENTITY or pseudonym=PSEUDONYM.")

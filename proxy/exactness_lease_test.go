@@ -56,7 +56,7 @@ func TestLeasedExactnessAcrossFourGatewaysSharingRedis(t *testing.T) {
 			offset = offset.hull(measureOffset(t, servers...))
 
 			e := exactness{limit: limit, window: window, offset: offset, denialSlack: rememberedDenialSlack,
-				earlyDenial: (instances - 1) * (lease - 1)}
+				earlyDenial: (instances - 1) * (lease/2 + lease)}
 			tallies := e.verify(t, history)
 			n := statusCounts(history)
 			if up.count() != n[http.StatusOK] {

@@ -2,13 +2,10 @@ package proxy
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -295,152 +292,6 @@ func (h *Handler) Close() {
 	}
 }
 
-func (h *Handler) compile(cfg Config, prev *compiled) (*compiled, []*poolTransport, error) {
-	if cfg.Limiter == nil || cfg.Resolver == nil {
-		return nil, nil, errors.New("proxy: config needs a limiter and a resolver")
-	}
-	if err := cfg.Validate(); err != nil {
-		return nil, nil, fmt.Errorf("proxy: %w", err)
-	}
-	if cfg.Deadline == 0 {
-		cfg.Deadline = limiter.DefaultDeadline
-	}
-	if cfg.FailureRetryAfter == 0 {
-		cfg.FailureRetryAfter = DefaultFailureRetryAfter
-	}
-	if cfg.TunnelIdleTimeout == 0 {
-		cfg.TunnelIdleTimeout = DefaultTunnelIdleTimeout
-	}
-	if cfg.BodyReadTimeout == 0 {
-		cfg.BodyReadTimeout = DefaultBodyReadTimeout
-	}
-	if cfg.MaxDelayed == 0 {
-		cfg.MaxDelayed = DefaultMaxDelayed
-	}
-	if err := ValidatePools(cfg.Pools); err != nil {
-		return nil, nil, fmt.Errorf("proxy: %w", err)
-	}
-	pools, dropped, err := h.buildPools(cfg, prev)
-	if err != nil {
-		return nil, nil, err
-	}
-	if cfg.InvalidTokenPolicy == nil {
-		cfg.InvalidTokenPolicy = DefaultInvalidTokenPolicy
-	}
-	tokenLimits, err := newLimits([]*limiter.Policy{cfg.InvalidTokenPolicy})
-	if err != nil {
-		return nil, nil, fmt.Errorf("proxy: invalid token policy: %w", err)
-	}
-	tokens := &tokenBudget{limiter: cfg.Limiter, limits: tokenLimits, deadline: cfg.Deadline, evalIDs: &h.evalIDs}
-	var gate subject.TokenGate
-	if !tokenLimits.shadowOnly {
-		gate = tokens
-	}
-	if err := ValidateRoutes(cfg.Routes); err != nil {
-		return nil, nil, fmt.Errorf("proxy: %w", err)
-	}
-	routes := make([]*route, 0, len(cfg.Routes))
-	for i := range cfg.Routes {
-		r := &route{Route: cfg.Routes[i]}
-		switch {
-		case (r.Upstream == "") == (r.Pool == ""):
-			return nil, nil, fmt.Errorf("proxy: route %q needs an upstream URL or a pool, not both", r.OperationID)
-		case r.Pool != "":
-			r.pool = pools[r.Pool]
-			if r.pool == nil {
-				return nil, nil, fmt.Errorf("proxy: route %q names no pool of the configuration: %q", r.OperationID, r.Pool)
-			}
-		default:
-			r.pool = pools[r.Upstream]
-		}
-		if err := r.Validate(cfg.Resolver.ManagedHeaders()); err != nil {
-			return nil, nil, fmt.Errorf("proxy: route %q: %w", r.OperationID, err)
-		}
-		r.Path, _ = RoutePath(r.Path)
-		if r.Rewrite {
-			r.RewritePrefix, _ = NormalizeRewritePrefix(r.RewritePrefix)
-		}
-		r.requestRules = compileHeaderRules(r.RequestHeaders)
-		r.responseRules = compileHeaderRules(r.ResponseHeaders)
-		r.Upgrades = lowerCase(r.Upgrades)
-		if len(r.Policies) > 0 {
-			l, err := newLimits(r.Policies)
-			if err != nil {
-				return nil, nil, fmt.Errorf("proxy: route %q: %w", r.OperationID, err)
-			}
-			l.bindLeaseGauges(h.opts.Metrics, r.OperationID)
-			l.bindDelayHistograms(h.opts.Metrics, r.OperationID)
-			r.limits = l
-		}
-		for plan, ps := range r.Plans {
-			l, err := newLimits(ps)
-			if err != nil {
-				return nil, nil, fmt.Errorf("proxy: route %q: plan %q: %w", r.OperationID, plan, err)
-			}
-			if r.planLimits == nil {
-				r.planLimits = map[string]*limits{}
-			}
-			l.bindLeaseGauges(h.opts.Metrics, r.OperationID)
-			l.bindDelayHistograms(h.opts.Metrics, r.OperationID)
-			r.planLimits[plan] = l
-		}
-		r.asksTrailers = r.limits != nil && byHeader(r.limits.charges)
-		for _, l := range r.planLimits {
-			r.asksTrailers = r.asksTrailers || byHeader(l.charges)
-		}
-		r.query = subject.Query{Sources: r.Subject, OperationID: r.OperationID, MapsPlan: r.mapsPlan, Gate: gate,
-			CertIdentity: r.ClientCertIdentity}
-		if r.ClientCertHeader != "" {
-			r.query.CertHeader = http.CanonicalHeaderKey(r.ClientCertHeader)
-		}
-		if r.limited() && r.Cost < 1 {
-			r.Cost = 1
-		}
-		if h.opts.Metrics != nil {
-			r.metrics = h.opts.Metrics.forRoute(r.OperationID)
-		}
-		r.tunnels = tunnelSettings{idle: cfg.TunnelIdleTimeout, open: h.tunnels}
-		r.tracing = h.tracing
-		r.forwards = newForwarders(r, h.opts.Logger, cfg.AllowUnderscoreHeaders)
-		routes = append(routes, r)
-	}
-	var unrouted *routeMetrics
-	if h.opts.Metrics != nil {
-		unrouted = h.opts.Metrics.forRoute("none")
-	}
-	admin, err := newBearerToken(cfg.AdminToken)
-	if err != nil {
-		return nil, nil, fmt.Errorf("proxy: admin: %w", err)
-	}
-	rlsToken, err := newBearerToken(cfg.RLSToken)
-	if err != nil {
-		return nil, nil, fmt.Errorf("proxy: rls: %w", err)
-	}
-	if err := ValidateRLSRules(cfg.RLSRules, cfg.Routes); err != nil {
-		return nil, nil, fmt.Errorf("proxy: %w", err)
-	}
-	rls, err := compileRLSRules(cfg.RLSRules, routes)
-	if err != nil {
-		return nil, nil, fmt.Errorf("proxy: %w", err)
-	}
-	return &compiled{
-		unrouted:          unrouted,
-		routes:            routes,
-		adminToken:        admin,
-		router:            newRouter(routes),
-		resolver:          cfg.Resolver,
-		limiter:           cfg.Limiter,
-		deadline:          cfg.Deadline,
-		failureRetryAfter: strconv.FormatInt(ceilSeconds(cfg.FailureRetryAfter), 10),
-		bodyReadTimeout:   cfg.BodyReadTimeout,
-		maxDelayed:        cfg.MaxDelayed,
-		pools:             pools,
-		tokens:            tokens,
-		rls:               rls,
-		rlsToken:          rlsToken,
-	}, dropped, nil
-}
-
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	c := h.current.Load()
 	x := exchange{metrics: c.unrouted, in: c.resolver.Inbound(r)}
@@ -468,7 +319,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	x.releaseLease()
 	code, written := cw.result()
 	cw.done()
-	h.record(r, c, &x, code, written, start, false)
+	h.record(r, c, &x, code, written, start, x.aborted)
 }
 
 // serve is the request path, in order. Every branch that does not forward
@@ -572,6 +423,13 @@ func (h *Handler) serve(w http.ResponseWriter, cw *capture, r *http.Request, c *
 		writeBodyTimeout(w, r, h.opts.Logger, rt.OperationID)
 		x.outcome = "rejected"
 		return
+	}
+	if !cw.final && r.Context().Err() != nil {
+		// The client reset its stream (HTTP/2, HTTP/3) or closed its
+		// connection before the response head: nobody answered it, and
+		// the forwarder wrote nothing. It is the client's abort.
+		x.aborted = true
+		w.WriteHeader(statusClientClosed)
 	}
 	if x.outcome == "" {
 		x.outcome = "allowed"

@@ -246,28 +246,7 @@ func (h *Handler) limit(w http.ResponseWriter, r *http.Request, c *compiled, rt 
 	case limiter.Evaluated:
 		l.setHeaders(w.Header(), o)
 		if l.admits(o) {
-			if l.leases {
-				x.lease = holdLease(o, req.Cost, l)
-			}
-			if names := l.shadowDenials(o); names != nil {
-				h.shadowDenied(rt, names, x)
-			}
-			if names, d := l.shadowDelays(o); names != "" && x.shadowDenied == "" {
-				// Logged as what it would have been; nothing is held.
-				x.outcome, x.shadowDenied, x.delay = "shadow_delayed", names, d
-			}
-			if held := limiter.Held(req, o); held > 0 {
-				if !h.hold(r, l, o, held, x) {
-					w.WriteHeader(statusClientClosed)
-					return false
-				}
-				l.setHeaders(w.Header(), afterHold(o, held))
-			}
-			if l.charges != nil {
-				x.settling = &settlement{h: h, limiter: c.limiter, charges: l.charges, subject: s.Pseudonym, route: rt.OperationID,
-					timeout: c.deadline, ctx: context.WithoutCancel(r.Context())}
-			}
-			return true
+			return h.admitted(w, r, c, rt, l, req, o, x)
 		}
 		writeQuotaExceeded(w, l.problem(o), o.RetryAfter)
 		return false
@@ -283,6 +262,36 @@ func (h *Handler) limit(w http.ResponseWriter, r *http.Request, c *compiled, rt 
 	}
 	writeUnavailable(w, c.failureRetryAfter)
 	return false
+}
+
+// admitted goes on with a request the limiter admitted: it holds its
+// leases, records what shadow policies would have done, holds it for its
+// delay, and readies the settlement of its response charges. It reports
+// whether the request may go on (false: the client left while it was
+// held).
+func (h *Handler) admitted(w http.ResponseWriter, r *http.Request, c *compiled, rt *route, l *limits, req limiter.Request, o limiter.Evaluated, x *exchange) bool {
+	if l.leases {
+		x.lease = holdLease(o, req.Cost, l)
+	}
+	if names := l.shadowDenials(o); names != nil {
+		h.shadowDenied(rt, names, x)
+	}
+	if names, d := l.shadowDelays(o); names != "" && x.shadowDenied == "" {
+		// Logged as what it would have been; nothing is held.
+		x.outcome, x.shadowDenied, x.delay = "shadow_delayed", names, d
+	}
+	if held := limiter.Held(req, o); held > 0 {
+		if !h.hold(r, l, o, held, x) {
+			w.WriteHeader(statusClientClosed)
+			return false
+		}
+		l.setHeaders(w.Header(), afterHold(o, held))
+	}
+	if l.charges != nil {
+		x.settling = &settlement{h: h, limiter: c.limiter, charges: l.charges, subject: req.Subject, route: rt.OperationID,
+			timeout: c.deadline, ctx: context.WithoutCancel(r.Context())}
+	}
+	return true
 }
 
 // unresolved answers a request whose subject could not be resolved. It is

@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/edgegate/gateway/internal/series"
+	"github.com/edgegate/gateway/limiter"
 )
 
 // Metrics are the request path's Prometheus collectors. Labels carry route
@@ -148,6 +149,28 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.upstreams, m.UpstreamShed, m.RequestDuration, m.UpstreamDuration, m.InFlight, m.LeasesHeld, m.Delays,
 		m.RLSRequests, m.RLSDuration)
 	return m
+}
+
+// bindSeries binds the series of l's policies on route, and exports at 0
+// those that would otherwise appear only with their first event (a shadow
+// policy's denials, the limiter's fallback decisions), so that the
+// dashboard reads 0 rather than no data until then.
+func (l *limits) bindSeries(m *Metrics, lim Limiter, route string) {
+	if m == nil {
+		return
+	}
+	l.bindLeaseGauges(m, route)
+	l.bindDelayHistograms(m, route)
+	for _, p := range l.policies {
+		if p.Shadow {
+			m.ShadowDenials.WithLabelValues(route, p.Name)
+		}
+	}
+	if d, ok := lim.(interface {
+		DeclareSeries(route string, policies *limiter.PolicySet)
+	}); ok {
+		d.DeclareSeries(route, l.set)
+	}
 }
 
 // routeMetrics are one route's series, bound to their labels when the

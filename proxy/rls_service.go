@@ -113,6 +113,8 @@ func rlsErrorOutcome(err error) string {
 		return "unknown_domain"
 	case codes.Unavailable:
 		return "unavailable"
+	case codes.Canceled, codes.DeadlineExceeded:
+		return "abandoned"
 	}
 	return "invalid"
 }
@@ -224,6 +226,10 @@ func (h *Handler) decideDescriptor(ctx context.Context, call *rlsCall, req *rlsv
 		Route: rt.OperationID, Deadline: call.start.Add(c.deadline), Start: call.start,
 	})
 	e, decided := o.(limiter.Evaluated)
+	if !decided && ctx.Err() != nil {
+		// The caller gave up first: no failure of the limiter's.
+		return nil, status.FromContextError(ctx.Err()).Err()
+	}
 	if !decided {
 		if inc, ok := o.(limiter.Incompatible); ok {
 			h.opts.Logger.LogAttrs(ctx, slog.LevelError, "limiter configuration error",
