@@ -57,7 +57,15 @@ const maxPenalties = 100_000
 type penaltyBook struct {
 	mu sync.Mutex
 	m  map[penaltyID]Penalty
+	// lifted is when each penalty lifted lately was: a penalty that
+	// started before then and comes late (a message published before the
+	// lift) stays lifted.
+	lifted map[penaltyID]time.Time
 }
+
+// liftMemory is how long a lift is remembered against late messages:
+// far longer than a publish takes to arrive.
+const liftMemory = 10 * time.Second
 
 type penaltyID struct{ route, pseudonym string }
 
@@ -68,6 +76,9 @@ func (b *penaltyBook) put(p Penalty, now time.Time) bool {
 	defer b.mu.Unlock()
 	id := penaltyID{p.Route, p.Pseudonym}
 	if old, ok := b.m[id]; ok && !old.Until.Before(p.Until) {
+		return false
+	}
+	if at, ok := b.lifted[id]; ok && !p.Start.After(at) {
 		return false
 	}
 	if b.m == nil {
@@ -90,11 +101,9 @@ func (b *penaltyBook) put(p Penalty, now time.Time) bool {
 func (b *penaltyBook) find(route, pseudonym string, now time.Time) (Penalty, bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	id := penaltyID{route, pseudonym}
-	p, ok := b.m[id]
+	p, ok := b.m[penaltyID{route, pseudonym}]
 	if ok && !p.Until.After(now) {
-		delete(b.m, id)
-		return Penalty{}, false
+		return Penalty{}, false // dropped by the next list or put past the bound
 	}
 	return p, ok
 }
@@ -120,5 +129,16 @@ func (b *penaltyBook) lift(route, pseudonym string, now time.Time) bool {
 	id := penaltyID{route, pseudonym}
 	p, ok := b.m[id]
 	delete(b.m, id)
+	if b.lifted == nil {
+		b.lifted = map[penaltyID]time.Time{}
+	}
+	for k, at := range b.lifted {
+		if now.Sub(at) > liftMemory {
+			delete(b.lifted, k)
+		}
+	}
+	if len(b.lifted) < maxPenalties {
+		b.lifted[id] = now
+	}
 	return ok && p.Until.After(now)
 }

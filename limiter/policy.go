@@ -285,8 +285,11 @@ func (p *Policy) Validate() error {
 	if p.Lease < 0 {
 		problem("lease", "Value too small", "lease must be at least 1.")
 	}
-	if p.Penalty != 0 && (p.Penalty < MinPenalty || p.Penalty > MaxPenalty) {
+	switch {
+	case p.Penalty != 0 && (p.Penalty < MinPenalty || p.Penalty > MaxPenalty):
 		problem("penalty", "Duration out of range", "penalty must be between %s and %s.", MinPenalty, MaxPenalty)
+	case p.Penalty != 0 && p.Shadow:
+		problem("penalty", "penalty on a shadow policy", "A shadow policy refuses nobody, so it puts nobody in the penalty box.")
 	}
 	atLeast("max_cost", p.MaxCost, 1)
 	p.validateResponseCharge(problem)

@@ -137,7 +137,6 @@ func TestPenaltyEndsByTimeAndByReload(t *testing.T) {
 	}
 }
 
-
 type listedPenalty struct {
 	Policy, Pseudonym string
 	RetryAfter        int64 `json:"retry_after"`
