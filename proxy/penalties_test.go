@@ -9,6 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/edgegate/gateway/limiter"
 	"github.com/edgegate/gateway/limiter/limitertest"
 	"github.com/edgegate/gateway/limiter/redistest"
@@ -111,7 +114,8 @@ func TestPenaltyEndsByTimeAndByReload(t *testing.T) {
 		rt.Subject = subject.Sources(subject.ClientIP)
 		return rt
 	}
-	g := newGateway(t, setup{routes: []proxy.Route{penalizedRoute(time.Second)}, adminToken: testAdminToken})
+	m := proxy.NewMetrics(prometheus.NewRegistry())
+	g := newGateway(t, setup{routes: []proxy.Route{penalizedRoute(time.Second)}, adminToken: testAdminToken, metrics: m})
 	wantStatuses(t, statuses(t, g, "/", 2), 200, 200)
 	if !penalized(t, g.get(t, "/"), time.Second) {
 		t.Fatal("going over: not penalized")
@@ -126,6 +130,9 @@ func TestPenaltyEndsByTimeAndByReload(t *testing.T) {
 	wantStatuses(t, statuses(t, g, "/", 1), 200)
 	if !penalized(t, g.get(t, "/"), time.Second) {
 		t.Fatal("not penalized again after the policy refused again")
+	}
+	if n := testutil.ToFloat64(m.Penalties.WithLabelValues("orders", "per-hour")); n != 2 {
+		t.Fatalf("gateway_limiter_penalties_total %v, want 2", n)
 	}
 	// A reload without the penalty lifts the one in force: the policy's
 	// own refusal is what is left.
