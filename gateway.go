@@ -115,6 +115,7 @@ func (g *gateway) ready(ctx context.Context) error {
 // the gateway owns.
 func (g *gateway) proxyConfig(f *config.File) (proxy.Config, error) {
 	so := f.Subject
+	so.TLSFingerprint = edge.JA4Of
 	if len(so.PseudonymKeys) == 0 {
 		if g.ephemeral == nil {
 			return proxy.Config{}, errors.New("a pseudonym block cannot be removed by a reload; restart instead")

@@ -54,7 +54,7 @@ func (c *checker) clientCAs(b *tlsBlock) *x509.CertPool {
 // clientCertRoute reads a route's client_cert_identity and
 // client_cert_header; sources are the route's subject
 // sources, hasRoots whether the tls block has a client_ca_file.
-func (c *checker) clientCertRoute(b *routeBlock, sources []subject.Source, hasRoots bool) (subject.CertIdentity, string) {
+func (c *checker) clientCertRoute(b *routeBlock, sources []subject.Kind, hasRoots bool) (subject.CertIdentity, string) {
 	identity := subject.DefaultCertIdentity
 	if b.ClientCertIdentity != nil {
 		rng := valueRange(b.Body, "client_cert_identity")
@@ -62,7 +62,7 @@ func (c *checker) clientCertRoute(b *routeBlock, sources []subject.Source, hasRo
 		if identity, ok = subject.ParseCertIdentity(*b.ClientCertIdentity); !ok {
 			c.errorf(rng, "Unknown client_cert_identity", "client_cert_identity is \"spki\", \"uri_san\" or \"dns_san\", not %q.", *b.ClientCertIdentity)
 		}
-		if b.ClientCertHeader == nil && !slices.Contains(sources, subject.Source{Kind: subject.ClientCert}) {
+		if b.ClientCertHeader == nil && !slices.Contains(sources, subject.ClientCert) {
 			c.errorf(nameRange(b.Body, "client_cert_identity"), "client_cert_identity without client_cert", "client_cert_identity means nothing on a route without the client_cert source or a client_cert_header.")
 		}
 	}

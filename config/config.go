@@ -148,8 +148,6 @@ func (c *checker) file(fb *fileBlock) *File {
 		// One set of roots: the handshake asks for certificates that chain
 		// to them, the client_cert source believes those that do.
 		f.Subject.ClientCAs = f.Listen.TLS.ClientCAs
-		// The HTTPS and HTTP/3 listeners fingerprint every ClientHello.
-		f.Subject.TLSFingerprint = edge.JA4
 	}
 	// One client under max_connections_per_client is what one client-IP
 	// subject is.
@@ -188,7 +186,7 @@ func (c *checker) file(fb *fileBlock) *File {
 		maxBody = c.integer(fb.Listen.MaxBodyBytes, fb.Listen.Body, "max_body_bytes", maxBody, 0)
 	}
 	f.Proxy.Pools = c.upstreams(fb.Upstreams)
-	f.Proxy.Routes = c.routes(fb.Routes, policies, &f.Subject, maxBody)
+	f.Proxy.Routes = c.routes(fb.Routes, policies, &f.Subject, maxBody, fb.Listen != nil && fb.Listen.HTTPS != nil)
 	f.Proxy.RLSRules = c.rlsRules(fb.RLSRules, policies, &f.Subject, f.Proxy.Routes)
 	if fb.RLS != nil {
 		f.Proxy.RLSToken = c.bearerToken(fb.RLS.Token, "rls")

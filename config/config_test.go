@@ -104,7 +104,7 @@ func TestBlockOrderDoesNotMatter(t *testing.T) {
 		}
 		r := f.Proxy.Routes[0]
 		if len(r.Policies) != 1 || r.Policies[0].Name != "per-key" || r.Cost != 2 || r.MaxBodyBytes != 4096 ||
-			len(r.Subject) != 2 || r.Subject[0].Kind != subject.APIKey || r.Subject[1].Kind != subject.Principal {
+			len(r.Subject) != 2 || r.Subject[0] != subject.APIKey || r.Subject[1] != subject.Principal {
 			t.Fatalf("order %v: route %+v", order, r)
 		}
 	}
@@ -319,7 +319,7 @@ route "orders.read" {
 	if p := f.Proxy.InvalidTokenPolicy; p == nil || p.Name != "bad-tokens" || p.Limit != 3 {
 		t.Fatalf("invalid token policy %+v", p)
 	}
-	if got := f.Proxy.Routes[0].Subject; len(got) != 2 || got[0].Kind != subject.JWT || got[1].Kind != subject.ClientIP {
+	if got := f.Proxy.Routes[0].Subject; len(got) != 2 || got[0] != subject.JWT || got[1] != subject.ClientIP {
 		t.Fatalf("route sources %v", got)
 	}
 }

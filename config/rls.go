@@ -49,9 +49,11 @@ func (c *checker) descriptor(b *rlsRuleBlock, so *subject.Options, field string,
 	for _, it := range c.list(b.Descriptor, "descriptor") {
 		e := proxy.ParseDescriptorEntry(it.value)
 		elements[fmt.Sprintf("%s.descriptor[%d]", field, len(entries))] = it.rng
-		if src, err := subject.ParseSource(e.Key); err == nil && !subjectSeen {
+		if k, err := subject.ParseKind(e.Key); err == nil && !subjectSeen {
 			subjectSeen = true
-			c.sourceUsable(src.Kind, it.rng, knownSources(so))
+			// A ja4 entry's value is the caller's fingerprint: no HTTPS
+			// listener of this gateway needed.
+			c.sourceUsable(k, it.rng, knownSources(so, true))
 		}
 		entries = append(entries, e)
 	}

@@ -15,23 +15,24 @@ import (
 	"github.com/edgegate/gateway/subject"
 )
 
-var defaultSources = subject.Sources(subject.Principal, subject.APIKey, subject.ClientIP)
+var defaultSources = []subject.Kind{subject.Principal, subject.APIKey, subject.ClientIP}
 
 // sourcesKnown says which subject sources the rest of the file makes
 // usable.
 type sourcesKnown struct {
-	keys, principal, jwt, clientCAs, fingerprints bool
+	keys, principal, jwt, clientCAs, https bool
 }
 
-func knownSources(so *subject.Options) sourcesKnown {
+func knownSources(so *subject.Options, https bool) sourcesKnown {
 	return sourcesKnown{keys: so.KnownKeys != nil, principal: so.PrincipalHeader != "" && len(so.TrustedProxies) > 0,
-		jwt: so.JWT != nil, clientCAs: so.ClientCAs != nil, fingerprints: so.TLSFingerprint != nil}
+		jwt: so.JWT != nil, clientCAs: so.ClientCAs != nil, https: https}
 }
 
 // routes checks the route blocks against the policies and the subject
-// options; maxBody is the listen block's default body cap.
-func (c *checker) routes(blocks []*routeBlock, policies map[string]*limiter.Policy, so *subject.Options, maxBody int64) []proxy.Route {
-	known := knownSources(so)
+// options; maxBody is the listen block's default body cap, https whether
+// the file has an HTTPS listener.
+func (c *checker) routes(blocks []*routeBlock, policies map[string]*limiter.Policy, so *subject.Options, maxBody int64, https bool) []proxy.Route {
+	known := knownSources(so, https)
 	var routes []proxy.Route
 	// The ranges of the routes' fields as a list (proxy.ValidateRoutes).
 	listElements := map[string]hcl.Range{}
@@ -101,25 +102,24 @@ func (c *checker) route(b *routeBlock, policies map[string]*limiter.Policy, so *
 
 // routeSubject reads a route's subject sources: the default ones when it
 // names none, and each it names only where the file makes it usable.
-func (c *checker) routeSubject(b *routeBlock, known sourcesKnown) []subject.Source {
+func (c *checker) routeSubject(b *routeBlock, known sourcesKnown) []subject.Kind {
 	if !has(b.Body, "subject") {
 		return defaultSources
 	}
-	var sources []subject.Source
+	var sources []subject.Kind
 	items := c.list(b.Subject, "subject")
 	for _, it := range items {
-		src, err := subject.ParseSource(it.value)
+		k, err := subject.ParseKind(it.value)
 		if err != nil {
 			c.refusedAt(it.rng, err)
 			continue
 		}
-		k := src.Kind
-		if slices.Contains(sources, src) {
+		if slices.Contains(sources, k) {
 			c.errorf(it.rng, "Repeated subject source", "%s is already in the list.", it.value)
 			continue
 		}
 		c.sourceUsable(k, it.rng, known)
-		sources = append(sources, src)
+		sources = append(sources, k)
 	}
 	if len(items) == 0 {
 		c.errorf(b.Subject.Range(), "No subject source", "subject needs at least one source.")
@@ -139,8 +139,8 @@ func (c *checker) sourceUsable(k subject.Kind, rng hcl.Range, known sourcesKnown
 		c.errorf(rng, "jwt needs a jwt block", "The jwt source verifies tokens against subject.jwt; add the block with a key set, issuer, audience and algorithms.")
 	case k == subject.ClientCert && !known.clientCAs:
 		c.errorf(rng, "client_cert needs client_ca_file", "The client_cert source believes certificates that chain to tls.client_ca_file; set it.")
-	case (k == subject.JA4 || k == subject.JA4ClientIP) && !known.fingerprints:
-		c.errorf(rng, k.String()+" needs a tls block", "The %s source is the fingerprint of the TLS ClientHello; only the HTTPS listener (a tls block) sees one.", k)
+	case (k == subject.JA4 || k == subject.JA4ClientIP) && !known.https:
+		c.errorf(rng, k.String()+" needs listen.https", "The ja4 fingerprint is read from the TLS ClientHello; the gateway terminates TLS only on listen.https (and http3).")
 	}
 }
 

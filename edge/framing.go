@@ -97,9 +97,9 @@ func (l *framingListener) handshake(c net.Conn) {
 		ctx, cancel = context.WithTimeout(ctx, l.timeout)
 		defer cancel()
 	}
-	fc := &fingerprintedConn{Conn: c}
-	tc := tls.Server(fc, l.cfg)
-	if err := tc.HandshakeContext(withFingerprint(ctx, &fc.fingerprint)); err != nil {
+	ctx, f := withFingerprint(ctx, false)
+	tc := tls.Server(&fingerprintedConn{Conn: c, fingerprint: f}, l.cfg)
+	if err := tc.HandshakeContext(ctx); err != nil {
 		tc.Close()
 		return
 	}
@@ -164,24 +164,13 @@ type connKey struct{}
 // connContext is the http.Server hook that lets the framing check find a
 // request's connection.
 func connContext(ctx context.Context, c net.Conn) context.Context {
-	if fc, ok := c.(*framingConn); ok {
-		ctx = context.WithValue(ctx, connKey{}, fc)
-		c = fc.Conn
+	if f := connFingerprint(c); f != nil {
+		ctx = context.WithValue(ctx, fingerprintKey{}, f)
 	}
-	if tc, ok := c.(*tls.Conn); ok {
-		if fc, ok := tc.NetConn().(*fingerprintedConn); ok {
-			ctx = withFingerprint(ctx, &fc.fingerprint)
-		}
+	if fc, ok := c.(*framingConn); ok {
+		return context.WithValue(ctx, connKey{}, fc)
 	}
 	return ctx
-}
-
-// fingerprintedConn is a TLS connection's transport, carrying the
-// fingerprint of its ClientHello from the handshake to the connection's
-// context (connContext).
-type fingerprintedConn struct {
-	net.Conn
-	fingerprint fingerprint
 }
 
 // framingConn scans the HTTP/1 request stream it carries and queues the

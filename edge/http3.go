@@ -144,15 +144,13 @@ func (q *quicEdge) connContext(ctx context.Context, info *quic.ClientInfo) (cont
 	if full {
 		return nil, errClientAtCap
 	}
-	// The handshake writes the fingerprint here (recordFingerprints); the
-	// connection's requests inherit the context.
-	ctx = withFingerprint(ctx, &fingerprint{})
 	if !info.AddrVerified {
 		h := &handshake{n: &q.handshakes}
 		q.handshakes.Add(1)
 		ctx = context.WithValue(ctx, handshakeKey{}, h)
 		context.AfterFunc(ctx, h.done)
 	}
+	ctx, _ = withFingerprint(ctx, true)
 	return ctx, nil
 }
 

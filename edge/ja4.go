@@ -1,7 +1,6 @@
 package edge
 
 import (
-	"context"
 	"crypto/sha256"
 	"crypto/tls"
 	"encoding/hex"
@@ -9,88 +8,62 @@ import (
 	"strconv"
 )
 
-// The JA4 fingerprint of a TLS ClientHello, as FoxIO's JA4 specification
-// defines it: "t13d1516h2_8daaf6152771_e5627efa2ab1". Its first part is
-// the transport (t for TLS over TCP, q for QUIC), the highest TLS version
-// offered, d or i for an SNI extension or none, the numbers of cipher
-// suites and extensions (at most 99), and the first and last characters of
-// the first ALPN protocol; the second the first 12 hex digits of the
-// SHA-256 of the cipher suites, sorted; the third those of the extensions,
-// sorted, without SNI and ALPN, then the signature algorithms as offered.
-// GREASE values count nowhere.
-//
-// Many clients send the same ClientHello: a fingerprint names a TLS
-// library and its settings (every curl of one build, every Chrome of one
-// version), never one client.
-
-// helloFields is what the fingerprint reads of a ClientHello, as
-// crypto/tls hands it over in tls.ClientHelloInfo.
-type helloFields struct {
-	quic       bool
-	versions   []uint16 // supported_versions, or the legacy version alone
-	ciphers    []uint16
-	extensions []uint16 // in the order sent
-	signatures []uint16 // signature_algorithms, in the order sent
-	alpn       []string
-}
-
-func helloFieldsOf(hello *tls.ClientHelloInfo, quic bool) helloFields {
-	h := helloFields{quic: quic, versions: hello.SupportedVersions, ciphers: hello.CipherSuites,
-		extensions: hello.Extensions, alpn: hello.SupportedProtos}
-	h.signatures = make([]uint16, len(hello.SignatureSchemes))
-	for i, s := range hello.SignatureSchemes {
-		h.signatures[i] = uint16(s)
-	}
-	return h
-}
-
-// isGREASE reports whether v is one of the reserved values of RFC 8701
-// (0x0a0a, 0x1a1a, … 0xfafa) that clients send to keep servers honest.
-func isGREASE(v uint16) bool {
-	return v&0x0f0f == 0x0a0a && v>>8 == v&0xff
-}
-
-const (
-	extensionSNI  = 0x0000
-	extensionALPN = 0x0010
-)
-
-// ja4 is the fingerprint of h.
-func ja4(h helloFields) string {
-	ciphers := withoutGREASE(h.ciphers)
-	extensions := withoutGREASE(h.extensions)
+// JA4 is the JA4 fingerprint of a ClientHello, as FoxIO's specification
+// defines it: "t" (TLS over TCP) or "q" (QUIC), the highest TLS version
+// offered, "d" with an SNI extension or "i" without, the counts of cipher
+// suites and extensions (two digits, at most 99), the first and last
+// characters of the first ALPN value; then the first 12 hex digits of the
+// SHA-256 of the cipher suites sorted, and of the extensions sorted less
+// SNI and ALPN, followed by the signature algorithms as sent. GREASE values
+// are ignored everywhere. Many clients share one fingerprint: every
+// browser of a version, every program built on one TLS library.
+func JA4(quic bool, hello *tls.ClientHelloInfo) string {
 	b := make([]byte, 0, 36)
-	if h.quic {
-		b = append(b, 'q')
-	} else {
-		b = append(b, 't')
+	b = append(b, 't')
+	if quic {
+		b[0] = 'q'
 	}
-	b = append(b, versionCode(withoutGREASE(h.versions))...)
-	if slices.Contains(extensions, extensionSNI) {
+	b = append(b, ja4Version(hello.SupportedVersions)...)
+	if slices.Contains(hello.Extensions, extensionServerName) {
 		b = append(b, 'd')
 	} else {
 		b = append(b, 'i')
 	}
+	ciphers := withoutGREASE(hello.CipherSuites)
+	extensions := withoutGREASE(hello.Extensions)
 	b = appendCount(b, len(ciphers))
 	b = appendCount(b, len(extensions))
-	b = appendALPN(b, h.alpn)
+	b = appendALPN(b, hello.SupportedProtos)
 	b = append(b, '_')
 	slices.Sort(ciphers)
-	b = appendHash(b, hexList(nil, ciphers))
+	b = appendTruncatedHash(b, hexList(nil, ciphers), len(ciphers) == 0)
 	b = append(b, '_')
-	hashed := slices.DeleteFunc(extensions, func(e uint16) bool { return e == extensionSNI || e == extensionALPN })
-	slices.Sort(hashed)
-	var list []byte
-	if len(hashed) > 0 {
-		list = hexList(nil, hashed)
-		if signatures := withoutGREASE(h.signatures); len(signatures) > 0 {
-			list = hexList(append(list, '_'), signatures)
+	extensions = slices.DeleteFunc(extensions, func(e uint16) bool { return e == extensionServerName || e == extensionALPN })
+	slices.Sort(extensions)
+	text := hexList(nil, extensions)
+	schemes := make([]uint16, 0, len(hello.SignatureSchemes))
+	for _, s := range hello.SignatureSchemes {
+		if !isGREASE(uint16(s)) {
+			schemes = append(schemes, uint16(s))
 		}
 	}
-	return string(appendHash(b, list))
+	if len(schemes) > 0 {
+		text = append(text, '_')
+		text = hexList(text, schemes)
+	}
+	return string(appendTruncatedHash(b, text, len(extensions) == 0))
 }
 
-// withoutGREASE is a copy of values without the GREASE ones.
+// Extension types JA4 reads apart.
+const (
+	extensionServerName uint16 = 0x0000
+	extensionALPN       uint16 = 0x0010
+)
+
+// isGREASE reports whether v is one of the reserved values of RFC 8701:
+// 0x0a0a, 0x1a1a, ... 0xfafa.
+func isGREASE(v uint16) bool { return v&0x0f0f == 0x0a0a && v>>8 == v&0xff }
+
 func withoutGREASE(values []uint16) []uint16 {
 	out := make([]uint16, 0, len(values))
 	for _, v := range values {
@@ -101,19 +74,24 @@ func withoutGREASE(values []uint16) []uint16 {
 	return out
 }
 
-// versionCode is the two characters of the highest version offered.
-func versionCode(versions []uint16) string {
-	if len(versions) == 0 {
-		return "00"
+// ja4Version is the highest version offered, GREASE aside. Go fills
+// SupportedVersions from the legacy version field when the
+// supported_versions extension is absent, as JA4 reads it then.
+func ja4Version(versions []uint16) string {
+	var highest uint16
+	for _, v := range versions {
+		if !isGREASE(v) && v > highest {
+			highest = v
+		}
 	}
-	switch slices.Max(versions) {
-	case 0x0304:
+	switch highest {
+	case tls.VersionTLS13:
 		return "13"
-	case 0x0303:
+	case tls.VersionTLS12:
 		return "12"
-	case 0x0302:
+	case tls.VersionTLS11:
 		return "11"
-	case 0x0301:
+	case tls.VersionTLS10:
 		return "10"
 	case 0x0300:
 		return "s3"
@@ -137,86 +115,50 @@ func appendCount(b []byte, n int) []byte {
 	return strconv.AppendInt(b, int64(n), 10)
 }
 
-// appendALPN appends the first and last characters of the first ALPN
-// protocol, "00" for none or an empty one; when either is not a letter or
-// a digit, the first and last hex digits of the whole value instead.
-func appendALPN(b []byte, alpn []string) []byte {
-	if len(alpn) == 0 || alpn[0] == "" {
+// appendALPN appends the first and last characters of the first protocol,
+// "00" without one, and the first and last hex digits of its bytes when
+// either end is not a letter or digit.
+func appendALPN(b []byte, protos []string) []byte {
+	if len(protos) == 0 || protos[0] == "" {
 		return append(b, "00"...)
 	}
-	first, last := alpn[0][0], alpn[0][len(alpn[0])-1]
+	p := protos[0]
+	first, last := p[0], p[len(p)-1]
 	if isAlphanumeric(first) && isAlphanumeric(last) {
 		return append(b, first, last)
 	}
-	h := hex.EncodeToString([]byte(alpn[0]))
-	return append(b, h[0], h[len(h)-1])
+	const digits = "0123456789abcdef"
+	return append(b, digits[first>>4], digits[last&0x0f])
 }
 
 func isAlphanumeric(c byte) bool {
 	return '0' <= c && c <= '9' || 'A' <= c && c <= 'Z' || 'a' <= c && c <= 'z'
 }
 
-// hexList appends values as four lower-case hex digits each, separated
-// by commas.
+// hexList appends values as four lower-case hex digits each, comma
+// separated.
 func hexList(b []byte, values []uint16) []byte {
 	for i, v := range values {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		b = append(b, hex.EncodeToString([]byte{byte(v >> 8), byte(v)})...)
+		b = append(b, hexDigits(v)...)
 	}
 	return b
 }
 
-// appendHash appends the first 12 hex digits of list's SHA-256, or
-// twelve zeros for an empty list.
-func appendHash(b, list []byte) []byte {
-	if len(list) == 0 {
+func hexDigits(v uint16) []byte {
+	var out [4]byte
+	hex.Encode(out[:], []byte{byte(v >> 8), byte(v)})
+	return out[:]
+}
+
+// appendTruncatedHash appends the first 12 hex digits of text's SHA-256,
+// or twelve zeros when the list it hashes is empty.
+func appendTruncatedHash(b, text []byte, empty bool) []byte {
+	if empty {
 		return append(b, "000000000000"...)
 	}
-	sum := sha256.Sum256(list)
-	return append(b, hex.EncodeToString(sum[:6])...)
-}
-
-// fingerprintKey is the context key of a connection's *fingerprint.
-type fingerprintKey struct{}
-
-// fingerprint is where a connection's JA4 is written by the handshake
-// (recordFingerprint) and read by its requests (JA4). The handshake ends
-// before the connection is handed to the server, so no request reads it
-// while it is written.
-type fingerprint struct{ ja4 string }
-
-// withFingerprint is ctx carrying f, for the handshake to fill and the
-// connection's requests to read.
-func withFingerprint(ctx context.Context, f *fingerprint) context.Context {
-	return context.WithValue(ctx, fingerprintKey{}, f)
-}
-
-// JA4 is the JA4 fingerprint of the ClientHello of the connection a
-// request came on: "" for a connection without TLS. It is no secret of the
-// client's (anyone on the path sees it) and no identity of one: many
-// clients share one fingerprint.
-func JA4(ctx context.Context) string {
-	if f, ok := ctx.Value(fingerprintKey{}).(*fingerprint); ok {
-		return f.ja4
-	}
-	return ""
-}
-
-// recordFingerprints wraps cfg's GetConfigForClient, which crypto/tls
-// calls first with every ClientHello, so that it writes the hello's
-// fingerprint where the handshake's context says (withFingerprint).
-// quic marks the fingerprints of a QUIC listener's handshakes.
-func recordFingerprints(cfg *tls.Config, quic bool) {
-	next := cfg.GetConfigForClient
-	cfg.GetConfigForClient = func(hello *tls.ClientHelloInfo) (*tls.Config, error) {
-		if f, ok := hello.Context().Value(fingerprintKey{}).(*fingerprint); ok {
-			f.ja4 = ja4(helloFieldsOf(hello, quic))
-		}
-		if next == nil {
-			return nil, nil
-		}
-		return next(hello)
-	}
+	sum := sha256.Sum256(text)
+	return hex.AppendEncode(b, sum[:6])
 }

@@ -218,9 +218,7 @@ func (s *Servers) Serve() <-chan error {
 	}
 	s.serving = true
 	if s.secure != nil {
-		cfg := s.tls.config()
-		recordFingerprints(cfg, false)
-		ln := newFramingListener(limitConnections(s.httpsLn, s.caps()), cfg, s.opts.ReadHeaderTimeout)
+		ln := newFramingListener(limitConnections(s.httpsLn, s.caps()), s.tls.config(), s.opts.ReadHeaderTimeout)
 		s.serveOn(s.secure, ln)
 	}
 	if s.quic != nil {
@@ -257,9 +255,7 @@ func (s *Servers) serveOn(srv *http.Server, ln net.Listener) {
 
 // serveQUIC serves HTTP/3 until Shutdown or Close, like serveOn.
 func (s *Servers) serveQUIC() {
-	cfg := s.tls.config()
-	recordFingerprints(cfg, true)
-	ln, err := s.quic.listen(cfg)
+	ln, err := s.quic.listen(s.tls.config())
 	if err != nil {
 		s.errs <- err
 		return

@@ -222,6 +222,7 @@ func (t *terminator) config() *tls.Config {
 		return nil, errNoCertificate
 	}
 	t.clients.apply(cfg)
+	recordFingerprints(cfg)
 	return cfg
 }
 

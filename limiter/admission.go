@@ -111,9 +111,9 @@ func admission(by follower, req Request, e Evaluated) Evaluated {
 func (e Evaluated) Admitted() *Admitted { return e.admitted }
 
 // Release gives back the leases the request holds. It never blocks: on
-// Redis the release is sent in the background, and one that fails is
-// recovered by the leases' expiry. A lease released twice is released
-// once.
+// Redis the release is queued for the background (a bounded queue, see
+// redis_background.go), and one that fails or is dropped is recovered by
+// the leases' expiry. A lease released twice is released once.
 func (a *Admitted) Release() {
 	if a != nil {
 		a.by.release(a.req, a.decided)

@@ -18,8 +18,12 @@ import (
 // Indeterminate, calls to it fail at once as Unavailable(circuit_open) for
 // Cooldown, so that no request waits out its deadline on a node known to be
 // failing; then one call at a time probes it, and a success closes the
-// breaker. Zero values take the defaults: 5 failures, 2s; others are at
-// least 1 and MinBreakerCooldown.
+// breaker. A probe waits for the node at most BreakerProbeTimeout (or its
+// caller's deadline, if sooner): one sent into a link that swallows
+// everything costs no more than that before the next probe's cooldown
+// starts. So once a node answers again, calls to it resume within
+// Cooldown + BreakerProbeTimeout. Zero values take the defaults: 5
+// failures, 1s; others are at least 1 and MinBreakerCooldown.
 type BreakerOptions struct {
 	Disabled bool
 	Failures int
@@ -29,8 +33,12 @@ type BreakerOptions struct {
 // Defaults of BreakerOptions.
 const (
 	DefaultBreakerFailures = 5
-	DefaultBreakerCooldown = 2 * time.Second
+	DefaultBreakerCooldown = time.Second
 )
+
+// BreakerProbeTimeout bounds the wait of a breaker's probe (see
+// BreakerOptions): a node that answers takes well under it.
+const BreakerProbeTimeout = 250 * time.Millisecond
 
 // MinBreakerCooldown is the least BreakerOptions.Cooldown may be when set.
 const MinBreakerCooldown = time.Millisecond
@@ -98,26 +106,27 @@ func newBreaker(node string, opts BreakerOptions, gauge prometheus.Gauge, logger
 // the clock read they take.
 func (b *breaker) calm() bool { return b.quiet.Load() }
 
-// allow reports whether a call may go to the node now. When the cooldown
-// has passed it lets exactly one call through as the probe.
-func (b *breaker) allow(now time.Time) bool {
+// allow reports whether a call may go to the node now, and whether it
+// is the probe. When the cooldown has passed it lets exactly one call
+// through as the probe.
+func (b *breaker) allow(now time.Time) (ok, probe bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	switch b.state {
 	case breakerOpen:
 		if now.Sub(b.openedAt) < b.cooldown {
-			return false
+			return false, false
 		}
 		b.state, b.probing = breakerHalfOpen, true
-		return true
+		return true, true
 	case breakerHalfOpen:
 		if b.probing {
-			return false
+			return false, false
 		}
 		b.probing = true
-		return true
+		return true, true
 	}
-	return true
+	return true, false
 }
 
 // record counts the end of a call that allow let through: ok when the node

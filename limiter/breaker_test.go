@@ -12,36 +12,36 @@ func TestBreakerLetsOneProbeThroughAtATime(t *testing.T) {
 	b := newBreaker("n", BreakerOptions{Failures: 2, Cooldown: time.Second}, prometheus.NewGauge(prometheus.GaugeOpts{Name: "g"}), slog.New(slog.DiscardHandler))
 	now := time.Unix(1_800_000_000, 0)
 	b.record(false, now)
-	if !b.allow(now) {
+	if !allowed(b, now) {
 		t.Fatal("open after one failure of two")
 	}
 	b.record(true, now) // a success in between starts the count again
 	b.record(false, now)
 	b.record(false, now)
-	if b.allow(now.Add(time.Second - time.Nanosecond)) {
+	if allowed(b, now.Add(time.Second-time.Nanosecond)) {
 		t.Fatal("closed within the cooldown")
 	}
 	probeAt := now.Add(time.Second)
-	if !b.allow(probeAt) {
-		t.Fatal("no probe after the cooldown")
+	if ok, probe := b.allow(probeAt); !ok || !probe {
+		t.Fatalf("after the cooldown: allowed %v, probe %v; want the probe", ok, probe)
 	}
-	if b.allow(probeAt) {
+	if allowed(b, probeAt) {
 		t.Fatal("a second call went through while the probe was out")
 	}
 	b.abandon() // the probe's caller went away: the next call probes
-	if !b.allow(probeAt) {
+	if !allowed(b, probeAt) {
 		t.Fatal("no probe after an abandoned one")
 	}
 	b.record(false, probeAt) // the probe failed: open for another cooldown
-	if b.allow(probeAt.Add(time.Second - time.Nanosecond)) {
+	if allowed(b, probeAt.Add(time.Second-time.Nanosecond)) {
 		t.Fatal("closed after a failed probe")
 	}
-	if !b.allow(probeAt.Add(time.Second)) {
+	if !allowed(b, probeAt.Add(time.Second)) {
 		t.Fatal("no probe after the second cooldown")
 	}
 	b.record(true, probeAt.Add(time.Second))
 	for range 5 {
-		if !b.allow(probeAt.Add(time.Second)) {
+		if !allowed(b, probeAt.Add(time.Second)) {
 			t.Fatal("refused after a successful probe")
 		}
 	}
@@ -68,7 +68,7 @@ func TestBreakerIsCalmOnlyClosedWithoutFailures(t *testing.T) {
 	if b.calm() {
 		t.Fatal("calm while open")
 	}
-	b.allow(now.Add(time.Second))
+	allowed(b, now.Add(time.Second))
 	if b.calm() {
 		t.Fatal("calm while a probe is out")
 	}
@@ -76,4 +76,10 @@ func TestBreakerIsCalmOnlyClosedWithoutFailures(t *testing.T) {
 	if !b.calm() {
 		t.Fatal("not calm after a successful probe closed it")
 	}
+}
+
+// allowed is b.allow's verdict alone.
+func allowed(b *breaker, now time.Time) bool {
+	ok, _ := b.allow(now)
+	return ok
 }

@@ -136,10 +136,11 @@ type Redis struct {
 	clock      Clock
 	script     *script
 	// leaseScript releases and renews leases (lua.Lease); releases runs
-	// the releases and give-backs sent in the background, which Close
-	// waits for.
+	// the releases and give-backs queued in the background
+	// (redis_background.go), which Close waits for.
 	leaseScript *script
 	releases    sync.WaitGroup
+	background  backgroundCalls
 	// budget holds this instance's leases of budget (Policy.Lease).
 	budget  *budgetLeases
 	denials *denials // nil: off
@@ -290,6 +291,7 @@ func NewRedis(ctx context.Context, opts RedisOptions) (*Redis, error) {
 	go r.watchRestarts(restartWatchInterval, seen)
 	r.subscribeResets()
 	go r.sweepBudgetLeases()
+	r.startBackground()
 	return r, nil
 }
 
@@ -300,6 +302,7 @@ func (r *Redis) Close() error {
 	close(r.budget.stop)
 	<-r.budget.done
 	r.releases.Wait()
+	close(r.background.stop)
 	if r.stopConnect != nil {
 		close(r.stopConnect)
 		<-r.connectDone

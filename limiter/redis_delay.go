@@ -14,7 +14,7 @@ func (r *Redis) giveBack(req Request, reserved Evaluated) {
 	}
 	set := req.Policies
 	cmd := r.command(set, req.Subject, scriptCall{cost: req.Cost, phase: givingBack, mayDelay: true, id: req.EvaluationID})
-	r.inBackground(cmd, func() {
+	r.inBackground(callGiveBack, cmd, func() {
 		if r.denials != nil {
 			r.denials.forget(req.Subject)
 		}

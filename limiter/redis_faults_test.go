@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -308,6 +310,15 @@ func TestRedisFaults(t *testing.T) {
 			t.Fatalf("stored count %q, want 2 (sent once)", c)
 		}
 	})
+	t.Run("a black hole healed: a concurrency policy admits again within 2s", func(t *testing.T) {
+		// Healed at the two worst points of the breaker's cycle: as it
+		// opens (a whole cooldown to go), and with its probe in the hole
+		// (the probe's wait, then a cooldown).
+		for _, probeInTheHole := range []bool{false, true} {
+			took := admittedAfterAHealedBlackHole(t, probeInTheHole, 2*time.Second)
+			t.Logf("probe in the hole %v: admitted %v after it healed", probeInTheHole, took.Round(time.Millisecond))
+		}
+	})
 	t.Run("sentinel failover: decisions resume on the new master", func(t *testing.T) {
 		g := redistest.StartSentinel(t)
 		r := redistest.NewLimiter(t, limiter.RedisOptions{Mode: limiter.RedisSentinel, Addrs: g.SentinelAddrs(), MasterName: g.MasterName})
@@ -489,4 +500,58 @@ func TestTheFallbackDecidesWithADividedBudgetWhileRedisIsDown(t *testing.T) {
 func isIndeterminate(o limiter.Outcome) bool {
 	_, ok := o.(limiter.Indeterminate)
 	return ok
+}
+
+// admittedAfterAHealedBlackHole black-holes the link to Redis under a
+// load of concurrency-limited requests that take and release leases,
+// heals it once the node's breaker has opened (and, with probeInTheHole,
+// once a probe has gone into the hole after the cooldown), and returns
+// how long a request took to be admitted again; more than bound fails the
+// test.
+func admittedAfterAHealedBlackHole(t *testing.T, probeInTheHole bool, bound time.Duration) time.Duration {
+	s := redistest.Start(t)
+	link := redistest.StartLink(t, s.Addr, false)
+	r := redistest.NewLimiter(t, limiter.RedisOptions{Addrs: []string{link.Addr}})
+	p := limitertest.Concurrency(100, 5*time.Second)
+	var ids atomic.Int64
+	ask := func(subject string) limiter.Outcome {
+		ctx, cancel := context.WithTimeout(context.Background(), limiter.DefaultDeadline)
+		defer cancel()
+		return r.Evaluate(ctx, limiter.Request{Policies: limitertest.One(p), Subject: subject, Cost: 1, EvaluationID: fmt.Sprint("id-", ids.Add(1))})
+	}
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	var circuitOpen atomic.Bool
+	for w := range 4 {
+		wg.Go(func() {
+			for !stop.Load() {
+				o := ask(fmt.Sprint("worker-", w))
+				if u, ok := o.(limiter.Unavailable); ok && u.Category == limiter.CircuitOpen {
+					circuitOpen.Store(true)
+				}
+				e, _ := o.(limiter.Evaluated)
+				time.Sleep(5 * time.Millisecond)
+				e.Admitted().Release()
+			}
+		})
+	}
+	defer func() {
+		stop.Store(true)
+		wg.Wait()
+	}()
+	mustAllow(t, ask("warm"))
+	link.Blackhole()
+	redistest.WaitFor(t, 10*time.Second, "the breaker open", circuitOpen.Load)
+	if probeInTheHole {
+		// While the breaker is open nothing is sent; the next write into
+		// the hole is the probe's.
+		swallowed := link.Swallowed()
+		redistest.WaitFor(t, 10*time.Second, "a probe in the black hole", func() bool { return link.Swallowed() > swallowed })
+	}
+	link.Heal()
+	return redistest.WaitFor(t, bound, "a request admitted after the black hole healed", func() bool {
+		e, ok := ask("after").(limiter.Evaluated)
+		e.Admitted().Release()
+		return ok && e.Allowed
+	})
 }

@@ -6,33 +6,21 @@ import (
 	"time"
 )
 
-// leaseCallTimeout bounds a release or renewal sent to Redis. Neither is
-// on a request's path: a release that runs out is recovered by expiry.
+// leaseCallTimeout bounds a release or renewal sent to Redis, a release
+// from when it is queued. Neither is on a request's path: a release that
+// runs out is recovered by expiry.
 const leaseCallTimeout = time.Second
 
-// release sends the release of req's leases in the background, through
-// the node's batcher, and returns at once: the response it ends is never
-// kept waiting. A release that fails, or is lost, is recovered by the
-// leases' expiry (LeaseTTL).
+// release queues the release of req's leases (redis_background.go) and
+// returns at once: the response it ends is never kept waiting. A release
+// that fails, or is dropped, is recovered by the leases' expiry
+// (LeaseTTL).
 func (r *Redis) release(req Request, leased Evaluated) {
 	keys, args := r.leaseCall(req, leased, "release")
 	if keys == nil {
 		return
 	}
-	r.inBackground(r.leaseScript.call(keys, args), func() {})
-}
-
-// inBackground sends cmd off the caller's path, within leaseCallTimeout,
-// then calls done; Close and WaitReleases wait for it.
-func (r *Redis) inBackground(cmd []any, done func()) {
-	r.releases.Add(1)
-	go func() {
-		defer r.releases.Done()
-		ctx, cancel := context.WithTimeout(context.Background(), leaseCallTimeout)
-		defer cancel()
-		r.evalsha(ctx, cmd)
-		done()
-	}()
+	r.inBackground(callRelease, r.leaseScript.call(keys, args), func() {})
 }
 
 // renew gives req's leases another LeaseTTL, by the policies' clock.
@@ -69,6 +57,6 @@ func (r *Redis) leaseCall(req Request, leased Evaluated, op string) ([]string, [
 	return keys, args
 }
 
-// WaitReleases returns once every release sent in the background before
-// the call has been answered, or has timed out.
+// WaitReleases returns once every call queued in the background before
+// it has been answered, timed out or been dropped.
 func (r *Redis) WaitReleases() { r.releases.Wait() }

@@ -14,6 +14,9 @@ type redisMetrics struct {
 	cached                  prometheus.Counter
 	reloads                 prometheus.Counter
 	errors                  *prometheus.CounterVec
+	// backgroundDropped counts the calls dropped from the background
+	// queue, by name (redis_background.go).
+	backgroundDropped map[string]prometheus.Counter
 	// Leases of budget: taken, requests admitted from one, units given back.
 	budgetTaken, budgetAdmitted, budgetReturned prometheus.Counter
 }
@@ -64,11 +67,19 @@ func (r *Redis) registerMetrics(reg prometheus.Registerer) {
 			Help: "Unused units of idle leases of budget given back to Redis.",
 		}),
 	}
+	dropped := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "gateway_redis_background_dropped_total",
+		Help: "Calls sent off the request path (a lease's release, a delayed place given back) dropped unsent: the queue was full, or their deadline passed in it.",
+	}, []string{"call"})
+	r.m.backgroundDropped = map[string]prometheus.Counter{}
+	for _, name := range []string{callRelease, callGiveBack} {
+		r.m.backgroundDropped[name] = dropped.WithLabelValues(name)
+	}
 	for _, cause := range redisErrorCauses() {
 		r.m.errors.WithLabelValues(cause)
 	}
 	if reg != nil {
-		reg.MustRegister(r.m.restarts, latency, r.m.breakerOpen, r.m.batch, r.m.cached, r.m.reloads, r.m.errors,
+		reg.MustRegister(r.m.restarts, latency, r.m.breakerOpen, r.m.batch, r.m.cached, r.m.reloads, r.m.errors, dropped,
 			r.m.budgetTaken, r.m.budgetAdmitted, r.m.budgetReturned)
 	}
 }

@@ -60,8 +60,16 @@ func (r *Redis) send(ctx context.Context, c *redis.Client, cmd []any, asking boo
 	if err != nil {
 		return nil, err
 	}
-	if n.breaker != nil && !n.breaker.calm() && !n.breaker.allow(r.clock.Now()) {
-		return nil, errCircuitOpen
+	if n.breaker != nil && !n.breaker.calm() {
+		ok, probe := n.breaker.allow(r.clock.Now())
+		if !ok {
+			return nil, errCircuitOpen
+		}
+		if probe {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, BreakerProbeTimeout)
+			defer cancel()
+		}
 	}
 	var v any
 	shared := false // the batcher counted the node's answer with another call

@@ -77,12 +77,12 @@ func adminSubject(w http.ResponseWriter, q url.Values, c *compiled) (rt *route, 
 		writeProblem(w, newProblem(http.StatusNotFound, typeAdminNotFound, "No such route", "No route is named "+quoteDetail(routeName)+"."))
 		return nil, s, false
 	}
-	src, identity, err := subject.ParseNamed(named)
+	kind, identity, err := subject.ParseNamed(named)
 	if err != nil {
-		writeAdminBadQuery(w, "subject is KIND:IDENTITY (a header, cookie or query parameter: KIND:NAME:VALUE); "+err.Error())
+		writeAdminBadQuery(w, "subject is KIND:IDENTITY; "+err.Error())
 		return nil, s, false
 	}
-	if s, err = c.resolver.Named(src, identity, plan, rt.query); err != nil {
+	if s, err = c.resolver.Named(kind, identity, plan, rt.query); err != nil {
 		writeAdminBadQuery(w, err.Error())
 		return nil, s, false
 	}

@@ -62,7 +62,7 @@ func listOverrides(t *testing.T, g *gateway) []listedOverride {
 // overridesRoute is a route of 2 a minute per API key.
 func overridesRoute(t *testing.T, p *limiter.Policy) proxy.Route {
 	rt := route("mail.send", "/mail", newUpstream(t), t, p)
-	rt.Subject = subject.Sources(subject.APIKey, subject.ClientIP)
+	rt.Subject = []subject.Kind{subject.APIKey, subject.ClientIP}
 	return rt
 }
 

@@ -53,6 +53,9 @@ func TestASlowBodyTimesOut(t *testing.T) {
 // whole however long it takes altogether, and so is an upstream that
 // answers slower than the timeout once the body is in.
 func TestABodyThatKeepsComingIsForwarded(t *testing.T) {
+	// The pauses between chunks are a fifth of the timeout: a busy
+	// machine's scheduling stays well inside it.
+	const timeout = time.Second
 	up := newUpstream(t)
 	up.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, err := io.ReadAll(r.Body)
@@ -60,16 +63,15 @@ func TestABodyThatKeepsComingIsForwarded(t *testing.T) {
 			w.WriteHeader(500)
 			return
 		}
-		time.Sleep(600 * time.Millisecond)
+		time.Sleep(2 * timeout) // slower than the timeout, once the body is in
 		w.Write(b)
 	})
-	const timeout = 300 * time.Millisecond
 	g := newGateway(t, setup{routes: []proxy.Route{route("r", "/", up, t, nil)}, bodyRead: timeout})
 	pr, pw := io.Pipe()
 	go func() {
 		for i := 0; i < 6; i++ {
 			pw.Write([]byte("chunk"))
-			time.Sleep(timeout / 3)
+			time.Sleep(timeout / 5)
 		}
 		pw.Close()
 	}()

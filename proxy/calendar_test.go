@@ -101,7 +101,7 @@ func TestCalendarQuotaOverRedisCluster(t *testing.T) {
 func calendarQuotaOnAPlanAndInShadow(t *testing.T, lim proxy.Limiter) {
 	up := newUpstream(t)
 	r := route("orders.read", "/orders", up, t, policy(limitertest.FixedWindow(100, time.Minute), "free"))
-	r.Subject = subject.Sources(subject.APIKey)
+	r.Subject = []subject.Kind{subject.APIKey}
 	trial := policy(limitertest.Calendar(1, limiter.CalendarDay, "Europe/Berlin"), "trial-day")
 	trial.Shadow = true
 	r.Policies = append(r.Policies, trial)

@@ -345,7 +345,7 @@ func TestAResponseChargedPolicyOnAPlanAndInShadow(t *testing.T) {
 		gold := redisPolicy(limitertest.FixedWindow(3, time.Hour), "gold-failures")
 		gold.CountStatuses = limiter.StatusSet(401)
 		r := multiRoute("login", "/login", up, t, redisPolicy(limitertest.FixedWindow(100, time.Hour), "calls"), trial)
-		r.Subject = subject.Sources(subject.APIKey)
+		r.Subject = []subject.Kind{subject.APIKey}
 		r.Plans = map[string][]*limiter.Policy{"gold": {gold}}
 		g := newGateway(t, setup{routes: []proxy.Route{r}, limiter: lim})
 

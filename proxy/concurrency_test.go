@@ -78,7 +78,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 
 func concurrencyRoute(t *testing.T, u string, ps ...*limiter.Policy) proxy.Route {
 	return proxy.Route{OperationID: "reports", Path: "/", Upstream: u, Policies: ps,
-		Subject: subject.Sources(subject.Principal, subject.ClientIP), Cost: 1, Upgrades: []string{"echo"}}
+		Subject: []subject.Kind{subject.Principal, subject.ClientIP}, Cost: 1, Upgrades: []string{"echo"}}
 }
 
 // onEachBackend runs test against a memory backend and a standalone Redis.

@@ -272,7 +272,7 @@ func TestAShadowPolicysDelayHoldsNothing(t *testing.T) {
 func TestAPlansPolicyDelays(t *testing.T) {
 	up := newArrivals(t)
 	r := concurrencyRoute(t, up.URL, policy(limitertest.TokenBucket(1, 1, time.Second), "free"))
-	r.Subject = subject.Sources(subject.APIKey)
+	r.Subject = []subject.Kind{subject.APIKey}
 	r.Plans = map[string][]*limiter.Policy{"gold": {smoothing(1, time.Second)}}
 	lim := limiter.NewMemory(limiter.MemoryOptions{})
 	t.Cleanup(func() { lim.Close() })

@@ -49,7 +49,7 @@ type Route struct {
 	// Plan), decided together as Policies are. A subject without a plan, or
 	// with one not listed, gets Policies.
 	Plans   map[string][]*limiter.Policy
-	Subject []subject.Source
+	Subject []subject.Kind
 	// ClientCertIdentity is what of a verified client certificate the
 	// client_cert source reads. ClientCertHeader, when set, carries it to
 	// the upstream: the gateway removes any copy the client sent, and

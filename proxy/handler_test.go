@@ -164,7 +164,7 @@ func newGateway(t *testing.T, s setup) *gateway {
 func route(id, path string, up *upstream, t *testing.T, p *limiter.Policy) proxy.Route {
 	return proxy.Route{
 		OperationID: id, Path: path, Upstream: up.URL, Policies: onePolicy(p),
-		Subject: subject.Sources(subject.Principal, subject.APIKey, subject.ClientIP), Cost: 1,
+		Subject: []subject.Kind{subject.Principal, subject.APIKey, subject.ClientIP}, Cost: 1,
 	}
 }
 
@@ -607,7 +607,7 @@ func TestStreamingAndUpgrades(t *testing.T) {
 	}))
 	t.Cleanup(up.Close)
 	defer close(release)
-	g := newGateway(t, setup{routes: []proxy.Route{{OperationID: "s", Path: "/", Upstream: up.URL, Policies: onePolicy(policy(limitertest.FixedWindow(100, time.Minute), "p")), Subject: subject.Sources(subject.ClientIP), Cost: 1, Upgrades: []string{"echo"}}}})
+	g := newGateway(t, setup{routes: []proxy.Route{{OperationID: "s", Path: "/", Upstream: up.URL, Policies: onePolicy(policy(limitertest.FixedWindow(100, time.Minute), "p")), Subject: []subject.Kind{subject.ClientIP}, Cost: 1, Upgrades: []string{"echo"}}}})
 
 	t.Run("a streamed response arrives before the upstream finishes", func(t *testing.T) {
 		res, err := http.Get(g.URL + "/stream")
@@ -733,7 +733,7 @@ func BenchmarkRequestPath(b *testing.B) {
 			if bc.policy != nil {
 				bc.policy.Dedup = limiter.Dedup{}
 			}
-			rt := proxy.Route{OperationID: "orders.read", Path: "/orders", Upstream: "http://upstream.invalid", Policies: onePolicy(bc.policy), Subject: subject.Sources(subject.ClientIP), Cost: 1}
+			rt := proxy.Route{OperationID: "orders.read", Path: "/orders", Upstream: "http://upstream.invalid", Policies: onePolicy(bc.policy), Subject: []subject.Kind{subject.ClientIP}, Cost: 1}
 			if bc.route != nil {
 				bc.route(&rt)
 			}
@@ -777,7 +777,7 @@ func BenchmarkRequestPathSubjects(b *testing.B) {
 			m := limiter.NewMemory(limiter.MemoryOptions{Clock: clock})
 			defer m.Close()
 			rt := proxy.Route{OperationID: "orders.read", Path: "/orders", Upstream: "http://upstream.invalid",
-				Policies: onePolicy(limitertest.FixedWindow(1<<40, 24*time.Hour)), Subject: subject.Sources(subject.ClientIP), Cost: 1}
+				Policies: onePolicy(limitertest.FixedWindow(1<<40, 24*time.Hour)), Subject: []subject.Kind{subject.ClientIP}, Cost: 1}
 			logger := slog.New(slog.NewJSONHandler(io.Discard, nil))
 			h, err := proxy.NewHandler(proxy.Options{Transport: &countingTransport{}, Logger: logger, AccessLog: true}, proxy.Config{
 				Routes: []proxy.Route{rt}, Resolver: newResolver(b, []string{"127.0.0.1/32"}), Limiter: m,

@@ -39,7 +39,7 @@ func jwtGatewayResolver(t *testing.T, keys subject.KeySet) *subject.Resolver {
 
 func jwtRoute(t *testing.T, up *upstream, p *limiter.Policy) proxy.Route {
 	r := route("orders.read", "/", up, t, p)
-	r.Subject = subject.Sources(subject.JWT, subject.ClientIP)
+	r.Subject = []subject.Kind{subject.JWT, subject.ClientIP}
 	return r
 }
 

@@ -28,7 +28,7 @@ func TestRedisLeasesAnswerAsWithout(t *testing.T) {
 		return p
 	}
 	r := route("orders.read", "/orders", up, t, leased(limitertest.FixedWindow(10, time.Minute), "free"))
-	r.Subject = subject.Sources(subject.Principal, subject.ClientIP)
+	r.Subject = []subject.Kind{subject.Principal, subject.ClientIP}
 	shadow := leased(limitertest.FixedWindow(5, time.Minute), "trial")
 	shadow.Shadow = true
 	r.Plans = map[string][]*limiter.Policy{

@@ -100,7 +100,7 @@ func overloadConfig(t testing.TB, p proxy.Pool) proxy.Config {
 	m := limiter.NewMemory(limiter.MemoryOptions{})
 	t.Cleanup(func() { m.Close() })
 	generous := policy(limitertest.FixedWindow(1_000_000, time.Minute), "generous")
-	sources := subject.Sources(subject.Principal, subject.ClientIP)
+	sources := []subject.Kind{subject.Principal, subject.ClientIP}
 	return proxy.Config{
 		Routes: []proxy.Route{
 			{OperationID: "critical", Path: "/critical", Pool: p.Name, Policies: onePolicy(generous), Subject: sources, Priority: overload.Critical},
@@ -490,7 +490,7 @@ func BenchmarkOverloadRequestPath(b *testing.B) {
 				}
 				h, err := proxy.NewHandler(proxy.Options{Transport: &countingTransport{}}, proxy.Config{
 					Routes: []proxy.Route{{OperationID: "orders.read", Path: "/orders", Pool: "legacy", Policies: onePolicy(route.policy),
-						Subject: subject.Sources(subject.ClientIP), Cost: 1}},
+						Subject: []subject.Kind{subject.ClientIP}, Cost: 1}},
 					Pools:    []proxy.Pool{{Name: "legacy", Targets: []string{"http://upstream.invalid"}, Overload: block.overload}},
 					Resolver: newResolver(b, nil), Limiter: m,
 				})

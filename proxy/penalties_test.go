@@ -1,7 +1,9 @@
 package proxy_test
 
 import (
+	"bytes"
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -27,7 +29,7 @@ func penalizedRoute(t *testing.T, penalty time.Duration) proxy.Route {
 	p := redisPolicy(limitertest.FixedWindow(2, time.Minute), "per-minute")
 	p.Penalty = penalty
 	rt := route("orders", "/", newUpstream(t), t, p)
-	rt.Subject = subject.Sources(subject.ClientIP)
+	rt.Subject = []subject.Kind{subject.ClientIP}
 	return rt
 }
 
@@ -111,7 +113,7 @@ func TestPenaltyEndsByTimeAndByReload(t *testing.T) {
 		p := policy(limitertest.FixedWindow(2, time.Hour), "per-hour")
 		p.Penalty = penalty
 		rt := route("orders", "/", up, t, p)
-		rt.Subject = subject.Sources(subject.ClientIP)
+		rt.Subject = []subject.Kind{subject.ClientIP}
 		return rt
 	}
 	m := proxy.NewMetrics(prometheus.NewRegistry())
@@ -159,4 +161,12 @@ func listPenalties(t *testing.T, g *gateway) []listedPenalty {
 		t.Fatalf("GET /v1/penalties: %d %s", status, body)
 	}
 	return v.Penalties
+}
+
+// problemType is the problem type of res's body, which it leaves readable.
+func problemType(t *testing.T, res *http.Response) string {
+	t.Helper()
+	b, _ := io.ReadAll(res.Body)
+	res.Body = io.NopCloser(bytes.NewReader(b))
+	return problemTypeOf(t, b)
 }

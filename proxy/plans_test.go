@@ -17,7 +17,7 @@ import (
 // minute), gold ones "gold" (5), and partner ones two policies at once.
 func planRoute(t *testing.T, up *upstream, sources ...subject.Kind) proxy.Route {
 	r := route("orders.read", "/orders", up, t, policy(limitertest.FixedWindow(2, time.Minute), "free"))
-	r.Subject = subject.Sources(sources...)
+	r.Subject = sources
 	r.Plans = map[string][]*limiter.Policy{
 		"gold": {policy(limitertest.FixedWindow(5, time.Minute), "gold")},
 		"partner": {
@@ -184,7 +184,7 @@ func TestAJWTPlanClaimPicksThePolicy(t *testing.T) {
 func TestAPlanOnlyAnotherRouteMapsEarnsNoBudgetOfItsOwn(t *testing.T) {
 	up := newUpstream(t)
 	plain := route("orders.list", "/list", up, t, policy(limitertest.FixedWindow(2, time.Minute), "two"))
-	plain.Subject = subject.Sources(subject.Principal, subject.APIKey, subject.ClientIP)
+	plain.Subject = []subject.Kind{subject.Principal, subject.APIKey, subject.ClientIP}
 	g := newGateway(t, setup{
 		routes:  []proxy.Route{planRoute(t, up, subject.Principal, subject.APIKey, subject.ClientIP), plain},
 		trusted: []string{"127.0.0.0/8"},

@@ -238,7 +238,7 @@ func BenchmarkRequestPathRedis(b *testing.B) {
 	r := redistest.NewLimiter(b, limiter.RedisOptions{Addrs: []string{s.Addr}, KeyPrefix: "bench:"})
 	p := redisPolicy(limitertest.FixedWindow(1<<40, time.Hour), "bench")
 	h, err := proxy.NewHandler(proxy.Options{Transport: &countingTransport{}}, proxy.Config{
-		Routes:   []proxy.Route{{OperationID: "orders.read", Path: "/orders", Upstream: "http://upstream.invalid", Policies: onePolicy(p), Subject: subject.Sources(subject.ClientIP), Cost: 1}},
+		Routes:   []proxy.Route{{OperationID: "orders.read", Path: "/orders", Upstream: "http://upstream.invalid", Policies: onePolicy(p), Subject: []subject.Kind{subject.ClientIP}, Cost: 1}},
 		Resolver: newResolver(b, nil), Limiter: r,
 	})
 	if err != nil {

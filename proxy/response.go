@@ -53,7 +53,7 @@ var (
 	problemMethodCase          = newProblem(http.StatusBadRequest, typeBadMethod, "Bad method", "Methods are case-sensitive; this one differs from a known method only in case.")
 	problemBadPath             = newProblem(http.StatusBadRequest, typeBadPath, "Bad request path", "The path has an encoded slash or backslash, a control character, a bad escape, a dot segment with parameters, a segment ending in a dot or a space, an overlong UTF-8 form, or a dot, slash or backslash encoded twice.")
 	problemAmbiguousCredential = newProblem(http.StatusBadRequest, typeAmbiguousCred, "Ambiguous credentials", "A credential header was sent more than once.")
-	problemBadSubject          = newProblem(http.StatusBadRequest, typeBadSubject, "Bad subject field", "The header, cookie or query parameter this route identifies clients by is longer than 256 bytes, or cannot be decoded.")
+	problemBadSubject          = newProblem(http.StatusBadRequest, typeBadSubject, "Bad subject", "A header, cookie or query parameter this route identifies clients by is longer than 256 bytes, or its query value is not percent-encoded well.")
 	problemUnidentified        = newProblem(http.StatusUnauthorized, typeUnidentified, "Unidentified client", "This route needs a principal or a known API key.")
 	problemUnavailable         = newProblem(http.StatusServiceUnavailable, typeReducedCapacity, "Service temporarily unavailable", "The rate limiter could not decide; nothing was forwarded. Retry after the time given.")
 	problemShed                = newProblem(http.StatusServiceUnavailable, typeReducedCapacity, "Upstream at capacity", "The upstream is at its limit and this request found no slot in time; nothing was forwarded. Retry after the time given.")

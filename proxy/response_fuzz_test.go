@@ -88,7 +88,7 @@ func FuzzRateLimitArithmetic(f *testing.F) {
 			ResetAfter: millis(resetMillis), RetryAfter: millis(retryMillis),
 		}
 		if err := h.Swap(proxy.Config{
-			Routes:   []proxy.Route{{OperationID: "r", Path: "/", Upstream: up, Policies: onePolicy(p), Subject: subject.Sources(subject.ClientIP), Cost: 1}},
+			Routes:   []proxy.Route{{OperationID: "r", Path: "/", Upstream: up, Policies: onePolicy(p), Subject: []subject.Kind{subject.ClientIP}, Cost: 1}},
 			Resolver: resolver,
 			Limiter:  stubLimiter{limiter.Evaluated{Decision: d}},
 		}); err != nil {

@@ -52,7 +52,7 @@ func legacyRoute(t *testing.T, b *legacyBackend, rewrite *string) proxy.Route {
 	r := proxy.Route{
 		OperationID: "orders.read", Path: "/api/v1/orders", Upstream: b.URL,
 		Policies: onePolicy(policy(limitertest.FixedWindow(100, time.Minute), "p")),
-		Subject:  subject.Sources(subject.ClientIP), Cost: 1,
+		Subject:  []subject.Kind{subject.ClientIP}, Cost: 1,
 	}
 	if rewrite != nil {
 		r.Rewrite, r.RewritePrefix = true, *rewrite

@@ -37,7 +37,7 @@ func TestRLSExactnessAcrossFourGateways(t *testing.T) {
 			up := newUpstream(t)
 			p := redisPolicy(limitertest.FixedWindow(limit, window), "rls-exact-"+limitertest.Subject()[3:11])
 			rt := route("orders.read", "/orders", up, t, p)
-			rt.Subject = subject.Sources(subject.Principal, subject.ClientIP)
+			rt.Subject = []subject.Kind{subject.Principal, subject.ClientIP}
 			var gateways []*gateway
 			var rls []rlsv3.RateLimitServiceClient
 			for range instances {

@@ -61,15 +61,15 @@ func (e DescriptorEntry) valid() bool {
 const maxDescriptorValueBytes = 256
 
 // subjectEntry is the index of the rule's first entry whose key is a
-// subject source ("client_ip", "header:X-Tenant"), and that source; -1
-// when it has none.
-func (r *RLSRule) subjectEntry() (int, subject.Source) {
+// subject kind, and that kind; -1 when it has none.
+func (r *RLSRule) subjectEntry() (int, subject.Kind) {
 	for i, e := range r.Descriptor {
-		if src, err := subject.ParseSource(e.Key); err == nil {
-			return i, src
+		if k, err := subject.ParseKind(e.Key); err == nil {
+			return i, k
 		}
 	}
-	return -1, subject.Source{}
+	var none subject.Kind
+	return -1, none
 }
 
 // ValidateRLSRules reports the problems of rules against routes, each a
@@ -121,7 +121,7 @@ func ValidateRLSRules(rules []RLSRule, routes []Route) error {
 // subjects by the rule's kind, or policies of its own; either way none
 // whose charge needs the end of a request, which a call of the service
 // never tells.
-func validateRLSBudget(i int, r *RLSRule, at int, kind subject.Source, routes []Route, problem func(int, string, string, string, ...any)) []error {
+func validateRLSBudget(i int, r *RLSRule, at int, kind subject.Kind, routes []Route, problem func(int, string, string, string, ...any)) []error {
 	if (r.Route == "") == (len(r.Policies) == 0) {
 		problem(i, "", "Route or policies", "An rls_rule takes route = \"r\" or policies = [...], one of the two.")
 		return nil
@@ -179,7 +179,7 @@ func descriptorKey(entries []DescriptorEntry) string {
 type rlsRule struct {
 	RLSRule
 	subjectAt int
-	kind      subject.Source
+	kind      subject.Kind
 	valued    int // entries with a value
 	// route is the route whose budget the rule draws on; for a budget of
 	// its own, a route of the rule's alone (no upstream, no path).
@@ -209,7 +209,7 @@ func compileRLSRules(rules []RLSRule, routes []*route) (rlsTable, error) {
 			if err != nil {
 				return nil, fmt.Errorf("rls_rule %q: %w", r.Name, err)
 			}
-			own := &route{Route: Route{OperationID: r.Name, Subject: []subject.Source{cr.kind}, Cost: 1}, limits: l}
+			own := &route{Route: Route{OperationID: r.Name, Subject: []subject.Kind{cr.kind}, Cost: 1}, limits: l}
 			own.query = subject.Query{Sources: own.Subject, OperationID: r.Name, MapsPlan: own.mapsPlan}
 			cr.route = own
 		}

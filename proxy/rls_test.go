@@ -79,7 +79,7 @@ func rule(name, domain, route string, ps []*limiter.Policy, descriptor ...string
 func mailGateway(t *testing.T, s setup) *gateway {
 	up := newUpstream(t)
 	rt := route("mail.send", "/mail", up, t, policy(limitertest.FixedWindow(3, time.Minute), "mail"))
-	rt.Subject = subject.Sources(subject.APIKey, subject.ClientIP)
+	rt.Subject = []subject.Kind{subject.APIKey, subject.ClientIP}
 	shadow := policy(limitertest.FixedWindow(5, time.Minute), "ip-shadow")
 	shadow.Shadow = true
 	s.routes = []proxy.Route{rt}
@@ -231,7 +231,7 @@ func TestRateLimitServiceToken(t *testing.T) {
 func TestRateLimitServiceAsEnvoysRatelimitDoes(t *testing.T) {
 	up := newUpstream(t)
 	rt := route("api", "/", up, t, nil)
-	rt.Subject = subject.Sources(subject.ClientIP)
+	rt.Subject = []subject.Kind{subject.ClientIP}
 	shadow := policy(limitertest.FixedWindow(1, time.Hour), "shadowed")
 	shadow.Shadow = true
 	g := newGateway(t, setup{routes: []proxy.Route{rt}, rlsRules: []proxy.RLSRule{
@@ -267,7 +267,7 @@ func TestRateLimitServiceAsEnvoysRatelimitDoes(t *testing.T) {
 func TestRLSRulesValidate(t *testing.T) {
 	fw := policy(limitertest.FixedWindow(1, time.Second), "fw")
 	conc := policy(limitertest.Concurrency(1, time.Minute), "conc")
-	routes := []proxy.Route{{OperationID: "r", Subject: subject.Sources(subject.ClientIP), Policies: []*limiter.Policy{fw}}}
+	routes := []proxy.Route{{OperationID: "r", Subject: []subject.Kind{subject.ClientIP}, Policies: []*limiter.Policy{fw}}}
 	cases := []struct {
 		name  string
 		rules []proxy.RLSRule
@@ -303,7 +303,7 @@ func TestRLSCallersGivingUpDoNotOpenTheBreaker(t *testing.T) {
 	s := redistest.Start(t)
 	up := newUpstream(t)
 	rt := route("api", "/", up, t, redisPolicy(limitertest.FixedWindow(1000, time.Minute), "impatient-"+limitertest.Subject()[3:11]))
-	rt.Subject = subject.Sources(subject.ClientIP)
+	rt.Subject = []subject.Kind{subject.ClientIP}
 	g := newGateway(t, setup{routes: []proxy.Route{rt}, limiter: redistest.NewLimiter(t, limiter.RedisOptions{Addrs: []string{s.Addr}}),
 		rlsRules: []proxy.RLSRule{rule("api", "edge", "api", nil, "client_ip")}})
 	c := startRLS(t, g)

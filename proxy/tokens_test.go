@@ -186,7 +186,7 @@ func BenchmarkInvalidToken(b *testing.B) {
 		p := limitertest.FixedWindow(1, time.Hour)
 		p.Dedup = limiter.Dedup{}
 		rt := proxy.Route{OperationID: "orders.read", Path: "/orders", Upstream: "http://upstream.invalid", Policies: onePolicy(p),
-			Subject: subject.Sources(subject.JWT, subject.ClientIP), Cost: 1}
+			Subject: []subject.Kind{subject.JWT, subject.ClientIP}, Cost: 1}
 		h, err := proxy.NewHandler(proxy.Options{Transport: &countingTransport{}}, proxy.Config{
 			Routes: []proxy.Route{rt}, Resolver: resolver, Limiter: m, InvalidTokenPolicy: invalidTokens,
 		})

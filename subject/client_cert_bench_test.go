@@ -28,7 +28,7 @@ func BenchmarkClientCert(b *testing.B) {
 				name = identity.String() + "/new-connection"
 			}
 			b.Run(name, func(b *testing.B) {
-				q := subject.Query{Sources: subject.Sources(subject.ClientCert), OperationID: "orders.read", CertIdentity: identity}
+				q := subject.Query{Sources: []subject.Kind{subject.ClientCert}, OperationID: "orders.read", CertIdentity: identity}
 				req := request("192.0.2.1:5000")
 				req.TLS = &tls.ConnectionState{PeerCertificates: []*x509.Certificate{leaf}}
 				b.ReportAllocs()

@@ -70,14 +70,14 @@ func TestANamedClientCertIsTheSubjectOfItsConnection(t *testing.T) {
 		{"by its DNS name, in any case", subject.DNSSAN, "orders.internal"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			q := subject.Query{Sources: subject.Sources(subject.ClientCert), OperationID: "op", CertIdentity: c.identity}
+			q := subject.Query{Sources: []subject.Kind{subject.ClientCert}, OperationID: "op", CertIdentity: c.identity}
 			req := request("192.0.2.1:5000")
 			req.TLS = &tls.ConnectionState{PeerCertificates: []*x509.Certificate{leaf}}
 			want, err := r.Resolve(req, q)
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, err := r.Named(subject.Source{Kind: subject.ClientCert}, c.named, "", q)
+			got, err := r.Named(subject.ClientCert, c.named, "", q)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -111,7 +111,7 @@ func TestAClientCertIsASubjectWhileItsChainVerifies(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	q := subject.Query{Sources: subject.Sources(subject.ClientCert, subject.ClientIP), OperationID: "op"}
+	q := subject.Query{Sources: []subject.Kind{subject.ClientCert, subject.ClientIP}, OperationID: "op"}
 	kindOf := func(c *x509.Certificate) subject.Kind {
 		req := request("192.0.2.1:5000")
 		req.TLS = &tls.ConnectionState{PeerCertificates: []*x509.Certificate{c}}
@@ -152,7 +152,7 @@ func TestChainVerdictsGoWithTheirConnections(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	q := subject.Query{Sources: subject.Sources(subject.ClientCert), OperationID: "op"}
+	q := subject.Query{Sources: []subject.Kind{subject.ClientCert}, OperationID: "op"}
 	const connections = 50
 	for range connections {
 		// Each handshake parses the chain anew: a leaf of its own.
@@ -209,7 +209,7 @@ func TestAConnectionsConcurrentRequestsShareOneVerdict(t *testing.T) {
 		t.Fatal(err)
 	}
 	state := &tls.ConnectionState{PeerCertificates: []*x509.Certificate{leaf}}
-	q := subject.Query{Sources: subject.Sources(subject.ClientCert), OperationID: "op"}
+	q := subject.Query{Sources: []subject.Kind{subject.ClientCert}, OperationID: "op"}
 	var wg sync.WaitGroup
 	pseudonyms := make([]string, 16)
 	for i := range pseudonyms {

@@ -25,7 +25,7 @@ func TestForwardingHeadersFollowTheRequestsOneTrustDecision(t *testing.T) {
 		req := request(c.peer, "X-Forwarded-For", "198.51.100.4", "X-Forwarded-Proto", "https",
 			"X-Auth-Principal", "alice", "X-Real-Ip", "198.51.100.4")
 		in := r.Inbound(req)
-		s, err := in.Resolve(subject.Query{Sources: subject.Sources(subject.Principal, subject.ClientIP), OperationID: "op"})
+		s, err := in.Resolve(subject.Query{Sources: []subject.Kind{subject.Principal, subject.ClientIP}, OperationID: "op"})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -31,7 +31,7 @@ func BenchmarkJWT(b *testing.B) {
 				for i := range reqs {
 					reqs[i] = bearer(k.Sign(b, jwttest.Claims(fmt.Sprint("user-", i), exp)))
 				}
-				sources := subject.Sources(subject.JWT)
+				sources := []subject.Kind{subject.JWT}
 				b.ReportAllocs()
 				b.ResetTimer()
 				for i := 0; b.Loop(); i++ {

@@ -69,7 +69,7 @@ func staticKeys(t testing.TB, keys ...*jwttest.Key) *subject.StaticKeys {
 	return s
 }
 
-var jwtFirst = subject.Sources(subject.JWT, subject.ClientIP)
+var jwtFirst = []subject.Kind{subject.JWT, subject.ClientIP}
 
 func bearer(token string) *http.Request {
 	return request("203.0.113.7:5000", "Authorization", "Bearer "+token)
@@ -125,7 +125,7 @@ func TestNoTokenFallsThroughToTheNextSource(t *testing.T) {
 		}
 	}
 	// A route that does not list jwt never looks at the token.
-	s, err := r.Resolve(bearer("garbage"), subject.Query{Sources: subject.Sources(subject.ClientIP), OperationID: "op"})
+	s, err := r.Resolve(bearer("garbage"), subject.Query{Sources: []subject.Kind{subject.ClientIP}, OperationID: "op"})
 	if err != nil || s.Kind != subject.ClientIP {
 		t.Fatalf("%v %v", s, err)
 	}

@@ -2,7 +2,10 @@ package subject_test
 
 import (
 	"crypto/sha256"
+	"net/http"
+	"net/http/httptest"
 	"net/netip"
+	"strings"
 	"testing"
 
 	"github.com/edgegate/gateway/subject"
@@ -43,12 +46,12 @@ func TestANamedSubjectIsTheSubjectOfARequestThatCarriesIt(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			for _, maps := range []func(string) bool{nil, mapsGold} {
-				q := subject.Query{Sources: subject.Sources(c.kind), OperationID: "op", MapsPlan: maps}
+				q := subject.Query{Sources: []subject.Kind{c.kind}, OperationID: "op", MapsPlan: maps}
 				want, err := r.Resolve(request(c.req[0], c.req[1:]...), q)
 				if err != nil {
 					t.Fatal(err)
 				}
-				got, err := r.Named(subject.Source{Kind: c.kind}, c.identity, c.plan, q)
+				got, err := r.Named(c.kind, c.identity, c.plan, q)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -71,10 +74,56 @@ func TestANamedSubjectIsTheSubjectOfARequestThatCarriesIt(t *testing.T) {
 		{"a kind the route does not take", subject.JWT, "alice", ""},
 	} {
 		t.Run(c.name+" is refused", func(t *testing.T) {
-			q := subject.Query{Sources: subject.Sources(subject.ClientIP, subject.APIKey, subject.Principal), OperationID: "op"}
-			if _, err := r.Named(subject.Source{Kind: c.kind}, c.identity, c.plan, q); err == nil {
+			q := subject.Query{Sources: []subject.Kind{subject.ClientIP, subject.APIKey, subject.Principal}, OperationID: "op"}
+			if _, err := r.Named(c.kind, c.identity, c.plan, q); err == nil {
 				t.Fatal("no error")
 			}
 		})
 	}
+}
+
+// A header, cookie or query source is named KIND:NAME:VALUE by the admin
+// API, and Named gives it the pseudonym a request with that value gets.
+func TestANamedFieldSubjectIsTheSubjectOfARequestThatCarriesIt(t *testing.T) {
+	r, err := subject.NewResolver(subject.Options{PseudonymKeys: map[int][]byte{1: []byte(fakeSecret)}, PseudonymVersion: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		named string
+		req   *http.Request
+	}{
+		{"header:x-tenant:acme", withHeader(request("192.0.2.1:1"), "X-Tenant", "acme")},
+		{"cookie:session:a:b", withHeader(request("192.0.2.1:1"), "Cookie", "session=a:b")},
+		{"query:key:a b", httptest.NewRequest("GET", "/?key=a+b", nil)},
+	} {
+		t.Run(c.named, func(t *testing.T) {
+			kind, identity, err := subject.ParseNamed(c.named)
+			if err != nil {
+				t.Fatal(err)
+			}
+			q := subject.Query{Sources: []subject.Kind{kind}, OperationID: "op"}
+			want, err := r.Resolve(c.req, q)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := r.Named(kind, identity, "", q)
+			if err != nil || got != want {
+				t.Fatalf("named %+v, %v; resolved %+v", got, err, want)
+			}
+			if _, err := r.Named(kind, strings.Repeat("a", subject.MaxFieldBytes+1), "", q); err == nil {
+				t.Fatal("a value over the limit is named")
+			}
+		})
+	}
+	for _, bad := range []string{"header:acme", "header", "form:x:y", "header:bad name:x"} {
+		if _, _, err := subject.ParseNamed(bad); err == nil {
+			t.Errorf("ParseNamed(%q) gave no error", bad)
+		}
+	}
+}
+
+func withHeader(req *http.Request, name, value string) *http.Request {
+	req.Header.Set(name, value)
+	return req
 }

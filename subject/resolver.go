@@ -11,78 +11,7 @@ import (
 	"slices"
 	"strings"
 	"time"
-
-	"github.com/edgegate/gateway/internal/option"
 )
-
-// Kind is a source of identity.
-type Kind uint8
-
-const (
-	Principal Kind = iota + 1
-	APIKey
-	ClientIP
-	// JWT is the principal of a verified bearer token.
-	JWT
-	// ClientCert is the identity of a TLS client certificate whose chain
-	// verified (client_cert.go).
-	ClientCert
-	// Header, Cookie and QueryParam are the value of a request field
-	// named by the route's Source (source.go).
-	Header
-	Cookie
-	QueryParam
-	// JA4 is the JA4 fingerprint of the connection's TLS ClientHello;
-	// JA4ClientIP is that fingerprint and the client_ip identity together
-	// (Options.TLSFingerprint).
-	JA4
-	JA4ClientIP
-)
-
-func (k Kind) String() string {
-	switch k {
-	case Principal:
-		return "principal"
-	case APIKey:
-		return "api_key"
-	case ClientIP:
-		return "client_ip"
-	case JWT:
-		return "jwt"
-	case ClientCert:
-		return "client_cert"
-	case Header:
-		return "header"
-	case Cookie:
-		return "cookie"
-	case QueryParam:
-		return "query"
-	case JA4:
-		return "ja4"
-	case JA4ClientIP:
-		return "ja4+client_ip"
-	}
-	return "none"
-}
-
-// kinds are the Kinds in the order the documentation lists them.
-var kinds = []Kind{Principal, APIKey, ClientIP, JWT, ClientCert, Header, Cookie, QueryParam, JA4, JA4ClientIP}
-
-// ParseKind maps a configuration name to a Kind; an unknown name is an
-// *option.Error of the field subject.
-func ParseKind(s string) (Kind, error) {
-	names := make([]string, len(kinds))
-	for i, k := range kinds {
-		if k.String() == s {
-			return k, nil
-		}
-		names[i] = k.String()
-		if k.readsField() {
-			names[i] += ":NAME"
-		}
-	}
-	return 0, option.Unknown("subject", "Unknown subject source", s, names)
-}
 
 // KeyHash is the SHA-256 of an API key. The gateway knows keys only by hash.
 type KeyHash [sha256.Size]byte
@@ -128,8 +57,8 @@ type Options struct {
 	// time.Now.
 	Now func() time.Time
 	// TLSFingerprint is the JA4 fingerprint of the TLS connection a
-	// request's context belongs to, "" for none (edge.JA4); nil: routes
-	// that list ja4 or ja4+client_ip never identify by it.
+	// request's context belongs to, "" for none; nil: routes that list ja4
+	// never identify by it.
 	TLSFingerprint func(context.Context) string
 }
 
@@ -258,7 +187,7 @@ func NewResolver(opts Options) (*Resolver, error) {
 // Query is what a route asks Resolve.
 type Query struct {
 	// Sources are tried in order.
-	Sources []Source
+	Sources []Kind
 	// OperationID is the route's; it is part of every pseudonym.
 	OperationID string
 	// MapsPlan reports whether the route gives a plan budgets of its own;
@@ -321,13 +250,12 @@ func (in Inbound) PeerTrusted() bool { return in.peerTrusted }
 func (in Inbound) Resolve(q Query) (Subject, error) {
 	r, req, peer, peerTrusted := in.r, in.req, in.peer, in.peerTrusted
 	sources := q.Sources
-	for _, src := range sources {
-		if h := r.header(src.Kind); h != "" && len(req.Header[h]) > 1 && (src.Kind != Principal || peerTrusted) {
+	for _, k := range sources {
+		if h := r.header(k); h != "" && len(req.Header[h]) > 1 && (k != Principal || peerTrusted) {
 			return Subject{}, ErrAmbiguousCredential
 		}
 	}
-	for _, src := range sources {
-		k := src.Kind
+	for _, k := range sources {
 		var identity string
 		var s Subject
 		switch k {
@@ -381,13 +309,13 @@ func (in Inbound) Resolve(q Query) (Subject, error) {
 			s.Plan, s.PlanUnknown = r.knownPlan(claims.plan)
 		case ClientCert:
 			identity = in.clientCert(q.CertIdentity)
-		case Header, Cookie, QueryParam:
+		case JA4, JA4ClientIP:
+			identity = in.fingerprintIdentity(k)
+		default:
 			var err error
-			if identity, err = field(req, src); err != nil {
+			if identity, err = fieldValue(req, k); err != nil {
 				return Subject{}, err
 			}
-		case JA4, JA4ClientIP:
-			identity = in.fingerprint(k)
 		}
 		if identity == "" {
 			continue
@@ -410,22 +338,19 @@ func (r *Resolver) sign(s Subject, kind Kind, identity string, q Query) Subject 
 	return s
 }
 
-// Named is the subject a request identified by src as identity, on plan,
+// Named is the subject a request identified as kind by identity, on plan,
 // resolves to on the route q asks for: the same canonical identity (an
 // address as its client prefix, an API key by its hash) and pseudonym that
 // Resolve gives it. identity is what the client presents: an address, an
 // API key, a principal, a JWT's principal claim, or its client
 // certificate's identity as the route reads it (q.CertIdentity: the SPKI
-// SHA-256 in hex, a URI or a DNS name), the value of the header, cookie
-// or query parameter src names, or a JA4 fingerprint (with ja4+client_ip,
-// a fingerprint, a comma and an address). An API key's plan is
+// SHA-256 in hex, a URI or a DNS name). An API key's plan is
 // its own; plan, if given, must be it. The admin API names subjects so.
 // The errors say what the request path would not identify.
-func (r *Resolver) Named(src Source, identity, plan string, q Query) (Subject, error) {
-	if !slices.Contains(q.Sources, src) {
-		return Subject{}, fmt.Errorf("the route does not identify subjects by %s", src)
+func (r *Resolver) Named(kind Kind, identity, plan string, q Query) (Subject, error) {
+	if !slices.Contains(q.Sources, kind) {
+		return Subject{}, fmt.Errorf("the route does not identify subjects by %s", kind)
 	}
-	kind := src.Kind
 	var s Subject
 	switch kind {
 	case ClientIP:
@@ -462,15 +387,14 @@ func (r *Resolver) Named(src Source, identity, plan string, q Query) (Subject, e
 		if identity != "" {
 			identity = q.CertIdentity.named(identity)
 		}
-	case Header, Cookie, QueryParam:
-		if identity = strings.TrimSpace(identity); len(identity) > MaxFieldValueBytes {
-			return Subject{}, fmt.Errorf("%s: a value is at most %d bytes", src, MaxFieldValueBytes)
-		}
-		identity = fieldIdentity(src.Name, identity)
 	case JA4, JA4ClientIP:
 		var err error
 		if identity, err = r.namedFingerprint(kind, identity); err != nil {
 			return Subject{}, err
+		}
+	default:
+		if len(identity) > MaxFieldBytes {
+			return Subject{}, fmt.Errorf("%s: longer than %d bytes", kind, MaxFieldBytes)
 		}
 	}
 	if identity == "" {
@@ -524,6 +448,9 @@ func (r *Resolver) header(k Kind) string {
 		if r.jwt != nil {
 			return r.jwt.header
 		}
+	}
+	if k.source == sourceHeader {
+		return k.field
 	}
 	return ""
 }

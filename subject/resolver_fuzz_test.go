@@ -55,13 +55,13 @@ func FuzzForwardedFor(f *testing.F) {
 	}
 	pseudonymOf := func(t *testing.T, a netip.Addr) subject.Subject {
 		t.Helper()
-		s, err := direct.Resolve(request(netip.AddrPortFrom(a, 1).String()), subject.Query{Sources: subject.Sources(subject.ClientIP), OperationID: "op"})
+		s, err := direct.Resolve(request(netip.AddrPortFrom(a, 1).String()), subject.Query{Sources: []subject.Kind{subject.ClientIP}, OperationID: "op"})
 		if err != nil {
 			t.Fatalf("address %s: %v", a, err)
 		}
 		return s
 	}
-	sources := subject.Sources(subject.ClientIP)
+	sources := []subject.Kind{subject.ClientIP}
 
 	f.Fuzz(func(t *testing.T, peer, forwarded string) {
 		req := httptest.NewRequest("GET", "/", nil)

@@ -14,7 +14,7 @@ import (
 
 const fakeSecret = "test-only-fake-hmac-secret-0123456789abcdef"
 
-func newResolver(t testing.TB) *subject.Resolver {
+func newResolver(t *testing.T) *subject.Resolver {
 	t.Helper()
 	r, err := subject.NewResolver(subject.Options{
 		TrustedProxies:   []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")},
@@ -39,7 +39,7 @@ func request(peer string, headers ...string) *http.Request {
 	return r
 }
 
-var all = subject.Sources(subject.Principal, subject.APIKey, subject.ClientIP)
+var all = []subject.Kind{subject.Principal, subject.APIKey, subject.ClientIP}
 
 func TestResolve(t *testing.T) {
 	r := newResolver(t)
@@ -113,7 +113,7 @@ func TestResolve(t *testing.T) {
 		}
 	})
 	t.Run("no source means unidentified", func(t *testing.T) {
-		_, err := r.Resolve(request("203.0.113.7:5000", "X-API-Key", "guess"), subject.Query{Sources: subject.Sources(subject.APIKey), OperationID: "op"})
+		_, err := r.Resolve(request("203.0.113.7:5000", "X-API-Key", "guess"), subject.Query{Sources: []subject.Kind{subject.APIKey}, OperationID: "op"})
 		if !errors.Is(err, subject.ErrUnidentified) {
 			t.Fatalf("err %v, want ErrUnidentified", err)
 		}
@@ -182,7 +182,7 @@ func TestAnAPIKeyIsReadFromXAPIKeyUnlessConfiguredOtherwise(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := r.Resolve(request("192.0.2.1:5000", "X-API-Key", "known-key-1"), subject.Query{Sources: subject.Sources(subject.APIKey), OperationID: "op"})
+	s, err := r.Resolve(request("192.0.2.1:5000", "X-API-Key", "known-key-1"), subject.Query{Sources: []subject.Kind{subject.APIKey}, OperationID: "op"})
 	if err != nil || s.Kind != subject.APIKey {
 		t.Fatalf("subject %+v, %v", s, err)
 	}
@@ -203,7 +203,7 @@ func TestForwardedIsReadAsRFC7239(t *testing.T) {
 	}
 	pseudonym := func(peer string, headers ...string) string {
 		t.Helper()
-		s, err := r.Resolve(request(peer, headers...), subject.Query{Sources: subject.Sources(subject.ClientIP), OperationID: "op"})
+		s, err := r.Resolve(request(peer, headers...), subject.Query{Sources: []subject.Kind{subject.ClientIP}, OperationID: "op"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -242,7 +242,7 @@ func TestAPlanIsPartOfThePseudonymOnlyWhereTheRouteMapsIt(t *testing.T) {
 	}
 	p, _ := subject.NewPseudonymizer(map[int][]byte{1: []byte(fakeSecret)}, 1)
 	req := request("192.0.2.1:5000", "X-API-Key", "gold-key")
-	keys := subject.Sources(subject.APIKey)
+	keys := []subject.Kind{subject.APIKey}
 	for name, c := range map[string]struct {
 		maps   func(string) bool
 		framed string

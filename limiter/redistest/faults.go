@@ -57,7 +57,8 @@ type Link struct {
 	delay time.Duration // how long each reply is held while delayed
 	conns map[net.Conn]struct{}
 
-	resets atomic.Int64
+	resets    atomic.Int64
+	swallowed atomic.Int64
 }
 
 type linkFault uint8
@@ -138,6 +139,18 @@ func (l *Link) Squeeze(bytesPerSecond int) { l.set(linkSqueezed, max(bytesPerSec
 // Resets counts the connections reset by ResetMidReply.
 func (l *Link) Resets() int64 { return l.resets.Load() }
 
+// Swallowed counts the writes of clients the black hole has swallowed:
+// a test sees a call go into it.
+func (l *Link) Swallowed() int64 { return l.swallowed.Load() }
+
+// swallow is the black hole's end of a connection dialed into it.
+type swallow struct{ l *Link }
+
+func (s swallow) Write(p []byte) (int, error) {
+	s.l.swallowed.Add(1)
+	return len(p), nil
+}
+
 func (l *Link) set(f linkFault, rate int) {
 	l.mu.Lock()
 	l.fault, l.rate = f, rate
@@ -182,7 +195,7 @@ func (l *Link) serve(client net.Conn) {
 	}
 	defer l.untrack(client)
 	if f, _ := l.current(); f == linkBlackholed {
-		io.Copy(io.Discard, client)
+		io.Copy(swallow{l}, client)
 		return
 	}
 	server, err := net.DialTimeout("tcp", l.target, time.Second)
@@ -201,6 +214,9 @@ func (l *Link) serve(client net.Conn) {
 			n, err := client.Read(buf)
 			if f, _ := l.current(); f == linkBlackholed {
 				dead.Store(true)
+			}
+			if n > 0 && dead.Load() {
+				l.swallowed.Add(1)
 			}
 			if n > 0 && !dead.Load() {
 				if _, werr := server.Write(buf[:n]); werr != nil {
@@ -272,4 +288,18 @@ func trickle(c net.Conn, b []byte, rate int) bool {
 		t.Reset(gap)
 	}
 	return true
+}
+
+// WaitFor waits until cond holds, trying every 20ms, and returns how long
+// that took; it fails the test if cond has not held within bound.
+func WaitFor(t testing.TB, bound time.Duration, what string, cond func() bool) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for !cond() {
+		if time.Since(start) > bound {
+			t.Fatalf("%s: not within %v", what, bound)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return time.Since(start)
 }

@@ -1,5 +1,0 @@
-route "orders.read" {
-  path     = "/orders"
-  upstream = "http://127.0.0.1:9000"
-  subject  = ["header:", "cookie:bad name", "query:a=b", "client_ip:x", "header:X-Tenant", "header:x-tenant", "form:user"]
-}
