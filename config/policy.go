@@ -42,6 +42,7 @@ func (c *checker) policy(b *policyBlock) *limiter.Policy {
 	p.LeaseTTL = c.durationOr(b.LeaseTTL, b.Body, "lease_ttl", p.LeaseTTL)
 	p.MaxDelay = c.durationOr(b.MaxDelay, b.Body, "max_delay", p.MaxDelay)
 	p.Lease = or(b.Lease, p.Lease)
+	p.Penalty = c.durationOr(b.Penalty, b.Body, "penalty", 0)
 	p.MaxCost = or(b.MaxCost, p.MaxCost)
 	p.CleanupGrace = c.durationOr(b.CleanupGrace, b.Body, "cleanup_grace", p.CleanupGrace)
 	p.MaxClockRegression = c.durationOr(b.MaxClockRegression, b.Body, "max_clock_regression", p.MaxClockRegression)

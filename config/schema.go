@@ -215,6 +215,7 @@ type policyBlock struct {
 	Timezone     *string `hcl:"timezone,optional"`
 	MaxDelay     *string `hcl:"max_delay,optional"`
 	Lease        *int64  `hcl:"lease,optional"`
+	Penalty      *string `hcl:"penalty,optional"`
 
 	Revision           *int64  `hcl:"revision,optional"`
 	MaxCost            *int64  `hcl:"max_cost,optional"`

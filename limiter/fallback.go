@@ -162,6 +162,10 @@ func (f *fallback) Close() error {
 // configured limits alone.
 func (f *fallback) Overrides() Overrides { return f.shared.Overrides() }
 
+// Penalties are the shared backend's: each instance remembers them, so
+// they hold through an outage of Redis.
+func (f *fallback) Penalties() Penalties { return f.shared.Penalties() }
+
 // Peek is the shared backend's: the fallback's own state is of an outage.
 func (f *fallback) Peek(ctx context.Context, req Request) Outcome {
 	return f.shared.Peek(ctx, req)

@@ -26,6 +26,7 @@ func (down) Peek(context.Context, Request) Outcome {
 }
 func (down) Reset(context.Context, Request) error { return errors.New("down") }
 func (down) Overrides() Overrides                 { return nil }
+func (down) Penalties() Penalties                 { return nil }
 
 // Every reload brings new policy values; the fallback's scaled copies of
 // them stay bounded, and a budget outlives the copies being made again.

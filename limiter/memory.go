@@ -78,6 +78,7 @@ type Memory struct {
 	done       chan struct{}
 	closeOnce  sync.Once
 	overrides  memoryOverrides
+	penalties  memoryPenalties
 }
 
 // memoryKey names one policy revision and subject by 128 bits: two maphash

@@ -27,7 +27,7 @@ func TestMemoryConformance(t *testing.T) {
 	})
 	// The memory backend is exact without leases: n instances sharing its
 	// store are the one backend.
-	limitertest.RunLeases(t, func(t *testing.T, clock limiter.Clock, n int) []limitertest.Backend {
+	oneStore := func(t *testing.T, clock limiter.Clock, n int) []limitertest.Backend {
 		m := limiter.NewMemory(limiter.MemoryOptions{Clock: clock})
 		t.Cleanup(func() { m.Close() })
 		bs := make([]limitertest.Backend, n)
@@ -35,7 +35,9 @@ func TestMemoryConformance(t *testing.T) {
 			bs[i] = m
 		}
 		return bs
-	})
+	}
+	limitertest.RunLeases(t, oneStore)
+	limitertest.RunPenaltiesShared(t, oneStore)
 }
 
 func TestMemoryEvictsLeastRecentlyUsedWhenFull(t *testing.T) {

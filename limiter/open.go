@@ -72,6 +72,8 @@ type Backend interface {
 	Reset(ctx context.Context, req Request) error
 	// Overrides keeps the overrides of subjects' limits (override.go).
 	Overrides() Overrides
+	// Penalties keeps the penalties of subjects (penalty.go).
+	Penalties() Penalties
 	// Ready reports why the backend cannot decide now, or nil; /readyz
 	// serves it.
 	Ready(ctx context.Context) error

@@ -106,6 +106,11 @@ type Policy struct {
 	// The memory backend is exact and local: it has no use for it.
 	Lease int64
 
+	// Penalty puts a subject the policy refuses in the penalty box for
+	// that long: the caller refuses it on the route until then, whatever
+	// its budgets hold (penalty.go). 0: off; at least MinPenalty.
+	Penalty time.Duration
+
 	// Shadow policies are decided and charged like enforced ones, but a
 	// denial of theirs never refuses a request: the caller forwards it and
 	// reports the would-be denial. In a request with several policies, a
@@ -164,6 +169,13 @@ const (
 	// DefaultReserve is what a response-charged policy reserves at
 	// admission when it sets no reserve.
 	DefaultReserve = 1
+)
+
+// MinPenalty and MaxPenalty bound a policy's Penalty: a second, as
+// Retry-After counts, to a week.
+const (
+	MinPenalty = time.Second
+	MaxPenalty = 7 * 24 * time.Hour
 )
 
 // MaxMaxDelay bounds MaxDelay: a request held longer would wait past
@@ -281,6 +293,12 @@ func (p *Policy) Validate() error {
 	}
 	if p.Lease < 0 {
 		problem("lease", "Value too small", "lease must be at least 1.")
+	}
+	switch {
+	case p.Penalty != 0 && (p.Penalty < MinPenalty || p.Penalty > MaxPenalty):
+		problem("penalty", "Duration out of range", "penalty must be between %s and %s.", MinPenalty, MaxPenalty)
+	case p.Penalty != 0 && p.Shadow:
+		problem("penalty", "penalty on a shadow policy", "A shadow policy refuses nobody, so it puts nobody in the penalty box.")
 	}
 	atLeast("max_cost", p.MaxCost, 1)
 	p.validateResponseCharge(problem)

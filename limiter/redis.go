@@ -144,6 +144,9 @@ type Redis struct {
 	// budget holds this instance's leases of budget (Policy.Lease).
 	budget  *budgetLeases
 	denials *denials // nil: off
+	// penalties are the penalties in force this instance knows of
+	// (redis_penalties.go).
+	penalties penaltyBook
 	// resets forgets remembered denials of the subjects other instances
 	// reset (redis_resets.go); nil without denials.
 	resets *resetSubscription
@@ -286,9 +289,7 @@ func NewRedis(ctx context.Context, opts RedisOptions) (*Redis, error) {
 	}
 	r.stopWatch, r.watchDone = make(chan struct{}), make(chan struct{})
 	go r.watchRestarts(restartWatchInterval, seen)
-	if r.denials != nil {
-		r.subscribeResets()
-	}
+	r.subscribeResets()
 	go r.sweepBudgetLeases()
 	r.startBackground()
 	return r, nil

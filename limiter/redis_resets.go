@@ -6,12 +6,12 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Resets across instances. Every instance that remembers denials
-// subscribes to one channel of the Redis it shares; Reset publishes the
-// subject it reset there, and each subscriber, the publisher included,
-// forgets the denials it remembers of that subject, and drops its leases
-// of budget of it. The message is the
-// pseudonym, as in the keys: no raw identity. On Redis Cluster a publish
+// Resets across instances. Every instance subscribes to one channel of
+// the Redis it shares; Reset publishes the subject it reset there, and
+// each subscriber, the publisher included, forgets the denials it
+// remembers of that subject, and drops its leases of budget of it. The
+// message is the pseudonym, as in the keys: no raw identity. The same
+// subscription carries the penalties channel (redis_penalties.go). On Redis Cluster a publish
 // reaches the subscribers of every node.
 //
 // go-redis's PubSub subscribes again by itself after a lost connection; a
@@ -34,13 +34,28 @@ type resetSubscription struct {
 // remembered denials of each subject published there, until
 // stopResets.
 func (r *Redis) subscribeResets() {
-	ps := r.client.Subscribe(context.Background(), r.resetsChannel())
+	ps := r.client.Subscribe(context.Background(), r.resetsChannel(), r.penaltiesChannel())
 	s := &resetSubscription{pubsub: ps, done: make(chan struct{})}
 	go func() {
 		defer close(s.done)
-		for m := range ps.Channel() {
-			r.denials.forget(m.Payload)
-			r.budget.forget(m.Payload)
+		for msg := range ps.ChannelWithSubscriptions() {
+			switch m := msg.(type) {
+			case *redis.Subscription:
+				// Subscribed, first or again: what was published
+				// meanwhile is in the hash (redis_penalties.go).
+				if m.Kind == "subscribe" && m.Channel == r.penaltiesChannel() {
+					r.loadPenalties()
+				}
+			case *redis.Message:
+				if m.Channel == r.penaltiesChannel() {
+					r.penaltyMessage(m.Payload)
+					continue
+				}
+				if r.denials != nil {
+					r.denials.forget(m.Payload)
+				}
+				r.budget.forget(m.Payload)
+			}
 		}
 	}()
 	r.resets = s

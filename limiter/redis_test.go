@@ -47,6 +47,7 @@ func TestRedisConformance(t *testing.T) {
 		}
 		limitertest.Run(t, redisFactory(opts))
 		limitertest.RunLeases(t, redisInstances(opts))
+		limitertest.RunPenaltiesShared(t, redisInstances(opts))
 	})
 	t.Run("cluster", func(t *testing.T) {
 		c := redistest.StartCluster(t)
@@ -55,6 +56,7 @@ func TestRedisConformance(t *testing.T) {
 		}
 		limitertest.Run(t, redisFactory(opts))
 		limitertest.RunLeases(t, redisInstances(opts))
+		limitertest.RunPenaltiesShared(t, redisInstances(opts))
 	})
 	t.Run("standalone over TLS", func(t *testing.T) {
 		s := redistest.StartTLS(t)

@@ -101,6 +101,14 @@ func (h *Handler) AdminAPI() http.Handler {
 				w.Header()["Allow"] = []string{"GET, HEAD, DELETE"}
 				writeProblem(w, problemAdminMethod)
 			}
+		case "/v1/penalties":
+			switch r.Method {
+			case http.MethodGet, http.MethodHead, http.MethodDelete:
+				h.adminPenalties(w, r, c, q)
+			default:
+				w.Header()["Allow"] = []string{"GET, HEAD, DELETE"}
+				writeProblem(w, problemAdminMethod)
+			}
 		case "/v1/overrides":
 			switch r.Method {
 			case http.MethodGet, http.MethodHead, http.MethodPut, http.MethodDelete:

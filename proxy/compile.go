@@ -43,6 +43,7 @@ func (h *Handler) compile(cfg Config, prev *compiled) (*compiled, []*poolTranspo
 		bodyReadTimeout:   cfg.BodyReadTimeout,
 		maxDelayed:        cfg.MaxDelayed,
 		pools:             pools,
+		penalties:         penaltiesOf(cfg.Limiter),
 	}
 	if err := h.compileGuards(cfg, c); err != nil {
 		return nil, nil, err
@@ -136,6 +137,7 @@ func (h *Handler) compileRoute(cfg Config, rc Route, pools map[string]*pool, gat
 	if err := r.compileLimits(h.opts.Metrics, cfg.Limiter); err != nil {
 		return nil, err
 	}
+	r.penalizes = r.hasPenalty()
 	r.query = subject.Query{Sources: r.Subject, OperationID: r.OperationID, MapsPlan: r.mapsPlan, Gate: gate,
 		CertIdentity: r.ClientCertIdentity}
 	if r.ClientCertHeader != "" {

@@ -204,8 +204,9 @@ type compiled struct {
 	routes            []*route      // in file order, for the admin API
 	adminToken        *bearerToken  // nil: no admin API
 	tokens            *tokenBudget
-	rls               rlsTable     // by domain
-	rlsToken          *bearerToken // nil: calls need no token
+	rls               rlsTable          // by domain
+	rlsToken          *bearerToken      // nil: calls need no token
+	penalties         limiter.Penalties // nil: the limiter keeps none
 }
 
 type route struct {
@@ -223,6 +224,9 @@ type route struct {
 	// asksTrailers: a policy of the route or of a plan takes its cost from
 	// a header, which may come as a trailer.
 	asksTrailers bool
+	// penalizes: an enforced policy of the route or of a plan has a
+	// penalty (penalties.go).
+	penalizes bool
 }
 
 // NewHandler compiles cfg and returns a ready Handler.

@@ -197,6 +197,9 @@ func (h *Handler) limit(w http.ResponseWriter, r *http.Request, c *compiled, rt 
 	case s.PlanUnknown:
 		x.plan = "other"
 	}
+	if h.penalized(w, c, rt, s.Pseudonym, x) {
+		return false
+	}
 
 	l := rt.limitsFor(s.Plan)
 	if l == nil {
@@ -248,7 +251,9 @@ func (h *Handler) limit(w http.ResponseWriter, r *http.Request, c *compiled, rt 
 		if l.admits(o) {
 			return h.admitted(w, r, c, rt, l, req, o, x)
 		}
-		writeQuotaExceeded(w, l.problem(o), o.RetryAfter)
+		if !h.impose(ctx, w, c, rt, l, s.Pseudonym, o, x) {
+			writeQuotaExceeded(w, l.problem(o), o.RetryAfter)
+		}
 		return false
 	case limiter.Incompatible:
 		h.opts.Logger.LogAttrs(r.Context(), slog.LevelError, "limiter configuration error",

@@ -54,6 +54,9 @@ type Metrics struct {
 	// outcome; RLSDuration their durations by domain.
 	RLSRequests *prometheus.CounterVec
 	RLSDuration *prometheus.HistogramVec
+	// Penalties are the penalties this instance imposed, by route and the
+	// policy whose refusal earned each (penalty).
+	Penalties *prometheus.CounterVec
 }
 
 // rlsBuckets are the rate limit service's call durations, in seconds:
@@ -145,7 +148,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Help:    "Durations of the rate limit service's calls, by domain.",
 		Buckets: rlsBuckets,
 	}, []string{"domain"})
-	reg.MustRegister(m.Requests, m.ShadowDenials, m.CostHeaderInvalid, m.ChargeFailures, m.UpstreamRequests, m.UpstreamFailures, m.UpstreamRetries, m.UpstreamEjections,
+	m.Penalties = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "gateway_limiter_penalties_total",
+		Help: "Penalties this instance imposed: subjects a policy with a penalty refused, refused on the route for that long, by route and policy.",
+	}, []string{"route", "policy"})
+	reg.MustRegister(m.Penalties, m.Requests, m.ShadowDenials, m.CostHeaderInvalid, m.ChargeFailures, m.UpstreamRequests, m.UpstreamFailures, m.UpstreamRetries, m.UpstreamEjections,
 		m.upstreams, m.UpstreamShed, m.RequestDuration, m.UpstreamDuration, m.InFlight, m.LeasesHeld, m.Delays,
 		m.RLSRequests, m.RLSDuration)
 	return m
@@ -164,6 +171,9 @@ func (l *limits) bindSeries(m *Metrics, lim Limiter, route string) {
 	for _, p := range l.policies {
 		if p.Shadow {
 			m.ShadowDenials.WithLabelValues(route, p.Name)
+		}
+		if p.Penalty > 0 && !p.Shadow {
+			m.Penalties.WithLabelValues(route, p.Name)
 		}
 	}
 	if d, ok := lim.(interface {

@@ -387,6 +387,7 @@ func Run(t *testing.T, newBackend Factory) {
 	runCalendar(t, newBackend)
 	runDelay(t, newBackend)
 	runOverrides(t, newBackend)
+	runPenalties(t, newBackend)
 }
 
 func sequence(t *testing.T, newBackend Factory, p *limiter.Policy, steps []want) {
