@@ -2,6 +2,7 @@ package limiter
 
 import (
 	"context"
+	"sync"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -28,16 +29,25 @@ func (r *Redis) resetsChannel() string { return r.prefix + "resets" }
 type resetSubscription struct {
 	pubsub *redis.PubSub
 	done   chan struct{}
+	// loaded is closed once the first subscription has read the
+	// penalties in force (Subscribed).
+	loaded chan struct{}
 }
+
+// Subscribed is closed once this instance has subscribed to the resets
+// and penalties channels and read the penalties in force: from then on
+// it misses none.
+func (r *Redis) Subscribed() <-chan struct{} { return r.resets.loaded }
 
 // subscribeResets subscribes to the resets channel and forgets the
 // remembered denials of each subject published there, until
 // stopResets.
 func (r *Redis) subscribeResets() {
 	ps := r.client.Subscribe(context.Background(), r.resetsChannel(), r.penaltiesChannel())
-	s := &resetSubscription{pubsub: ps, done: make(chan struct{})}
+	s := &resetSubscription{pubsub: ps, done: make(chan struct{}), loaded: make(chan struct{})}
 	go func() {
 		defer close(s.done)
+		var loaded sync.Once
 		for msg := range ps.ChannelWithSubscriptions() {
 			switch m := msg.(type) {
 			case *redis.Subscription:
@@ -45,6 +55,7 @@ func (r *Redis) subscribeResets() {
 				// meanwhile is in the hash (redis_penalties.go).
 				if m.Kind == "subscribe" && m.Channel == r.penaltiesChannel() {
 					r.loadPenalties()
+					loaded.Do(func() { close(s.loaded) })
 				}
 			case *redis.Message:
 				if m.Channel == r.penaltiesChannel() {

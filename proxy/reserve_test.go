@@ -14,7 +14,7 @@ import (
 	"github.com/edgegate/gateway/subject"
 )
 
-// The burst of issue 33: 40 requests at once, each costing 50 by its
+// The one-burst overshoot: 40 requests at once, each costing 50 by its
 // cost header, on a budget of 100 with the last unit left. Each admission
 // reserves its policy's reserve, so no more are in flight than the units
 // left hold reserves: one with the default reserve of 1, none with a

@@ -19,5 +19,12 @@ func NewLimiter(t testing.TB, opts limiter.RedisOptions) *limiter.Redis {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { r.Close() })
+	// Subscribed before the test begins: what it does to Redis (a reply
+	// dropped, the commands counted) is then the test's alone. A Redis
+	// not reachable yet subscribes later.
+	select {
+	case <-r.Subscribed():
+	case <-time.After(2 * time.Second):
+	}
 	return r
 }
