@@ -155,3 +155,14 @@ func quoteDetail(s string) string {
 	}
 	return `"` + strings.ToValidUTF8(s, "?") + `"`
 }
+
+// adminPseudonym is the pseudonym a DELETE names: given as listed, or
+// resolved from ?subject=KIND:IDENTITY (adminSubject, which answers a
+// query it cannot read; ok is then false).
+func adminPseudonym(w http.ResponseWriter, q url.Values, c *compiled, pseudonym string) (string, bool) {
+	if pseudonym != "" {
+		return pseudonym, true
+	}
+	_, s, ok := adminSubject(w, q, c)
+	return s.Pseudonym, ok
+}

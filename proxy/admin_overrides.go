@@ -127,17 +127,13 @@ func (h *Handler) putOverride(ctx context.Context, w http.ResponseWriter, r *htt
 // subject=KIND:IDENTITY as PUT names it, or pseudonym= as GET lists it
 // (an override whose route is gone names its subject so alone).
 func (h *Handler) deleteOverride(ctx context.Context, w http.ResponseWriter, c *compiled, q url.Values, overrides limiter.Overrides) {
-	routeName, policy, pseudonym := q.Get("route"), q.Get("policy"), q.Get("pseudonym")
+	routeName, policy, pseudonym, ok := q.Get("route"), q.Get("policy"), q.Get("pseudonym"), false
 	if policy == "" || (pseudonym == "") == (q.Get("subject") == "") || routeName == "" {
 		writeAdminBadQuery(w, "DELETE takes ?route=R&policy=P with subject=KIND:IDENTITY or pseudonym=PSEUDONYM.")
 		return
 	}
-	if pseudonym == "" {
-		_, s, ok := adminSubject(w, q, c)
-		if !ok {
-			return
-		}
-		pseudonym = s.Pseudonym
+	if pseudonym, ok = adminPseudonym(w, q, c, pseudonym); !ok {
+		return
 	}
 	found, err := overrides.Delete(ctx, routeName, policy, pseudonym)
 	if err != nil {

@@ -53,12 +53,9 @@ func (h *Handler) adminPenalties(w http.ResponseWriter, r *http.Request, c *comp
 		writeAdminBadQuery(w, "DELETE takes ?route=R with subject=KIND:IDENTITY or pseudonym=PSEUDONYM.")
 		return
 	}
-	if pseudonym == "" {
-		_, s, ok := adminSubject(w, q, c)
-		if !ok {
-			return
-		}
-		pseudonym = s.Pseudonym
+	pseudonym, ok := adminPseudonym(w, q, c, pseudonym)
+	if !ok {
+		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), adminLimitsTimeout)
 	defer cancel()

@@ -15,11 +15,18 @@ type overridable interface {
 // overridesOf is b's overrides; the suite's backends all keep them.
 func overridesOf(t *testing.T, b Backend) limiter.Overrides {
 	t.Helper()
-	o, ok := b.(overridable)
+	return as[overridable](t, b).Overrides()
+}
+
+// as is b as an I, which every backend of the suite is.
+func as[I any](t *testing.T, b Backend) I {
+	t.Helper()
+	i, ok := b.(I)
 	if !ok {
-		t.Fatalf("%T keeps no overrides", b)
+		var none *I
+		t.Fatalf("%T is no %T", b, none)
 	}
-	return o.Overrides()
+	return i
 }
 
 // anHourOn is an expiry an hour past both the suite's clock and the real

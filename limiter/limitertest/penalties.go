@@ -15,11 +15,7 @@ type penalizing interface {
 // penaltiesOf is b's penalties; the suite's backends all keep them.
 func penaltiesOf(t *testing.T, b Backend) limiter.Penalties {
 	t.Helper()
-	p, ok := b.(penalizing)
-	if !ok {
-		t.Fatalf("%T keeps no penalties", b)
-	}
-	return p.Penalties()
+	return as[penalizing](t, b).Penalties()
 }
 
 // waitFor polls cond for up to d; false when it never held.
