@@ -115,14 +115,17 @@ type follower interface {
 	returnReserve(ctx context.Context, req Request, start int64) Outcome
 }
 
-// admission is e, the outcome of req decided by by, with the Admitted
-// that follows it when it holds leases, a delayed place or a reserve;
-// e as it is otherwise. starts are each policy's state start after the
-// admission, when the backend has them.
-func admission(by follower, req Request, e Evaluated, starts []int64) Evaluated {
-	if holdsLeases(req, e) || Held(req, e) > 0 && req.EvaluationID != "" || reserving(req, e) {
-		e.admitted = &Admitted{by: by, req: req, decided: e, starts: starts}
+// admission is o, the outcome of req decided by by, with the Admitted
+// that follows it when it is an admission that holds leases, a delayed
+// place or a reserve; o itself otherwise, not boxed again (an Evaluated
+// put back in an Outcome is an allocation). starts are each policy's
+// state start after the admission, when the backend has them.
+func admission(by follower, req Request, o Outcome, starts []int64) Outcome {
+	e, ok := o.(Evaluated)
+	if !ok || !(holdsLeases(req, e) || Held(req, e) > 0 && req.EvaluationID != "" || reserving(req, e)) {
+		return o
 	}
+	e.admitted = &Admitted{by: by, req: req, decided: e, starts: starts}
 	return e
 }
 

@@ -184,10 +184,7 @@ func (m *Memory) Evaluate(ctx context.Context, req Request) Outcome {
 		starts = make([]int64, req.Policies.Len())
 	}
 	o := m.evaluate(req, m.keys(req, keysOn[:0]), nil, starts)
-	if e, ok := o.(Evaluated); ok {
-		return admission(m, req, e, starts)
-	}
-	return o
+	return admission(m, req, o, starts)
 }
 
 // keys appends to keys those of req's policies and subject.

@@ -405,10 +405,7 @@ func (r *Redis) Evaluate(ctx context.Context, req Request) Outcome {
 		starts = make([]int64, req.Policies.Len())
 	}
 	o := r.evaluate(ctx, req, nil, starts)
-	if e, ok := o.(Evaluated); ok {
-		return admission(r, req, e, starts)
-	}
-	return o
+	return admission(r, req, o, starts)
 }
 
 // returnReserve gives req.Cost back to req's one policy in the state
