@@ -190,7 +190,7 @@ func ratioTable(samples []sample, rotations [][2]string) string {
 		}
 	}
 	var b strings.Builder
-	b.WriteString("\n| req/s ratio (CPU µs/req ratio), median of the rounds' own |")
+	b.WriteString("\n| req/s ratio (CPU µs/req ratio), median of the rounds' own · each round's |")
 	for _, c := range conns {
 		fmt.Fprintf(&b, " %d conns |", c)
 	}
@@ -215,7 +215,7 @@ func ratioTable(samples []sample, rotations [][2]string) string {
 				continue
 			}
 			present = true
-			line += fmt.Sprintf(" %.2f (%.2f) |", median(perSecond), median(micros))
+			line += fmt.Sprintf(" %.2f (%.2f) · %s |", median(perSecond), median(micros), eachRound(perSecond, micros))
 		}
 		if present {
 			b.WriteString(line + "\n")
@@ -226,6 +226,16 @@ func ratioTable(samples []sample, rotations [][2]string) string {
 		return ""
 	}
 	return b.String()
+}
+
+// eachRound is each round's req/s ratio and, in brackets, its CPU µs/req
+// ratio, in the order the rounds ran: one lucky round shows as one.
+func eachRound(perSecond, micros []float64) string {
+	parts := make([]string, len(perSecond))
+	for i := range perSecond {
+		parts[i] = fmt.Sprintf("%.2f (%.2f)", perSecond[i], micros[i])
+	}
+	return strings.Join(parts, ", ")
 }
 
 // warnings point at runs whose figures mean something else than the
