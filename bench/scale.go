@@ -56,6 +56,10 @@ var scaleRoutes = []scaleRoute{
 	{name: "leased", path: "/hot", requestsPerDecision: scaleLease},
 }
 
+// exactNew is the exact route in the rotation's first pass, when each
+// request is its subject's first in the window and creates its key.
+var exactNew = scaleRoute{name: "exact-new", path: "/", subjects: scaleSubjects, requestsPerDecision: 1}
+
 // scaleGatewayConfig is a gateway of the scale run: main mode's file with
 // the Redis limiter in cluster mode on addrs, the load side trusted as a
 // proxy, no access log (eight gateways share one core), and a second
@@ -415,16 +419,22 @@ func (h *harness) runScale(ctx context.Context, stdout io.Writer) error {
 		return ts
 	}
 	conns := slices.Max(h.s.conns)
+	var warm []loadResult
 	for i, r := range scaleRoutes {
 		h.logf("scale: warming %s for %s at %d connections", r.name, h.s.warmup, conns)
-		if _, err := h.driveAll(ctx, routeTargets(i), conns, h.s.warmup); err != nil {
+		res, err := h.driveAll(ctx, routeTargets(i), conns, h.s.warmup)
+		if err != nil {
 			return err
 		}
+		warm = append(warm, res)
 	}
 	if err := h.measureIdle(ctx, shards, 2*time.Second); err != nil {
 		return err
 	}
-	var phases []phase
+	phases, err := h.firstPass(ctx, shards, gateways, routeTargets(0), conns, warm[0].perSecond, scriptCommands)
+	if err != nil {
+		return err
+	}
 	for round := 1; round <= h.s.rounds; round++ {
 		order := []int{0, 1}
 		if round%2 == 0 {
@@ -441,23 +451,73 @@ func (h *harness) runScale(ctx context.Context, stdout io.Writer) error {
 				}
 				p.round, p.route = round, scaleRoutes[i]
 				phases = append(phases, p)
-				perReq, perDecision := p.redisMicros()
-				h.logf("scale round %d/%d c=%d %-6s %7.0f req/s  evalsha %.3f/req  batch %.1f  redis %.2fµs/req %.1fµs/decision  gateways %.1fµs/req  core0 %.0f%% core1 %.0f%% other %.0f%%",
-					round, h.s.rounds, c, p.route.name, p.load.perSecond, float64(sum(p.evalsha))/float64(p.served), p.batchMean,
-					perReq, perDecision, p.gatewayMu, 100*p.proxyBusy, 100*p.loadBusy, 100*p.otherCPU)
+				h.logPhase(p)
 			}
 		}
 	}
+	keys, err := keysOn(ctx, shards)
+	if err != nil {
+		return err
+	}
+	fmt.Fprint(stdout, h.scaleReport(shards, phases, keys, scriptCommands))
+	return nil
+}
+
+// firstPass walks the exact route's rotation until every subject has its
+// key. Its runs are measured, as round 0 of exactNew, while a whole run
+// at the last rate fits in the subjects not yet seen; the rest is driven
+// unmeasured, so that the rounds find every key in place.
+func (h *harness) firstPass(ctx context.Context, shards []*shard, gateways []*scaleGateway, targets []*target, conns int, rate float64, scriptCommands []string) ([]phase, error) {
+	var phases []phase
+	for deadline := time.Now().Add(3 * time.Minute); ; {
+		keys, err := keysOn(ctx, shards)
+		if err != nil {
+			return nil, err
+		}
+		left := float64(scaleSubjects + 1 - sum(keys)) // and the hot key's
+		if left <= 0 {
+			return phases, nil
+		}
+		if time.Now().After(deadline) {
+			h.note("the first pass left %.0f of the %s subjects without a key after 3 minutes: the rounds' exact runs create them", left, thousands(scaleSubjects))
+			return phases, nil
+		}
+		if rate*h.s.duration.Seconds() <= 0.8*left {
+			p, err := h.measurePhase(ctx, shards, gateways, targets, conns, scriptCommands)
+			if err != nil {
+				return nil, err
+			}
+			p.route, rate = exactNew, p.load.perSecond
+			phases = append(phases, p)
+			h.logPhase(p)
+			continue
+		}
+		d := time.Duration(math.Ceil(min(1.2*left/max(rate, 1), 10))) * time.Second
+		h.logf("scale: %.0f subjects have no key yet; driving exact for %s unmeasured", left, d)
+		if _, err := h.driveAll(ctx, targets, conns, d); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// keysOn counts the keys on each shard.
+func keysOn(ctx context.Context, shards []*shard) ([]int64, error) {
 	var keys []int64
 	for _, s := range shards {
 		n, err := s.client.DBSize(ctx).Result()
 		if err != nil {
-			return fmt.Errorf("DBSIZE on %s: %w", s.addr, err)
+			return nil, fmt.Errorf("DBSIZE on %s: %w", s.addr, err)
 		}
 		keys = append(keys, n)
 	}
-	fmt.Fprint(stdout, h.scaleReport(shards, phases, keys, scriptCommands))
-	return nil
+	return keys, nil
+}
+
+func (h *harness) logPhase(p phase) {
+	perReq, perDecision := p.redisMicros()
+	h.logf("scale round %d/%d c=%d %-9s %7.0f req/s  evalsha %.3f/req  batch %.2f  redis %.2fµs/req %.1fµs/decision  gateways %.1fµs/req  core0 %.0f%% core1 %.0f%% other %.0f%%",
+		p.round, h.s.rounds, p.conns, p.route.name, p.load.perSecond, float64(sum(p.evalsha))/float64(p.served), p.batchMean,
+		perReq, perDecision, p.gatewayMu, 100*p.proxyBusy, 100*p.loadBusy, 100*p.otherCPU)
 }
 
 // measureIdle sets each shard's idle CPU: its CPU over d with the
@@ -476,6 +536,11 @@ func (h *harness) measureIdle(ctx context.Context, shards []*shard, d time.Durat
 	}
 	for k, s := range shards {
 		s.idleCores = (after.shardCPU[k] - before.shardCPU[k]) / after.at.Sub(before.at).Seconds()
+	}
+	for _, n := range []int{1, 16} {
+		if h.pingMicros[n], err = shards[0].pingMicros(ctx, n); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -514,83 +579,4 @@ func sum[T int64 | float64](xs []T) T {
 		s += x
 	}
 	return s
-}
-
-// scaleReport is the mode's markdown: each phase, each phase per shard,
-// and the sizing the medians give.
-func (h *harness) scaleReport(shards []*shard, phases []phase, keys []int64, scriptCommands []string) string {
-	var b strings.Builder
-	conns := slices.Max(h.s.conns)
-	fmt.Fprintf(&b, "\n### Scale run: %d gateways on a %d-master Redis Cluster (%d rounds of %s, %d connections over the gateways)\n\n",
-		scaleGateways, len(shards), h.s.rounds, h.s.duration, conns)
-	b.WriteString("| round | route | req/s | p99 (worst gateway) | EVALSHA/req | commands in scripts/EVALSHA | EVALSHA µs/call | other calls/req | calls per write | Redis CPU µs/req | Redis CPU µs/decision | gateways' CPU µs/req | core 0 / core 1 busy | other CPU | non-2xx |\n")
-	b.WriteString("| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
-	for _, p := range phases {
-		perReq, perDecision := p.redisMicros()
-		calls := float64(sum(p.evalsha))
-		fmt.Fprintf(&b, "| %d | %s | %s | %s | %.4f | %.2f | %.1f | %.4f | %.2f | %.2f | %.1f | %.1f | %.0f%% / %.0f%% | %.0f%% | %d |\n",
-			p.round, p.route.name, thousands(p.load.perSecond), formatMillis(p.load.p99), calls/float64(p.served),
-			float64(sum(p.inScript))/calls, float64(sum(p.evalMicros))/calls, float64(sum(p.otherCalls))/float64(p.served), p.batchMean,
-			perReq, perDecision, p.gatewayMu, 100*p.proxyBusy, 100*p.loadBusy, 100*p.otherCPU, p.load.non2xx)
-	}
-	b.WriteString("\nPer shard:\n\n| round | route | shard (slots) | share of decisions | EVALSHA/req | other calls/req | Redis CPU µs/decision | busy (less idle) |\n")
-	b.WriteString("| ---: | --- | --- | ---: | ---: | ---: | ---: | ---: |\n")
-	for _, p := range phases {
-		for k, s := range shards {
-			fmt.Fprintf(&b, "| %d | %s | %d (%d–%d) | %.1f%% | %.4f | %.4f | %s | %.1f%% |\n", p.round, p.route.name, k+1, s.first, s.last,
-				100*p.share(k), float64(p.evalsha[k])/float64(p.served), float64(p.otherCalls[k])/float64(p.served),
-				orDash("%.1f", p.shardMicrosPerDecision(k)), 100*p.redisCPU[k]/p.wallSeconds)
-		}
-	}
-	fmt.Fprintf(&b, "\nSizing (medians over the rounds; a shard planned at %.0f%% of its one core, the load spread evenly over the shards):\n\n", 100*shardUtilisation)
-	b.WriteString("| policy | Redis CPU µs/request | Redis CPU µs/decision | Redis cores per 1M req/s | shards per 1M req/s |\n")
-	b.WriteString("| --- | ---: | ---: | ---: | ---: |\n")
-	hotKey := ""
-	for _, r := range scaleRoutes {
-		var perReq, perDecision []float64
-		for _, p := range phases {
-			if p.route.name == r.name {
-				a, d := p.redisMicros()
-				perReq, perDecision = append(perReq, a), append(perDecision, d)
-			}
-		}
-		cores, n := sizing(sizingRate, median(perReq), shardUtilisation)
-		label := "exact (one decision a request)"
-		if r.requestsPerDecision > 1 {
-			label = fmt.Sprintf("leased (lease = %d)", r.requestsPerDecision)
-			hotKey = fmt.Sprintf("\nOne hot key is on one shard whatever their number: with lease = %d at %.1f µs a decision it is served up to %s req/s at %.0f%% of that shard's core.\n",
-				r.requestsPerDecision, median(perDecision), thousands(hotKeyCeiling(median(perDecision), r.requestsPerDecision, shardUtilisation)), 100*shardUtilisation)
-		}
-		fmt.Fprintf(&b, "| %s | %.2f | %.1f | %.2f | %d |\n", label, median(perReq), median(perDecision), cores, n)
-	}
-	b.WriteString(hotKey)
-	b.WriteString("\nHow these were taken:\n")
-	fmt.Fprintf(&b, "- %s; %s\n", strings.Join(h.environment, ", "), cpuModel())
-	if h.pin.taskset != "" {
-		b.WriteString("- pinned with taskset: the gateways on CPU 0; the shards, the upstream and the generators (one per gateway) on CPU 1\n")
-	}
-	fmt.Fprintf(&b, "- exact: route / with a fixed window never reached, subject client_ip, %s subjects in turn in X-Forwarded-For (each generator from its own part of the rotation, on from where it stopped); leased: route /hot, the same window with lease = %d, one subject (127.0.0.1) on every gateway\n",
-		thousands(scaleSubjects), scaleLease)
-	var others []string
-	for _, p := range phases {
-		others = append(others, p.otherNames...)
-	}
-	slices.Sort(others)
-	fmt.Fprintf(&b, "- calls from INFO commandstats of each shard over the phase: EVALSHA (its µs/call is commandstats' usec, the script's own time), the commands the scripts ran (%s), and the other calls the gateways sent (%s; the harness's INFO left out); calls per write: gateway_redis_batch_size over the gateways\n",
-		strings.Join(scriptCommands, ", "), strings.Join(slices.Compact(others), ", "))
-	var idle []string
-	for _, s := range shards {
-		idle = append(idle, fmt.Sprintf("%.2f%%", 100*s.idleCores))
-	}
-	fmt.Fprintf(&b, "- Redis CPU: used_cpu_user + used_cpu_sys of INFO cpu over the phase, less each shard's idle CPU (%s of a core, measured over 2 s with the gateways up and no load); a decision: a request of exact, %d of leased; a shard's share of decisions is its share of the EVALSHA calls\n",
-		strings.Join(idle, ", "), scaleLease)
-	var keyShares []string
-	for _, n := range keys {
-		keyShares = append(keyShares, fmt.Sprintf("%.1f%%", 100*float64(n)/float64(max(sum(keys), 1))))
-	}
-	fmt.Fprintf(&b, "- keys on the shards at the end: %s of %s\n", strings.Join(keyShares, ", "), thousands(float64(sum(keys))))
-	for _, n := range h.notes {
-		fmt.Fprintf(&b, "- %s\n", n)
-	}
-	return b.String()
 }
