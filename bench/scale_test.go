@@ -1,6 +1,7 @@
 package main
 
 import (
+	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -191,5 +192,57 @@ func TestWrkRotationStartsWhereItIsTold(t *testing.T) {
 	}
 	if !strings.Contains(string(b), "local i = 12500\n") || !strings.Contains(string(b), "local n = 100000\n") {
 		t.Errorf("the rotation from 212500 of 100000 does not start at 12500:\n%s", b)
+	}
+}
+
+func TestScaleModeSplitsSixtyFourConnectionsUnlessTold(t *testing.T) {
+	for _, c := range []struct {
+		args  []string
+		conns []int
+	}{
+		{[]string{"-mode", "scale"}, []int{64}},
+		{[]string{"-mode", "scale", "-conns", "16,256"}, []int{16, 256}},
+		{nil, []int{64, 512}},
+	} {
+		s, err := parseSettings(c.args, io.Discard)
+		if err != nil {
+			t.Fatalf("%q: %v", c.args, err)
+		}
+		if !slices.Equal(s.conns, c.conns) {
+			t.Errorf("%q: conns %v, want %v", c.args, s.conns, c.conns)
+		}
+	}
+}
+
+// The report's sizing rows are the medians of each route's rounds at each
+// connection count; the first pass is a row of its own.
+func TestScaleReportSizesEachPolicyFromItsMedians(t *testing.T) {
+	h := &harness{s: settings{rounds: 3, duration: 5 * time.Second, conns: []int{64}}, pingMicros: map[int]float64{1: 14.5, 16: 1}}
+	shards := []*shard{{first: 0, last: 8191}, {first: 8192, last: 16383}}
+	cpu := func(micros float64, served int64) []float64 {
+		total := micros * float64(served) / 1e6
+		return []float64{total / 2, total / 2}
+	}
+	var phases []phase
+	for round, micros := range []float64{60, 70, 90} {
+		phases = append(phases,
+			phase{round: round + 1, route: scaleRoutes[0], conns: 64, served: 10000, evalsha: []int64{5000, 5000},
+				evalMicros: []int64{0, 0}, inScript: []int64{0, 0}, otherCalls: []int64{0, 0}, redisCPU: cpu(micros, 10000), wallSeconds: 5},
+			phase{round: round + 1, route: scaleRoutes[1], conns: 64, served: 50000, evalsha: []int64{0, 1000},
+				evalMicros: []int64{0, 0}, inScript: []int64{0, 0}, otherCalls: []int64{0, 0}, redisCPU: []float64{0, micros / 20 * 50000 / 1e6}, wallSeconds: 5})
+	}
+	phases = append(phases, phase{round: 0, route: exactNew, conns: 64, served: 10000, evalsha: []int64{5000, 5000},
+		evalMicros: []int64{0, 0}, inScript: []int64{0, 0}, otherCalls: []int64{0, 0}, redisCPU: cpu(100, 10000), wallSeconds: 5})
+	got := h.scaleReport(shards, phases, []int64{50000, 50001}, []string{"hmget"})
+	for _, want := range []string{
+		"| exact, each request its subject's first in the window (creates the key) | 64 | 100.00 | 100.0 | 100.00 | 143 |",
+		"| exact (one decision a request), the subject's key in place | 64 | 70.00 | 70.0 | 70.00 | 100 |",
+		"| leased (lease = 50) | 64 | 3.50 | 175.0 | 3.50 | 5 |",
+		"up to 200,000 req/s",
+		"| 2 | leased | 64 | 2 (8192–16383) | 100.0% |",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("the report has no %q:\n%s", want, got)
+		}
 	}
 }
