@@ -43,6 +43,9 @@ type harness struct {
 	nginxBin     string // empty when nginx is not installed
 	environment  []string
 	driven       map[string]bool // the targets some mode drove, for the report
+	// pingMicros is the scale run's CPU per PING on a shard, by how
+	// many go in one pipeline.
+	pingMicros map[int]float64
 	// rotations are the rotation targets started, each with its hot key's
 	// target, in order, for the report's ratios.
 	rotations [][2]string
@@ -65,6 +68,7 @@ func newHarness(s settings, progress io.Writer) (*harness, error) {
 		pin:         newPinning(),
 		statsClient: &http.Client{Timeout: 5 * time.Second},
 		driven:      map[string]bool{},
+		pingMicros:  map[int]float64{},
 	}, nil
 }
 

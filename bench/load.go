@@ -30,11 +30,12 @@ type loadResult struct {
 
 // loader drives one URL with a fixed number of keep-alive connections.
 // With subjects above 1 each request comes from the next of that many
-// client addresses (10.0.0.0, 10.0.0.1, ... in turn), named in
-// X-Forwarded-For: the gateway must trust the load side as a proxy.
+// client addresses (10.0.0.0, 10.0.0.1, ... in turn, from the from-th),
+// named in X-Forwarded-For: the gateway must trust the load side as a
+// proxy.
 type loader struct {
 	name  string // for the report: "wrk ..." or the Go generator
-	argv  func(url string, conns int, d time.Duration, subjects int, dir string) ([]string, error)
+	argv  func(url string, conns int, d time.Duration, subjects, from int, dir string) ([]string, error)
 	parse func(stdout string) (loadResult, error)
 	dir   string // the harness's temporary folder, for wrk's script
 }
@@ -50,9 +51,9 @@ const maxSubjects = 1 << 24
 // wrkRotation is wrk's script for a rotation of subjects addresses: a
 // request is wrk's own prepared one with the header added by a few
 // concatenations, which costs wrk about what its own request does.
-const wrkRotation = `-- Written by go run ./bench: request i comes from client address i mod %[1]d, named in X-Forwarded-For.
+const wrkRotation = `-- Written by go run ./bench: request i comes from client address (%[2]d + i) mod %[1]d, named in X-Forwarded-For.
 local n = %[1]d
-local i = 0
+local i = %[2]d
 local head
 init = function(args)
   -- wrk's request without its last CRLF, the end of its header block
@@ -76,9 +77,9 @@ func newLoader(choice string) (loader, string, error) {
 	}
 	goLoader := loader{
 		name: "the harness's Go load generator (fixed connections, keep-alive)",
-		argv: func(url string, conns int, d time.Duration, subjects int, dir string) ([]string, error) {
+		argv: func(url string, conns int, d time.Duration, subjects, from int, dir string) ([]string, error) {
 			return []string{self, "internal-load", "-url", url, "-c", strconv.Itoa(conns), "-d", d.String(),
-				"-subjects", strconv.Itoa(max(subjects, 1))}, nil // the hot key: 0 here, 1 (no header) there
+				"-subjects", strconv.Itoa(max(subjects, 1)), "-from", strconv.Itoa(from)}, nil // the hot key: 0 here, 1 (no header) there
 		},
 		parse: parseGoLoad,
 	}
@@ -94,11 +95,11 @@ func newLoader(choice string) (loader, string, error) {
 	}
 	return loader{
 		name: wrkVersion(wrk) + " (-t1)",
-		argv: func(url string, conns int, d time.Duration, subjects int, dir string) ([]string, error) {
+		argv: func(url string, conns int, d time.Duration, subjects, from int, dir string) ([]string, error) {
 			seconds := int(math.Ceil(d.Seconds()))
 			argv := []string{wrk, "-t1", "-c" + strconv.Itoa(conns), "-d" + strconv.Itoa(seconds) + "s", "--timeout", "10s", "--latency"}
 			if subjects > 1 {
-				script, err := writeWrkRotation(dir, subjects)
+				script, err := writeWrkRotation(dir, subjects, from)
 				if err != nil {
 					return nil, err
 				}
@@ -123,20 +124,22 @@ func wrkVersion(path string) string {
 }
 
 // writeWrkRotation writes wrk's script for a rotation of subjects
-// addresses into dir, once, and returns its path.
-func writeWrkRotation(dir string, subjects int) (string, error) {
-	path := filepath.Join(dir, fmt.Sprintf("rotation-%d.lua", subjects))
+// addresses, starting at the from-th, into dir, once, and returns its
+// path.
+func writeWrkRotation(dir string, subjects, from int) (string, error) {
+	from %= subjects
+	path := filepath.Join(dir, fmt.Sprintf("rotation-%d-from-%d.lua", subjects, from))
 	if _, err := os.Stat(path); err == nil {
 		return path, nil
 	}
-	return path, os.WriteFile(path, []byte(fmt.Sprintf(wrkRotation, subjects)), 0o644)
+	return path, os.WriteFile(path, []byte(fmt.Sprintf(wrkRotation, subjects, from)), 0o644)
 }
 
 // run drives t at conns connections on the load CPU for d and returns
 // what the generator reported.
 func (l loader) run(ctx context.Context, pin pinning, t *target, conns int, d time.Duration) (loadResult, error) {
 	url := t.url
-	largv, err := l.argv(url, conns, d, t.subjects, l.dir)
+	largv, err := l.argv(url, conns, d, t.subjects, t.rotationFrom, l.dir)
 	if err != nil {
 		return loadResult{}, err
 	}

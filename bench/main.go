@@ -10,6 +10,7 @@
 //	go run ./bench -mode soak -duration 10m  # leaks through Redis restarts (soak.go)
 //	go run ./bench -mode protocols      # the gateway's CPU per request over HTTP/3 against HTTP/2 (protocols.go)
 //	go run ./bench -mode rls            # the rate limit service's decisions/s, p99 and CPU per decision (rls.go)
+//	go run ./bench -mode scale          # 8 gateways on a 3-master Redis Cluster: Redis calls and CPU per decision, per shard (scale.go)
 //
 // The targets, in the order each round drives them:
 //
@@ -78,11 +79,11 @@ type settings struct {
 func parseSettings(args []string, stderr io.Writer) (settings, error) {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	mode := fs.String("mode", "main", "`main` (a limit that never denies), flood (one subject over a 5/min limit), both, protocols (CPU per request over HTTP/3 against HTTP/2), rls (the rate limit service over gRPC) or soak (leaks through Redis restarts)")
+	mode := fs.String("mode", "main", "`main` (a limit that never denies), flood (one subject over a 5/min limit), both, protocols (CPU per request over HTTP/3 against HTTP/2), rls (the rate limit service over gRPC), scale (8 gateways on a 3-master Redis Cluster) or soak (leaks through Redis restarts)")
 	rounds := fs.Int("rounds", 3, "interleaved rounds; every figure is the median over them")
 	duration := fs.Duration("duration", 8*time.Second, "length of one load run; in soak mode the soak's, default 3m, at most 1h")
 	warmup := fs.Duration("warmup", 2*time.Second, "unmeasured load on each target before the first round")
-	conns := fs.String("conns", "64,512", "comma-separated connection counts, each a run per target and round")
+	conns := fs.String("conns", "64,512", "comma-separated connection counts, each a run per target and round; in scale mode the total over the gateways, default 64")
 	loader := fs.String("loader", "auto", "`auto` (wrk when installed, else the Go generator), wrk or go")
 	targets := fs.String("targets", "", "comma-separated targets to drive (default all): "+strings.Join(targetOrder, ", "))
 	repo := fs.String("repo", ".", "a folder inside the gateway module")
@@ -128,6 +129,13 @@ func parseSettings(args []string, stderr io.Writer) (settings, error) {
 	case "rls":
 		s.modes = []string{"rls"}
 		s.only["gateway-memory"], s.only["gateway-redis"] = true, true
+	case "scale":
+		// It starts its own Cluster and gateways: none of the targets.
+		s.modes = []string{"scale"}
+		s.only["scale"] = true
+		if !set["conns"] {
+			*conns = "64"
+		}
 	case "soak":
 		s.modes = []string{"soak"}
 		s.only["gateway-redis"] = true
@@ -151,7 +159,7 @@ func parseSettings(args []string, stderr io.Writer) (settings, error) {
 			s.soak.warmup = 30 * time.Second
 		}
 	default:
-		return s, fmt.Errorf("-mode %q: want main, flood, both, protocols, rls or soak", *mode)
+		return s, fmt.Errorf("-mode %q: want main, flood, both, protocols, rls, scale or soak", *mode)
 	}
 	if s.rounds < 1 {
 		return s, errors.New("-rounds must be at least 1")
@@ -254,7 +262,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if err := h.setup(ctx); err != nil {
 		return failed(ctx, stderr, err)
 	}
-	if drive, ok := map[string]func(context.Context, io.Writer) error{"protocols": h.runProtocols, "rls": h.runRLS}[s.modes[0]]; ok {
+	if drive, ok := map[string]func(context.Context, io.Writer) error{"protocols": h.runProtocols, "rls": h.runRLS, "scale": h.runScale}[s.modes[0]]; ok {
 		if err := drive(ctx, stdout); err != nil {
 			return failed(ctx, stderr, err)
 		}

@@ -293,3 +293,98 @@ func (h *harness) setupNotes() string {
 	}
 	return b.String()
 }
+
+// scaleReport is the mode's markdown: each phase, each phase per shard,
+// and the sizing the medians give.
+func (h *harness) scaleReport(shards []*shard, phases []phase, keys []int64, scriptCommands []string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "\n### Scale run: %d gateways on a %d-master Redis Cluster (%d rounds of %s; conns: over all the gateways, one wrk each)\n\n",
+		scaleGateways, len(shards), h.s.rounds, h.s.duration)
+	b.WriteString("| round | route | conns | req/s | p99 (worst gateway) | EVALSHA/req | commands in scripts/EVALSHA | EVALSHA wall µs/call | other calls/req | calls per write | Redis CPU µs/req | Redis CPU µs/decision | gateways' CPU µs/req | core 0 / core 1 busy | other CPU | non-2xx |\n")
+	b.WriteString("| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+	for _, p := range phases {
+		perReq, perDecision := p.redisMicros()
+		calls := float64(sum(p.evalsha))
+		fmt.Fprintf(&b, "| %d | %s | %d | %s | %s | %.4f | %.2f | %.1f | %.4f | %.2f | %.2f | %.1f | %.1f | %.0f%% / %.0f%% | %.0f%% | %d |\n",
+			p.round, p.route.name, p.conns, thousands(p.load.perSecond), formatMillis(p.load.p99), calls/float64(p.served),
+			float64(sum(p.inScript))/calls, float64(sum(p.evalMicros))/calls, float64(sum(p.otherCalls))/float64(p.served), p.batchMean,
+			perReq, perDecision, p.gatewayMu, 100*p.proxyBusy, 100*p.loadBusy, 100*p.otherCPU, p.load.non2xx)
+	}
+	b.WriteString("\nPer shard:\n\n| round | route | conns | shard (slots) | share of decisions | EVALSHA/req | other calls/req | Redis CPU µs/decision | busy (less idle) |\n")
+	b.WriteString("| ---: | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: |\n")
+	for _, p := range phases {
+		for k, s := range shards {
+			fmt.Fprintf(&b, "| %d | %s | %d | %d (%d–%d) | %.1f%% | %.4f | %.4f | %s | %.1f%% |\n", p.round, p.route.name, p.conns, k+1, s.first, s.last,
+				100*p.share(k), float64(p.evalsha[k])/float64(p.served), float64(p.otherCalls[k])/float64(p.served),
+				orDash("%.1f", p.shardMicrosPerDecision(k)), 100*p.redisCPU[k]/p.wallSeconds)
+		}
+	}
+	fmt.Fprintf(&b, "\nSizing (medians over the rounds; a shard planned at %.0f%% of its one core, the load spread evenly over the shards):\n\n", 100*shardUtilisation)
+	b.WriteString("| policy | conns | Redis CPU µs/request | Redis CPU µs/decision | Redis cores per 1M req/s | shards per 1M req/s |\n")
+	b.WriteString("| --- | ---: | ---: | ---: | ---: | ---: |\n")
+	hotKey := ""
+	most := slices.Max(h.s.conns)
+	for _, r := range []scaleRoute{exactNew, scaleRoutes[0], scaleRoutes[1]} {
+		conns := h.s.conns
+		if r == exactNew {
+			conns = []int{most} // the first pass runs at the most
+		}
+		for _, c := range conns {
+			var perReq, perDecision []float64
+			for _, p := range phases {
+				if p.route == r && p.conns == c {
+					a, d := p.redisMicros()
+					perReq, perDecision = append(perReq, a), append(perDecision, d)
+				}
+			}
+			if len(perReq) == 0 {
+				continue
+			}
+			cores, n := sizing(sizingRate, median(perReq), shardUtilisation)
+			label := "exact (one decision a request), the subject's key in place"
+			switch {
+			case r == exactNew:
+				label = "exact, each request its subject's first in the window (creates the key)"
+			case r.requestsPerDecision > 1:
+				label = fmt.Sprintf("leased (lease = %d)", r.requestsPerDecision)
+				if c == most {
+					hotKey = fmt.Sprintf("\nOne hot key is on one shard whatever their number: with lease = %d at %.1f µs a decision (%d conns) it is served up to %s req/s at %.0f%% of that shard's core.\n",
+						r.requestsPerDecision, median(perDecision), c, thousands(hotKeyCeiling(median(perDecision), r.requestsPerDecision, shardUtilisation)), 100*shardUtilisation)
+				}
+			}
+			fmt.Fprintf(&b, "| %s | %d | %.2f | %.1f | %.2f | %d |\n", label, c, median(perReq), median(perDecision), cores, n)
+		}
+	}
+	b.WriteString(hotKey)
+	b.WriteString("\nHow these were taken:\n")
+	fmt.Fprintf(&b, "- %s; %s\n", strings.Join(h.environment, ", "), cpuModel())
+	if h.pin.taskset != "" {
+		b.WriteString("- pinned with taskset: the gateways on CPU 0; the shards, the upstream and the generators (one per gateway) on CPU 1\n")
+	}
+	fmt.Fprintf(&b, "- exact: route / with a fixed window never reached, subject client_ip, %s subjects in turn in X-Forwarded-For (each generator from its own part of the rotation, on from where it stopped); leased: route /hot, the same window with lease = %d, one subject (127.0.0.1) on every gateway\n",
+		thousands(scaleSubjects), scaleLease)
+	var others []string
+	for _, p := range phases {
+		others = append(others, p.otherNames...)
+	}
+	slices.Sort(others)
+	fmt.Fprintf(&b, "- calls from INFO commandstats of each shard over the phase: EVALSHA (its wall µs/call is commandstats' usec: the script's time from start to end, with any time the shard was preempted on its shared core), the commands the scripts ran (%s), and the other calls the gateways sent (%s; the harness's INFO left out); calls per write: gateway_redis_batch_size over the gateways\n",
+		strings.Join(scriptCommands, ", "), strings.Join(slices.Compact(others), ", "))
+	var idle []string
+	for _, s := range shards {
+		idle = append(idle, fmt.Sprintf("%.2f%%", 100*s.idleCores))
+	}
+	fmt.Fprintf(&b, "- Redis CPU: used_cpu_user + used_cpu_sys of INFO cpu over the phase, less each shard's idle CPU (%s of a core, measured over 2 s with the gateways up and no load); a decision: a request of exact, %d of leased; a shard's share of decisions is its share of the EVALSHA calls\n",
+		strings.Join(idle, ", "), scaleLease)
+	fmt.Fprintf(&b, "- a PING costs a shard %.1f µs of CPU alone and %.1f µs in pipelines of 16 (20,000 from the harness over 8 connections, shard 1, no other load): the part of a call that is not its command\n",
+		h.pingMicros[1], h.pingMicros[16])
+	var keyShares []string
+	for _, n := range keys {
+		keyShares = append(keyShares, fmt.Sprintf("%.1f%%", 100*float64(n)/float64(max(sum(keys), 1))))
+	}
+	fmt.Fprintf(&b, "- keys on the shards at the end: %s of %s\n", strings.Join(keyShares, ", "), thousands(float64(sum(keys))))
+	for _, n := range h.notes {
+		fmt.Fprintf(&b, "- %s\n", n)
+	}
+	return b.String()
+}

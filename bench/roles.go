@@ -26,6 +26,7 @@ func runRole(role string, args []string) int {
 	conns := fs.Int("c", 64, "connections (load generator)")
 	duration := fs.Duration("d", 8*time.Second, "how long to load (load generator)")
 	subjects := fs.Int("subjects", 1, "client addresses to rotate through in X-Forwarded-For (load generator); 1 sends none")
+	from := fs.Int("from", 0, "the rotation's first client address, counted from 10.0.0.0 (load generator)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -36,7 +37,7 @@ func runRole(role string, args []string) int {
 	case "internal-bare-proxy":
 		err = serveBareProxy(*listen, *upstream)
 	case "internal-load":
-		err = generateLoad(os.Stdout, *target, *conns, *duration, *subjects)
+		err = generateLoad(os.Stdout, *target, *conns, *duration, *subjects, *from)
 	default:
 		err = fmt.Errorf("unknown role %q", role)
 	}
@@ -84,10 +85,10 @@ type goLoadResult struct {
 // generateLoad is the stand-in for wrk: conns keep-alive connections, each
 // sending its next GET when the last answer is read, for d. With subjects
 // above 1 each request names the next of that many client addresses in
-// X-Forwarded-For, as wrk's rotation script does.
-func generateLoad(w io.Writer, target string, conns int, d time.Duration, subjects int) error {
-	if target == "" || conns < 1 || subjects < 1 || subjects > maxSubjects {
-		return fmt.Errorf("need -url, -c >= 1 and -subjects from 1 to %d", maxSubjects)
+// X-Forwarded-For, from the from-th, as wrk's rotation script does.
+func generateLoad(w io.Writer, target string, conns int, d time.Duration, subjects, from int) error {
+	if target == "" || conns < 1 || subjects < 1 || subjects > maxSubjects || from < 0 {
+		return fmt.Errorf("need -url, -c >= 1, -subjects from 1 to %d and -from >= 0", maxSubjects)
 	}
 	var addrs []string
 	if subjects > 1 {
@@ -97,6 +98,7 @@ func generateLoad(w io.Writer, target string, conns int, d time.Duration, subjec
 		}
 	}
 	var nextAddr atomic.Int64
+	nextAddr.Store(int64(from))
 	transport := &http.Transport{MaxIdleConnsPerHost: conns, MaxConnsPerHost: conns, DisableCompression: true}
 	client := &http.Client{Transport: transport}
 	ctx, cancel := context.WithTimeout(context.Background(), d)

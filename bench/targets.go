@@ -28,6 +28,8 @@ type target struct {
 	// same process driven from one address, which it is compared with.
 	subjects int
 	hotKey   string
+	// rotationFrom is the rotation's first address of the next run.
+	rotationFrom int
 }
 
 // rotationName is the name of the target that drives name's process from
@@ -153,18 +155,25 @@ func (h *harness) startGateway(ctx context.Context, mode, name string, withRedis
 	if err := os.WriteFile(conf, []byte(gatewayConfig(mode, name, listen, admin, h.upstreamAddr, redisAddr, h.s.dedup, trustLoad)), 0o644); err != nil {
 		return nil, err
 	}
+	p, err := h.launchGateway(ctx, name, conf, admin, filepath.Join(h.dir, name+"-"+mode+".log"))
+	if err != nil {
+		return nil, err
+	}
+	return &target{name: name, url: "http://" + listen + "/", proc: p, admin: admin, accessLog: p.logPath, redis: withRedis}, nil
+}
+
+// launchGateway has the gateway validate conf, starts it on the proxy CPU
+// with its output appended to logPath and waits until admin answers
+// /readyz.
+func (h *harness) launchGateway(ctx context.Context, name, conf, admin, logPath string) (*process, error) {
 	if out, err := exec.CommandContext(ctx, h.gatewayBin, "validate", "-config", conf).CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("gateway validate %s: %w\n%s", conf, err, out)
 	}
-	logPath := filepath.Join(h.dir, name+"-"+mode+".log")
 	p, err := h.start(name, h.pin.argv(proxyCPU, h.gatewayBin, "run", "-config", conf), logPath)
 	if err != nil {
 		return nil, err
 	}
-	if err := waitHTTP(ctx, p, "http://"+admin+"/readyz", isOK, 20*time.Second); err != nil {
-		return nil, err
-	}
-	return &target{name: name, url: "http://" + listen + "/", proc: p, admin: admin, accessLog: logPath, redis: withRedis}, nil
+	return p, waitHTTP(ctx, p, "http://"+admin+"/readyz", isOK, 20*time.Second)
 }
 
 // gatewayConfig is the gateway's file for a mode: one route, one policy,
