@@ -133,13 +133,16 @@ type leanConn struct {
 	host string // the key of its idle list
 	conn net.Conn
 	br   *bufio.Reader // reads through the leanConn, for the head's limit
-	bw   *bufio.Writer
+	// wbuf is the request as written; out is what of it has yet to be
+	// sent: the first read of the answer sends it (sendRead).
+	wbuf requestBuffer
+	out  []byte
 	// headRoom is what the response head may still read; MaxInt64 once
 	// the head is read.
 	headRoom int64
 	idleAt   time.Time
 	abort    func() // closes conn; made once, for context.AfterFunc
-	idleCheck
+	rawConn
 
 	// The exchange under way, for the watch (leanTransport.watchAfter):
 	// ctx is its request's; deadline the socket's once the watch is
@@ -165,7 +168,13 @@ func (c *leanConn) Read(p []byte) (int, error) {
 	if int64(len(p)) > c.headRoom {
 		p = p[:c.headRoom]
 	}
-	n, err := c.conn.Read(p)
+	var n int
+	var err error
+	if len(c.out) > 0 {
+		n, err = c.sendRead(p)
+	} else {
+		n, err = c.conn.Read(p)
+	}
 	for n == 0 && err != nil && c.sliced && errors.Is(err, os.ErrDeadlineExceeded) {
 		if err = c.watch(); err != nil {
 			return 0, err
@@ -178,8 +187,8 @@ func (c *leanConn) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// Write is the connection as the request writer sees it: the watch's
-// deadline does not cut a request short.
+// Write sends what sendRead could not: the watch's deadline does not cut
+// a request short.
 func (c *leanConn) Write(p []byte) (int, error) {
 	n, err := c.conn.Write(p)
 	for err != nil && c.sliced && errors.Is(err, os.ErrDeadlineExceeded) {
@@ -281,15 +290,14 @@ func (t *leanTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 // before it to the request's client trace (ReverseProxy forwards them from
 // there).
 func (c *leanConn) exchange(req *http.Request) (*http.Response, error) {
-	if err := req.Write(c.bw); err != nil {
+	c.wbuf = c.wbuf[:0]
+	if err := req.Write(&c.wbuf); err != nil {
 		return nil, err
 	}
-	if err := c.bw.Flush(); err != nil {
-		return nil, err
-	}
+	c.out = c.wbuf
 	trace := httptrace.ContextClientTrace(req.Context())
 	c.headRoom = maxResponseHeadBytes
-	defer func() { c.headRoom = math.MaxInt64 }()
+	defer c.exchanged()
 	for {
 		res, err := http.ReadResponse(c.br, req)
 		if err != nil {
@@ -308,6 +316,38 @@ func (c *leanConn) exchange(req *http.Request) (*http.Response, error) {
 			c.headRoom = maxResponseHeadBytes
 		}
 	}
+}
+
+// exchanged ends an exchange's use of the connection's buffers. A request
+// head far larger than most keeps no buffer of its size.
+func (c *leanConn) exchanged() {
+	c.headRoom = math.MaxInt64
+	c.out = nil
+	if cap(c.wbuf) > maxKeptRequestBytes {
+		c.wbuf = nil
+	}
+}
+
+// maxKeptRequestBytes bounds the request buffer a connection keeps.
+const maxKeptRequestBytes = 16 << 10
+
+// requestBuffer holds a request as Request.Write writes it. It is an
+// io.ByteWriter, so Write wraps it in no bufio.Writer of its own.
+type requestBuffer []byte
+
+func (b *requestBuffer) Write(p []byte) (int, error) {
+	*b = append(*b, p...)
+	return len(p), nil
+}
+
+func (b *requestBuffer) WriteString(s string) (int, error) {
+	*b = append(*b, s...)
+	return len(s), nil
+}
+
+func (b *requestBuffer) WriteByte(c byte) error {
+	*b = append(*b, c)
+	return nil
 }
 
 // end ends the watch of the exchange's context, and reports whether the
@@ -396,9 +436,8 @@ func (t *leanTransport) get(ctx context.Context, u *url.URL, now, deadline time.
 	}
 	c := &leanConn{t: t, host: u.Host, conn: nc, headRoom: math.MaxInt64}
 	c.br = bufio.NewReader(c)
-	c.bw = bufio.NewWriter(c)
 	c.abort = func() { nc.Close() }
-	c.initIdleCheck(nc)
+	c.initRaw(nc)
 	c.arm(now, deadline, watch)
 	return c, nil
 }

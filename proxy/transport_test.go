@@ -385,6 +385,39 @@ func TestTheLeanTransportEndsWithTheRequestsContext(t *testing.T) {
 	}
 }
 
+// A request is sent with its answer's first read when the socket takes it
+// at once; a head larger than the socket's buffer goes in part that way
+// and the rest as any write, and arrives whole, as do the requests after
+// it on the same connection.
+func TestTheLeanTransportSendsAHeadLargerThanTheSocketsBuffer(t *testing.T) {
+	lt := newTestLean(t, nil)
+	large := strings.Repeat("a", 8<<20)
+	u := newRawTarget(t, func(_, _ int, req *http.Request) (string, bool) {
+		if v := req.Header.Get("X-Large"); v != "" && v != large {
+			return "HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n", false
+		}
+		return okAnswer, false
+	})
+	for i, size := range []int{0, len(large), 0} {
+		req, _ := http.NewRequest("GET", u.url("/"), nil)
+		if size > 0 {
+			req.Header.Set("X-Large", large)
+		}
+		res, err := lt.RoundTrip(req)
+		if err != nil {
+			t.Fatalf("request %d: %v", i+1, err)
+		}
+		body, err := io.ReadAll(res.Body)
+		res.Body.Close()
+		if err != nil || res.StatusCode != 200 || string(body) != "ok" {
+			t.Fatalf("request %d: %d %q, %v; want 200 ok", i+1, res.StatusCode, body, err)
+		}
+	}
+	if n := u.conns.Load(); n != 1 {
+		t.Fatalf("%d connections for 3 requests, want 1", n)
+	}
+}
+
 // A response read whole is no reason to keep a connection whose request's
 // context ended meanwhile: the next request dials anew.
 func TestTheLeanTransportKeepsNoConnectionOfAnEndedContext(t *testing.T) {

@@ -9,8 +9,19 @@ import "net"
 // written to it, so the standard Transport carries every request.
 const leanSupported = false
 
-type idleCheck struct{}
+type rawConn struct{}
 
-func (c *leanConn) initIdleCheck(net.Conn) {}
+func (c *leanConn) initRaw(net.Conn) {}
 
 func (c *leanConn) usable() bool { return false }
+
+// sendRead sends c.out, the request, and reads the first bytes of its
+// answer into p.
+func (c *leanConn) sendRead(p []byte) (int, error) {
+	out := c.out
+	c.out = nil
+	if _, err := c.Write(out); err != nil {
+		return 0, err
+	}
+	return c.conn.Read(p)
+}
