@@ -41,6 +41,7 @@ type harness struct {
 	redisProc    *process // the running redis-server
 	redisClient  *redis.Client
 	nginxBin     string // empty when nginx is not installed
+	perf         string // perf, counting each target's syscalls (-syscalls); empty: not counted
 	environment  []string
 	driven       map[string]bool // the targets some mode drove, for the report
 	// pingMicros is the scale run's CPU per PING on a shard, by how
@@ -158,6 +159,11 @@ func (h *harness) setup(ctx context.Context) error {
 	if h.wants("gateway-redis") || h.wants("gateway-redis-inflight") || h.wants("gateway-redis-lease") {
 		if err := h.startRedis(ctx); err != nil {
 			return err
+		}
+	}
+	if h.s.syscalls {
+		if h.perf, err = findPerf(h.dir); err != nil {
+			return fmt.Errorf("-syscalls: %w", err)
 		}
 	}
 	if h.wants("nginx") {

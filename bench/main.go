@@ -72,6 +72,7 @@ type settings struct {
 	dedup    bool            // the gateways' policy de-duplicates evaluations
 	subjects int             // main mode, above 1: each gateway is also driven from a rotation of this many client addresses
 	profile  string          // a folder for perf profiles of the gateways; "" for none
+	syscalls bool            // count each target's syscalls with perf stat
 	soak     soakSettings
 	args     []string // as given, for the report
 }
@@ -89,6 +90,7 @@ func parseSettings(args []string, stderr io.Writer) (settings, error) {
 	repo := fs.String("repo", ".", "a folder inside the gateway module")
 	dedup := fs.Bool("dedup", true, "leave the gateways' policy de-duplication on (its default); -dedup=false to see what it costs")
 	profile := fs.String("profile", "", "after the rounds, profile each gateway with perf record for one more run per connection count, into this `folder`")
+	syscalls := fs.Bool("syscalls", false, "main and flood: count each target's system calls per request with perf stat (Debian: linux-perf), on the load CPU")
 	keep := fs.Bool("keep", false, "keep the temporary folder (configurations, logs) and print its path")
 	var soak soakSettings
 	fs.DurationVar(&soak.restartEvery, "restart-every", 45*time.Second, "soak: kill and restart redis-server this often")
@@ -107,7 +109,7 @@ func parseSettings(args []string, stderr io.Writer) (settings, error) {
 		return settings{}, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
 	s := settings{rounds: *rounds, duration: *duration, warmup: *warmup, loader: *loader, keep: *keep, dedup: *dedup,
-		profile: *profile, soak: soak, args: args, only: map[string]bool{}}
+		profile: *profile, syscalls: *syscalls, soak: soak, args: args, only: map[string]bool{}}
 	s.soak.subjects = 8
 	switch {
 	case *mode == "soak" && set["subjects"]:

@@ -20,8 +20,14 @@ const clockTicksPerSecond = 100
 
 // procStat is what the harness reads from one /proc/<pid>/stat line.
 type procStat struct {
-	ppid  int
-	ticks int64 // utime + stime, every thread of the process
+	ppid int
+	cpuTicks
+}
+
+// cpuTicks is CPU time in clock ticks: in all (utime + stime, every
+// thread), and of it in the kernel (stime).
+type cpuTicks struct {
+	all, sys int64
 }
 
 // parseProcStat reads a /proc/<pid>/stat line. The command name, in
@@ -43,7 +49,7 @@ func parseProcStat(line string) (procStat, error) {
 	if err := errors.Join(err1, err2, err3); err != nil {
 		return procStat{}, fmt.Errorf("proc stat: %w", err)
 	}
-	return procStat{ppid: ppid, ticks: utime + stime}, nil
+	return procStat{ppid: ppid, cpuTicks: cpuTicks{all: utime + stime, sys: stime}}, nil
 }
 
 // processTable is every process's stat, read in one pass over /proc.
@@ -71,25 +77,33 @@ func readProcessTable() (processTable, error) {
 	return table, nil
 }
 
-// treeTicks is the CPU time of pid and every descendant, in clock ticks
-// (nginx's worker is the master's child); false when pid is gone.
-func (t processTable) treeTicks(pid int) (int64, bool) {
+// tree is pid and every descendant (nginx's worker is the master's
+// child), pid first; nil when pid is gone.
+func (t processTable) tree(pid int) []int {
 	if _, ok := t[pid]; !ok {
-		return 0, false
+		return nil
 	}
 	children := map[int][]int{}
 	for p, s := range t {
 		children[s.ppid] = append(children[s.ppid], p)
 	}
-	var total int64
-	queue := []int{pid}
-	for len(queue) > 0 {
-		p := queue[0]
-		queue = queue[1:]
-		total += t[p].ticks
-		queue = append(queue, children[p]...)
+	tree := []int{pid}
+	for i := 0; i < len(tree); i++ {
+		tree = append(tree, children[tree[i]]...)
 	}
-	return total, true
+	return tree
+}
+
+// treeTicks is the CPU time of pid and every descendant, in clock ticks;
+// false when pid is gone.
+func (t processTable) treeTicks(pid int) (cpuTicks, bool) {
+	tree := t.tree(pid)
+	var total cpuTicks
+	for _, p := range tree {
+		total.all += t[p].all
+		total.sys += t[p].sys
+	}
+	return total, tree != nil
 }
 
 // cpuTimes is one "cpu" or "cpuN" line of /proc/stat, in clock ticks.
@@ -187,8 +201,8 @@ func parseUpstreamCounters(s string) (upstreamCounters, error) {
 // snapshot is every counter a run is measured by, read just before and
 // just after the load.
 type snapshot struct {
-	proxyTicks int64 // the target's process tree
-	ownTicks   int64 // the harness and every process it started
+	proxyTicks cpuTicks // the target's process tree
+	ownTicks   int64    // the harness and every process it started
 	cpus       map[string]cpuTimes
 	evalsha    commandStat
 	upstream   upstreamCounters
@@ -205,7 +219,8 @@ func (h *harness) snapshot(ctx context.Context, t *target) (snapshot, error) {
 		return s, fmt.Errorf("%s is gone:%s", t.name, t.proc.logTail())
 	}
 	// The harness is the parent of everything it started.
-	s.ownTicks, _ = table.treeTicks(os.Getpid())
+	own, _ := table.treeTicks(os.Getpid())
+	s.ownTicks = own.all
 	b, err := os.ReadFile("/proc/stat")
 	if err != nil {
 		return s, err
@@ -252,6 +267,10 @@ type sample struct {
 	// It is what the per-request CPU and Redis figures divide by.
 	served           int64
 	microsPerRequest float64 // CPU time of the target's processes per served request
+	kernelShare      float64 // of that CPU time, the share in the kernel (stime)
+	// syscallsPerRequest is what the target's processes asked of the
+	// kernel per served request (perf stat, -syscalls); NaN without.
+	syscallsPerRequest float64
 	// loadMicrosPerRequest is the CPU time of everything else the harness
 	// runs (the load generator, the upstream, redis-server, the harness)
 	// per served request: CPU 1's cost, which bounds req/s when that core
@@ -284,6 +303,12 @@ func (h *harness) measure(ctx context.Context, t *target, conns, round int, d ti
 	if err != nil {
 		return sample{}, err
 	}
+	var count *syscallCount
+	if h.perf != "" {
+		if count, err = h.countSyscalls(t); err != nil {
+			return sample{}, err
+		}
+	}
 	res, err := h.loader.run(ctx, h.pin, t, conns, d)
 	if err != nil {
 		return sample{}, err
@@ -295,6 +320,12 @@ func (h *harness) measure(ctx context.Context, t *target, conns, round int, d ti
 	if err != nil {
 		return sample{}, err
 	}
+	syscalls := -1.0
+	if count != nil {
+		if syscalls, err = count.stop(); err != nil {
+			return sample{}, err
+		}
+	}
 	s := sample{
 		target:               t.name,
 		conns:                conns,
@@ -303,6 +334,7 @@ func (h *harness) measure(ctx context.Context, t *target, conns, round int, d ti
 		proxyCoreBusy:        busyShare(before.cpus, after.cpus, proxyCPU),
 		loadCoreBusy:         busyShare(before.cpus, after.cpus, loadCPU),
 		redisCallsPerRequest: math.NaN(),
+		syscallsPerRequest:   math.NaN(),
 		redisMicrosPerCall:   math.NaN(),
 		upstreamRequests:     after.upstream.requests - before.upstream.requests,
 		upstreamConns:        after.upstream.conns - before.upstream.conns,
@@ -317,13 +349,20 @@ func (h *harness) measure(ctx context.Context, t *target, conns, round int, d ti
 	// when the generator stopped, but not every denial (the gateway logs
 	// at most one a second per route and subject).
 	s.served = max(res.requests, s.accessLogLines, s.upstreamRequests)
-	s.microsPerRequest = float64(after.proxyTicks-before.proxyTicks) * 1e6 / clockTicksPerSecond / float64(s.served)
+	proxy := cpuTicks{all: after.proxyTicks.all - before.proxyTicks.all, sys: after.proxyTicks.sys - before.proxyTicks.sys}
+	s.microsPerRequest = float64(proxy.all) * 1e6 / clockTicksPerSecond / float64(s.served)
+	if proxy.all > 0 {
+		s.kernelShare = float64(proxy.sys) / float64(proxy.all)
+	}
+	if syscalls >= 0 {
+		s.syscallsPerRequest = syscalls / float64(s.served)
+	}
 	all, perCore := after.cpus["cpu"], after.cpus["cpu0"]
 	all.tasks -= before.cpus["cpu"].tasks
 	perCore.total -= before.cpus["cpu0"].total
 	if perCore.total > 0 {
 		own := float64(after.ownTicks-before.ownTicks) + res.cpuSeconds*clockTicksPerSecond
-		s.loadMicrosPerRequest = (own - float64(after.proxyTicks-before.proxyTicks)) * 1e6 / clockTicksPerSecond / float64(s.served)
+		s.loadMicrosPerRequest = (own - float64(proxy.all)) * 1e6 / clockTicksPerSecond / float64(s.served)
 		s.otherCPU = max(float64(all.tasks)-own, 0) / float64(perCore.total)
 	}
 	if t.redis {

@@ -11,19 +11,19 @@ func TestParseProcStat(t *testing.T) {
 		name      string
 		line      string
 		wantPPID  int
-		wantTicks int64
+		wantTicks cpuTicks
 	}{
 		{
 			name:      "utime and stime are added and the parent is read",
 			line:      "4242 (gateway) S 4200 4242 4200 0 -1 4194560 5000 0 0 0 1234 567 0 0 20 0 6 0 900 1300000000 9000 18446744073709551615",
 			wantPPID:  4200,
-			wantTicks: 1801,
+			wantTicks: cpuTicks{all: 1801, sys: 567},
 		},
 		{
 			name:      "a command name with spaces and parentheses does not shift the fields",
 			line:      "77 (nginx: worker (x) ) R 76 76 76 0 -1 4194624 100 0 0 0 50 25 0 0 20 0 1 0 901 1000 100 18446744073709551615",
 			wantPPID:  76,
-			wantTicks: 75,
+			wantTicks: cpuTicks{all: 75, sys: 25},
 		},
 	}
 	for _, tt := range tests {
@@ -32,8 +32,8 @@ func TestParseProcStat(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got.ppid != tt.wantPPID || got.ticks != tt.wantTicks {
-				t.Errorf("got ppid %d ticks %d, want %d and %d", got.ppid, got.ticks, tt.wantPPID, tt.wantTicks)
+			if got.ppid != tt.wantPPID || got.cpuTicks != tt.wantTicks {
+				t.Errorf("got ppid %d ticks %+v, want %d and %+v", got.ppid, got.cpuTicks, tt.wantPPID, tt.wantTicks)
 			}
 		})
 	}
@@ -46,13 +46,13 @@ func TestParseProcStat(t *testing.T) {
 
 func TestProcessTreeTicksCountDescendants(t *testing.T) {
 	table := processTable{
-		10: {ppid: 1, ticks: 5},
-		11: {ppid: 10, ticks: 7},  // nginx worker
-		12: {ppid: 11, ticks: 1},  // its child
-		13: {ppid: 1, ticks: 100}, // someone else
+		10: {ppid: 1, cpuTicks: cpuTicks{all: 5, sys: 2}},
+		11: {ppid: 10, cpuTicks: cpuTicks{all: 7, sys: 3}},   // nginx worker
+		12: {ppid: 11, cpuTicks: cpuTicks{all: 1}},           // its child
+		13: {ppid: 1, cpuTicks: cpuTicks{all: 100, sys: 50}}, // someone else
 	}
-	if got, ok := table.treeTicks(10); !ok || got != 13 {
-		t.Errorf("treeTicks(10) = %d, %v; want 13, true", got, ok)
+	if got, ok := table.treeTicks(10); !ok || got != (cpuTicks{all: 13, sys: 5}) {
+		t.Errorf("treeTicks(10) = %+v, %v; want 13 ticks, 5 of them in the kernel, true", got, ok)
 	}
 	if _, ok := table.treeTicks(99); ok {
 		t.Error("a process that is gone is reported present")

@@ -197,7 +197,7 @@ func gatewayTicks(pid int) (int64, error) {
 	if !ok {
 		return 0, fmt.Errorf("the gateway (pid %d) is gone", pid)
 	}
-	return ticks, nil
+	return ticks.all, nil
 }
 
 // writeBenchCertificate writes a self-signed certificate for localhost and

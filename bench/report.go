@@ -17,6 +17,8 @@ type summary struct {
 	perSecond            float64
 	p50, p99             time.Duration
 	microsPerRequest     float64
+	kernelShare          float64
+	syscallsPerRequest   float64
 	loadMicros           float64
 	proxyCoreBusy        float64
 	loadCoreBusy         float64
@@ -79,6 +81,8 @@ func summarize(samples []sample) []summary {
 			p50:                  time.Duration(of(func(s sample) float64 { return float64(s.load.p50) })),
 			p99:                  time.Duration(of(func(s sample) float64 { return float64(s.load.p99) })),
 			microsPerRequest:     of(func(s sample) float64 { return s.microsPerRequest }),
+			kernelShare:          of(func(s sample) float64 { return s.kernelShare }),
+			syscallsPerRequest:   of(func(s sample) float64 { return s.syscallsPerRequest }),
 			loadMicros:           of(func(s sample) float64 { return s.loadMicrosPerRequest }),
 			proxyCoreBusy:        of(func(s sample) float64 { return s.proxyCoreBusy }),
 			loadCoreBusy:         of(func(s sample) float64 { return s.loadCoreBusy }),
@@ -131,11 +135,11 @@ func (h *harness) report(mode string, samples []sample) string {
 	switch mode {
 	case "main":
 		fmt.Fprintf(&b, "### Main mode: a limit that never denies (medians of %d interleaved rounds of %s)\n\n", h.s.rounds, h.s.duration)
-		b.WriteString("| target | conns | req/s | p50 | p99 | CPU µs/req | load-side CPU µs/req | proxy core busy | load core busy | other CPU | Redis calls/req | Redis µs/call | new upstream conns/run |\n")
-		b.WriteString("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+		b.WriteString("| target | conns | req/s | p50 | p99 | CPU µs/req | of it in the kernel | syscalls/req | load-side CPU µs/req | proxy core busy | load core busy | other CPU | Redis calls/req | Redis µs/call | new upstream conns/run |\n")
+		b.WriteString("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
 		for _, s := range sums {
-			fmt.Fprintf(&b, "| %s | %d | %s | %s | %s | %.1f | %.1f | %.0f%% | %.0f%% | %.0f%% | %s | %s | %.0f |\n",
-				s.target, s.conns, thousands(s.perSecond), formatMillis(s.p50), formatMillis(s.p99), s.microsPerRequest, s.loadMicros,
+			fmt.Fprintf(&b, "| %s | %d | %s | %s | %s | %.1f | %.0f%% | %s | %.1f | %.0f%% | %.0f%% | %.0f%% | %s | %s | %.0f |\n",
+				s.target, s.conns, thousands(s.perSecond), formatMillis(s.p50), formatMillis(s.p99), s.microsPerRequest, 100*s.kernelShare, orDash("%.2f", s.syscallsPerRequest), s.loadMicros,
 				100*s.proxyCoreBusy, 100*s.loadCoreBusy, 100*s.otherCPU, orDash("%.2f", s.redisCallsPerRequest), orDash("%.1f", s.redisMicrosPerCall), s.upstreamConns)
 		}
 		b.WriteString(ratioTable(samples, h.rotations))
@@ -273,7 +277,10 @@ func (h *harness) setupNotes() string {
 	if h.driven["upstream-direct"] {
 		b.WriteString("- upstream-direct is the harness's upstream without a proxy (its CPU is the upstream's, on the load core): the ceiling of the load side\n")
 	}
-	b.WriteString("- CPU µs/req: utime+stime of the proxy's processes (/proc/<pid>/stat) over the run, divided by the requests it served (the largest of the load generator's count, the access log lines and the upstream's count)\n")
+	b.WriteString("- CPU µs/req: utime+stime of the proxy's processes (/proc/<pid>/stat) over the run, divided by the requests it served (the largest of the load generator's count, the access log lines and the upstream's count); of it in the kernel: stime's share\n")
+	if h.perf != "" {
+		b.WriteString("- syscalls/req: the proxy's processes' raw_syscalls:sys_enter over the run (perf stat -p, on the load CPU), divided by the requests it served\n")
+	}
 	b.WriteString("- proxy/load core busy: /proc/stat of CPU 0 and CPU 1; other CPU: time charged to processes the harness did not start, in % of one core (noise; high means another job shared the machine)\n")
 	b.WriteString("- Redis: EVALSHA calls and usec from INFO commandstats of the private redis-server, over the run, per served request and per call\n")
 	dedup := "dedup on"

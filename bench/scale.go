@@ -213,7 +213,7 @@ func (h *harness) scaleSnapshot(ctx context.Context, shards []*shard, gateways [
 		if !ok {
 			return s, fmt.Errorf("%s is gone:%s", g.proc.name, g.proc.logTail())
 		}
-		s.gatewayTicks += ticks
+		s.gatewayTicks += ticks.all
 		sum, count, err := h.batchSizes(ctx, g.admin)
 		if err != nil {
 			return s, err
@@ -221,7 +221,8 @@ func (h *harness) scaleSnapshot(ctx context.Context, shards []*shard, gateways [
 		s.batchSum += sum
 		s.batchCount += count
 	}
-	s.ownTicks, _ = table.treeTicks(os.Getpid())
+	own, _ := table.treeTicks(os.Getpid())
+	s.ownTicks = own.all
 	b, err := os.ReadFile("/proc/stat")
 	if err != nil {
 		return s, err
