@@ -71,7 +71,7 @@ type settings struct {
 	keep     bool            // keep the temporary folder
 	dedup    bool            // the gateways' policy de-duplicates evaluations
 	subjects int             // main mode, above 1: each gateway is also driven from a rotation of this many client addresses
-	profile  string          // a folder for perf profiles of the gateways; "" for none
+	profile  string          // a folder for the gateways' CPU profiles; "" for none
 	syscalls bool            // count each target's syscalls with perf stat
 	soak     soakSettings
 	args     []string // as given, for the report
@@ -89,7 +89,7 @@ func parseSettings(args []string, stderr io.Writer) (settings, error) {
 	targets := fs.String("targets", "", "comma-separated targets to drive (default all): "+strings.Join(targetOrder, ", "))
 	repo := fs.String("repo", ".", "a folder inside the gateway module")
 	dedup := fs.Bool("dedup", true, "leave the gateways' policy de-duplication on (its default); -dedup=false to see what it costs")
-	profile := fs.String("profile", "", "after the rounds, profile each gateway with perf record for one more run per connection count, into this `folder`")
+	profile := fs.String("profile", "", "after the rounds, have each gateway (built with -tags pprof) take a CPU profile of itself during one more run per connection count, into this `folder`")
 	syscalls := fs.Bool("syscalls", false, "main and flood: count each target's system calls per request with perf stat (Debian: linux-perf), on the load CPU")
 	keep := fs.Bool("keep", false, "keep the temporary folder (configurations, logs) and print its path")
 	var soak soakSettings
