@@ -133,10 +133,10 @@ type leanConn struct {
 	host string // the key of its idle list
 	conn net.Conn
 	br   *bufio.Reader // reads through the leanConn, for the head's limit
-	// wbuf is the request as written; out is what of it has yet to be
-	// sent: the first read of the answer sends it (sendRead).
-	wbuf requestBuffer
-	out  []byte
+	// w takes the request as Request.Write writes it; out is what of it
+	// has yet to be sent: the first read of the answer sends it (sendRead).
+	w   requestWriter
+	out []byte
 	// headRoom is what the response head may still read; MaxInt64 once
 	// the head is read.
 	headRoom int64
@@ -290,11 +290,11 @@ func (t *leanTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 // before it to the request's client trace (ReverseProxy forwards them from
 // there).
 func (c *leanConn) exchange(req *http.Request) (*http.Response, error) {
-	c.wbuf = c.wbuf[:0]
-	if err := req.Write(&c.wbuf); err != nil {
+	c.w.buf, c.w.err = c.w.buf[:0], nil
+	if err := req.Write(&c.w); err != nil {
 		return nil, err
 	}
-	c.out = c.wbuf
+	c.out = c.w.buf
 	trace := httptrace.ContextClientTrace(req.Context())
 	c.headRoom = maxResponseHeadBytes
 	defer c.exchanged()
@@ -318,36 +318,71 @@ func (c *leanConn) exchange(req *http.Request) (*http.Response, error) {
 	}
 }
 
-// exchanged ends an exchange's use of the connection's buffers. A request
-// head far larger than most keeps no buffer of its size.
+// exchanged ends an exchange's use of the connection's buffers.
 func (c *leanConn) exchanged() {
 	c.headRoom = math.MaxInt64
 	c.out = nil
-	if cap(c.wbuf) > maxKeptRequestBytes {
-		c.wbuf = nil
-	}
 }
 
-// maxKeptRequestBytes bounds the request buffer a connection keeps.
-const maxKeptRequestBytes = 16 << 10
+// requestWriter holds a request as Request.Write writes it, up to
+// requestChunk bytes: a longer head goes out through Write in pieces as
+// it is written, and the piece held last is sent with the answer's first
+// read. It is an io.ByteWriter, so Request.Write wraps it in no
+// bufio.Writer of its own.
+type requestWriter struct {
+	c   *leanConn
+	buf []byte
+	err error // the first write's that failed; the rest are not tried
+}
 
-// requestBuffer holds a request as Request.Write writes it. It is an
-// io.ByteWriter, so Write wraps it in no bufio.Writer of its own.
-type requestBuffer []byte
+// requestChunk is the most of a request held before it is written.
+const requestChunk = 16 << 10
 
-func (b *requestBuffer) Write(p []byte) (int, error) {
-	*b = append(*b, p...)
+func (w *requestWriter) Write(p []byte) (int, error) {
+	if w.err != nil || !w.room(len(p)) {
+		return 0, w.err
+	}
+	if len(p) >= requestChunk {
+		if _, w.err = w.c.Write(p); w.err != nil {
+			return 0, w.err
+		}
+		return len(p), nil
+	}
+	w.buf = append(w.buf, p...)
 	return len(p), nil
 }
 
-func (b *requestBuffer) WriteString(s string) (int, error) {
-	*b = append(*b, s...)
+func (w *requestWriter) WriteString(s string) (int, error) {
+	if w.err != nil || !w.room(len(s)) {
+		return 0, w.err
+	}
+	if len(s) >= requestChunk {
+		if _, w.err = w.c.Write([]byte(s)); w.err != nil {
+			return 0, w.err
+		}
+		return len(s), nil
+	}
+	w.buf = append(w.buf, s...)
 	return len(s), nil
 }
 
-func (b *requestBuffer) WriteByte(c byte) error {
-	*b = append(*b, c)
+func (w *requestWriter) WriteByte(b byte) error {
+	if w.err != nil || !w.room(1) {
+		return w.err
+	}
+	w.buf = append(w.buf, b)
 	return nil
+}
+
+// room writes out what is held when n more bytes would not fit, and
+// reports whether that went well.
+func (w *requestWriter) room(n int) bool {
+	if len(w.buf)+n <= requestChunk || len(w.buf) == 0 {
+		return true
+	}
+	_, w.err = w.c.Write(w.buf)
+	w.buf = w.buf[:0]
+	return w.err == nil
 }
 
 // end ends the watch of the exchange's context, and reports whether the
@@ -436,6 +471,7 @@ func (t *leanTransport) get(ctx context.Context, u *url.URL, now, deadline time.
 	}
 	c := &leanConn{t: t, host: u.Host, conn: nc, headRoom: math.MaxInt64}
 	c.br = bufio.NewReader(c)
+	c.w.c = c
 	c.abort = func() { nc.Close() }
 	c.initRaw(nc)
 	c.arm(now, deadline, watch)

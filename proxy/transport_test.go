@@ -386,12 +386,12 @@ func TestTheLeanTransportEndsWithTheRequestsContext(t *testing.T) {
 }
 
 // A request is sent with its answer's first read when the socket takes it
-// at once; a head larger than the socket's buffer goes in part that way
-// and the rest as any write, and arrives whole, as do the requests after
-// it on the same connection.
+// at once; a head larger than requestChunk goes out in pieces as it is
+// written, the last with the read, and arrives whole, as do the requests
+// after it on the same connection.
 func TestTheLeanTransportSendsAHeadLargerThanTheSocketsBuffer(t *testing.T) {
-	lt := newTestLean(t, nil)
-	large := strings.Repeat("a", 8<<20)
+	lt := newTestLean(t, func(lt *leanTransport) { lt.responseTimeout = time.Minute })
+	large := strings.Repeat("a", 1<<20)
 	u := newRawTarget(t, func(_, _ int, req *http.Request) (string, bool) {
 		if v := req.Header.Get("X-Large"); v != "" && v != large {
 			return "HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n", false
