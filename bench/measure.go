@@ -320,7 +320,7 @@ func (h *harness) measure(ctx context.Context, t *target, conns, round int, d ti
 	if err != nil {
 		return sample{}, err
 	}
-	syscalls := -1.0
+	var syscalls float64
 	if count != nil {
 		if syscalls, err = count.stop(); err != nil {
 			return sample{}, err
@@ -354,7 +354,7 @@ func (h *harness) measure(ctx context.Context, t *target, conns, round int, d ti
 	if proxy.all > 0 {
 		s.kernelShare = float64(proxy.sys) / float64(proxy.all)
 	}
-	if syscalls >= 0 {
+	if count != nil {
 		s.syscallsPerRequest = syscalls / float64(s.served)
 	}
 	all, perCore := after.cpus["cpu"], after.cpus["cpu0"]

@@ -20,8 +20,5 @@ func (c *leanConn) usable() bool { return false }
 func (c *leanConn) sendRead(p []byte) (int, error) {
 	out := c.out
 	c.out = nil
-	if _, err := c.Write(out); err != nil {
-		return 0, err
-	}
-	return c.conn.Read(p)
+	return c.writeThenRead(out, p)
 }

@@ -25,9 +25,8 @@ type rawConn struct {
 	buf   [1]byte
 
 	// The exchange under way in sendThenRead: the response's buffer, how
-	// much of the request went, whether the wait for the answer began,
-	// and what the read returned.
-	sending []byte
+	// much of the request (out) went, whether the wait for the answer
+	// began, and what the read returned.
 	resp    []byte
 	wrote   int
 	waiting bool
@@ -80,19 +79,13 @@ func (c *leanConn) sendRead(p []byte) (int, error) {
 	out := c.out
 	c.out = nil
 	if c.raw == nil {
-		if _, err := c.Write(out); err != nil {
-			return 0, err
-		}
-		return c.conn.Read(p)
+		return c.writeThenRead(out, p)
 	}
-	c.sending, c.resp, c.wrote, c.waiting, c.got, c.errno = out, p, 0, false, 0, nil
+	c.out, c.resp, c.wrote, c.waiting, c.got, c.errno = out, p, 0, false, 0, nil
 	err := c.raw.Read(c.send)
-	c.sending, c.resp = nil, nil
+	c.out, c.resp = nil, nil
 	if !c.waiting {
-		if _, err := c.Write(out[c.wrote:]); err != nil {
-			return 0, err
-		}
-		return c.conn.Read(p)
+		return c.writeThenRead(out[c.wrote:], p)
 	}
 	if err != nil {
 		// The wait's: the socket's deadline, or the connection closed.
@@ -116,8 +109,8 @@ func (c *leanConn) sendRead(p []byte) (int, error) {
 // the answer; called again once the socket is readable, it reads.
 func (c *leanConn) sendThenRead(fd uintptr) bool {
 	if !c.waiting {
-		n, err := syscall.Write(int(fd), c.sending)
-		if err != nil || n < len(c.sending) {
+		n, err := syscall.Write(int(fd), c.out)
+		if err != nil || n < len(c.out) {
 			c.wrote = max(n, 0)
 			return true
 		}

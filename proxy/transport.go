@@ -133,10 +133,12 @@ type leanConn struct {
 	host string // the key of its idle list
 	conn net.Conn
 	br   *bufio.Reader // reads through the leanConn, for the head's limit
-	// w takes the request as Request.Write writes it; out is what of it
-	// has yet to be sent: the first read of the answer sends it (sendRead).
-	w   requestWriter
-	out []byte
+	bw   *bufio.Writer
+	// out is the request's last piece, held by Write while holdLast is
+	// set (bw's buffer, left alone until the next request): the answer's
+	// first read sends it (sendRead).
+	out      []byte
+	holdLast bool
 	// headRoom is what the response head may still read; MaxInt64 once
 	// the head is read.
 	headRoom int64
@@ -187,9 +189,18 @@ func (c *leanConn) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// Write sends what sendRead could not: the watch's deadline does not cut
-// a request short.
+// Write is the connection as the request writer sees it: the watch's
+// deadline does not cut a request short, and the last piece is held for
+// sendRead.
 func (c *leanConn) Write(p []byte) (int, error) {
+	if c.holdLast {
+		c.out = p
+		return len(p), nil
+	}
+	return c.write(p)
+}
+
+func (c *leanConn) write(p []byte) (int, error) {
 	n, err := c.conn.Write(p)
 	for err != nil && c.sliced && errors.Is(err, os.ErrDeadlineExceeded) {
 		if err = c.watch(); err != nil {
@@ -290,11 +301,15 @@ func (t *leanTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 // before it to the request's client trace (ReverseProxy forwards them from
 // there).
 func (c *leanConn) exchange(req *http.Request) (*http.Response, error) {
-	c.w.buf, c.w.err = c.w.buf[:0], nil
-	if err := req.Write(&c.w); err != nil {
+	if err := req.Write(c.bw); err != nil {
 		return nil, err
 	}
-	c.out = c.w.buf
+	c.holdLast = true
+	err := c.bw.Flush()
+	c.holdLast = false
+	if err != nil {
+		return nil, err
+	}
 	trace := httptrace.ContextClientTrace(req.Context())
 	c.headRoom = maxResponseHeadBytes
 	defer c.exchanged()
@@ -324,65 +339,13 @@ func (c *leanConn) exchanged() {
 	c.out = nil
 }
 
-// requestWriter holds a request as Request.Write writes it, up to
-// requestChunk bytes: a longer head goes out through Write in pieces as
-// it is written, and the piece held last is sent with the answer's first
-// read. It is an io.ByteWriter, so Request.Write wraps it in no
-// bufio.Writer of its own.
-type requestWriter struct {
-	c   *leanConn
-	buf []byte
-	err error // the first write's that failed; the rest are not tried
-}
-
-// requestChunk is the most of a request held before it is written.
-const requestChunk = 16 << 10
-
-func (w *requestWriter) Write(p []byte) (int, error) {
-	if w.err != nil || !w.room(len(p)) {
-		return 0, w.err
+// writeThenRead sends out as any write, then reads into p: sendRead
+// where it cannot send with the read.
+func (c *leanConn) writeThenRead(out, p []byte) (int, error) {
+	if _, err := c.write(out); err != nil {
+		return 0, err
 	}
-	if len(p) >= requestChunk {
-		if _, w.err = w.c.Write(p); w.err != nil {
-			return 0, w.err
-		}
-		return len(p), nil
-	}
-	w.buf = append(w.buf, p...)
-	return len(p), nil
-}
-
-func (w *requestWriter) WriteString(s string) (int, error) {
-	if w.err != nil || !w.room(len(s)) {
-		return 0, w.err
-	}
-	if len(s) >= requestChunk {
-		if _, w.err = w.c.Write([]byte(s)); w.err != nil {
-			return 0, w.err
-		}
-		return len(s), nil
-	}
-	w.buf = append(w.buf, s...)
-	return len(s), nil
-}
-
-func (w *requestWriter) WriteByte(b byte) error {
-	if w.err != nil || !w.room(1) {
-		return w.err
-	}
-	w.buf = append(w.buf, b)
-	return nil
-}
-
-// room writes out what is held when n more bytes would not fit, and
-// reports whether that went well.
-func (w *requestWriter) room(n int) bool {
-	if len(w.buf)+n <= requestChunk || len(w.buf) == 0 {
-		return true
-	}
-	_, w.err = w.c.Write(w.buf)
-	w.buf = w.buf[:0]
-	return w.err == nil
+	return c.conn.Read(p)
 }
 
 // end ends the watch of the exchange's context, and reports whether the
@@ -471,7 +434,7 @@ func (t *leanTransport) get(ctx context.Context, u *url.URL, now, deadline time.
 	}
 	c := &leanConn{t: t, host: u.Host, conn: nc, headRoom: math.MaxInt64}
 	c.br = bufio.NewReader(c)
-	c.w.c = c
+	c.bw = bufio.NewWriter(c)
 	c.abort = func() { nc.Close() }
 	c.initRaw(nc)
 	c.arm(now, deadline, watch)

@@ -385,10 +385,10 @@ func TestTheLeanTransportEndsWithTheRequestsContext(t *testing.T) {
 	}
 }
 
-// A request is sent with its answer's first read when the socket takes it
-// at once; a head larger than requestChunk goes out in pieces as it is
-// written, the last with the read, and arrives whole, as do the requests
-// after it on the same connection.
+// A request is sent with its answer's first read; a head larger than the
+// writer's buffer goes out in pieces as it is written, the last with the
+// read, and arrives whole, as do the requests after it on the same
+// connection.
 func TestTheLeanTransportSendsAHeadLargerThanTheSocketsBuffer(t *testing.T) {
 	lt := newTestLean(t, func(lt *leanTransport) { lt.responseTimeout = time.Minute })
 	large := strings.Repeat("a", 1<<20)
