@@ -31,6 +31,8 @@ type harness struct {
 	notes    []string // what was skipped or replaced, said in the report
 
 	gatewayBin   string
+	baselineBin  string // the -baseline checkout's gateway; "" without one
+	baselineRev  string // its commit ("baseline" outside git), in its targets' names
 	upstream     *process
 	upstreamAddr string
 	statsClient  *http.Client
@@ -50,6 +52,9 @@ type harness struct {
 	// rotations are the rotation targets started, each with its hot key's
 	// target, in order, for the report's ratios.
 	rotations [][2]string
+	// baselines are each gateway target and its -baseline twin, for the
+	// report's ratios.
+	baselines [][2]string
 }
 
 func newHarness(s settings, progress io.Writer) (*harness, error) {
@@ -98,6 +103,23 @@ func (h *harness) close() {
 	}
 }
 
+// buildGateway builds the gateway of the module at repo into bin.
+func (h *harness) buildGateway(ctx context.Context, repo, bin string) error {
+	args := []string{"build", "-o", bin}
+	if h.s.profile != "" {
+		// Serves /debug/pprof/ on the admin listener; nothing else changes.
+		args = append(args, "-tags", "pprof")
+	}
+	args = append(args, ".")
+	h.logf("building the gateway: go %s (in %s)", strings.Join(args, " "), repo)
+	build := exec.CommandContext(ctx, "go", args...)
+	build.Dir = repo
+	if out, err := build.CombinedOutput(); err != nil {
+		return fmt.Errorf("go build: %w\n%s", err, out)
+	}
+	return nil
+}
+
 // stopFrom stops the processes started from index n on.
 func (h *harness) stopFrom(n int) {
 	for i := len(h.procs) - 1; i >= n; i-- {
@@ -124,19 +146,20 @@ func (h *harness) setup(ctx context.Context) error {
 	h.environment = append(h.environment, "load: "+h.loader.name, runtime.Version())
 
 	h.gatewayBin = filepath.Join(h.dir, "gateway")
-	buildArgs := []string{"build", "-o", h.gatewayBin}
-	if h.s.profile != "" {
-		// Serves /debug/pprof/ on the admin listener; nothing else changes.
-		buildArgs = append(buildArgs, "-tags", "pprof")
-	}
-	buildArgs = append(buildArgs, ".")
-	h.logf("building the gateway: go %s (in %s)", strings.Join(buildArgs, " "), h.s.repo)
-	build := exec.CommandContext(ctx, "go", buildArgs...)
-	build.Dir = h.s.repo
-	if out, err := build.CombinedOutput(); err != nil {
-		return fmt.Errorf("go build: %w\n%s", err, out)
+	if err := h.buildGateway(ctx, h.s.repo, h.gatewayBin); err != nil {
+		return err
 	}
 	h.environment = append(h.environment, "gateway "+revision(h.s.repo))
+	if h.s.baseline != "" {
+		h.baselineBin = filepath.Join(h.dir, "gateway-baseline")
+		if err := h.buildGateway(ctx, h.s.baseline, h.baselineBin); err != nil {
+			return fmt.Errorf("-baseline: %w", err)
+		}
+		if h.baselineRev, _ = commit(h.s.baseline); h.baselineRev == "" {
+			h.baselineRev = "baseline"
+		}
+		h.environment = append(h.environment, "baseline gateway "+revision(h.s.baseline))
+	}
 	if err := os.WriteFile(filepath.Join(h.dir, pseudonymSecretFile), []byte(fakePseudonymSecret+"\n"), 0o600); err != nil {
 		return err
 	}
@@ -377,13 +400,23 @@ func cpuModel() string {
 // revision names the source the gateway was built from: the commit, and
 // whether tracked files differed from it.
 func revision(repo string) string {
-	out, err := exec.Command("git", "-C", repo, "rev-parse", "--short", "HEAD").Output()
-	if err != nil {
+	hash, dirty := commit(repo)
+	if hash == "" {
 		return "from a folder outside git"
 	}
-	rev := "at " + strings.TrimSpace(string(out))
-	if dirty, err := exec.Command("git", "-C", repo, "status", "--porcelain", "--untracked-files=no").Output(); err == nil && len(dirty) > 0 {
-		rev += " with uncommitted changes"
+	if dirty {
+		return "at " + hash + " with uncommitted changes"
 	}
-	return rev
+	return "at " + hash
+}
+
+// commit is the short hash of repo's HEAD, "" outside git, and whether
+// tracked files differ from it.
+func commit(repo string) (hash string, dirty bool) {
+	out, err := exec.Command("git", "-C", repo, "rev-parse", "--short", "HEAD").Output()
+	if err != nil {
+		return "", false
+	}
+	changed, err := exec.Command("git", "-C", repo, "status", "--porcelain", "--untracked-files=no").Output()
+	return strings.TrimSpace(string(out)), err == nil && len(changed) > 0
 }

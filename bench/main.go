@@ -68,6 +68,7 @@ type settings struct {
 	loader   string          // "auto", "wrk" or "go"
 	only     map[string]bool // targets to drive; empty drives all
 	repo     string          // the gateway module's root
+	baseline string          // another checkout's module root, whose gateway runs beside each gateway target; "" for none
 	keep     bool            // keep the temporary folder
 	dedup    bool            // the gateways' policy de-duplicates evaluations
 	subjects int             // main mode, above 1: each gateway is also driven from a rotation of this many client addresses
@@ -88,6 +89,7 @@ func parseSettings(args []string, stderr io.Writer) (settings, error) {
 	loader := fs.String("loader", "auto", "`auto` (wrk when installed, else the Go generator), wrk or go")
 	targets := fs.String("targets", "", "comma-separated targets to drive (default all): "+strings.Join(targetOrder, ", "))
 	repo := fs.String("repo", ".", "a folder inside the gateway module")
+	baseline := fs.String("baseline", "", "main and flood: a `folder` inside another checkout of the gateway (a git worktree of an older commit, say); its build runs beside each gateway target as <target>@<commit>, and each round's ratios compare the two")
 	dedup := fs.Bool("dedup", true, "leave the gateways' policy de-duplication on (its default); -dedup=false to see what it costs")
 	profile := fs.String("profile", "", "after the rounds, have each gateway (built with -tags pprof) take a CPU profile of itself during one more run per connection count, into this `folder`")
 	syscalls := fs.Bool("syscalls", false, "main and flood: count each target's system calls per request with perf stat (Debian: linux-perf), on the load CPU")
@@ -193,6 +195,11 @@ func parseSettings(args []string, stderr io.Writer) (settings, error) {
 		return s, err
 	}
 	s.repo = root
+	if *baseline != "" {
+		if s.baseline, err = moduleRoot(*baseline); err != nil {
+			return s, fmt.Errorf("-baseline: %w", err)
+		}
+	}
 	return s, nil
 }
 

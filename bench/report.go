@@ -142,7 +142,7 @@ func (h *harness) report(mode string, samples []sample) string {
 				s.target, s.conns, thousands(s.perSecond), formatMillis(s.p50), formatMillis(s.p99), s.microsPerRequest, 100*s.kernelShare, orDash("%.2f", s.syscallsPerRequest), s.loadMicros,
 				100*s.proxyCoreBusy, 100*s.loadCoreBusy, 100*s.otherCPU, orDash("%.2f", s.redisCallsPerRequest), orDash("%.1f", s.redisMicrosPerCall), s.upstreamConns)
 		}
-		b.WriteString(ratioTable(samples, h.rotations))
+		b.WriteString(ratioTable(samples, append(slices.Clone(h.baselines), h.rotations...)))
 	case "flood":
 		fmt.Fprintf(&b, "### Flood mode: one subject over a 5/min limit (medians of %d interleaved rounds of %s)\n\n", h.s.rounds, h.s.duration)
 		b.WriteString("| target | conns | req/s | p50 | p99 | 429 share | CPU µs/req | proxy core busy | load core busy | other CPU | Redis calls/req | upstream reqs/req |\n")

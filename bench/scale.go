@@ -130,7 +130,7 @@ func (h *harness) startScaleGateways(ctx context.Context, shards []*shard) ([]*s
 		if err := os.WriteFile(conf, []byte(src), 0o644); err != nil {
 			return nil, err
 		}
-		p, err := h.launchGateway(ctx, name, conf, admin, filepath.Join(h.dir, name+"-scale.log"))
+		p, err := h.launchGateway(ctx, name, h.gatewayBin, conf, admin, filepath.Join(h.dir, name+"-scale.log"))
 		if err != nil {
 			return nil, err
 		}

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -82,10 +83,10 @@ func (h *harness) startTargets(ctx context.Context, mode string) ([]*target, err
 				t, err = h.startBareProxy(ctx)
 			}
 		case "gateway-memory":
-			t, err = h.startGateway(ctx, mode, name, false)
+			t, err = h.startGateway(ctx, mode, name, false, false)
 		case "gateway-redis":
 			if h.redisAddr != "" {
-				t, err = h.startGateway(ctx, mode, name, true)
+				t, err = h.startGateway(ctx, mode, name, true, false)
 			}
 		case "gateway-redis-inflight", "gateway-redis-lease":
 			// A concurrency limit has no flood to hold: a request in flight
@@ -93,7 +94,7 @@ func (h *harness) startTargets(ctx context.Context, mode string) ([]*target, err
 			// hot key under its limit: over it, the denial cache answers
 			// as without one.
 			if mode == "main" && h.redisAddr != "" {
-				t, err = h.startGateway(ctx, mode, name, true)
+				t, err = h.startGateway(ctx, mode, name, true, false)
 			}
 		case "nginx":
 			if h.nginxBin != "" {
@@ -102,6 +103,17 @@ func (h *harness) startTargets(ctx context.Context, mode string) ([]*target, err
 		}
 		if err != nil {
 			return nil, err
+		}
+		if t != nil && t.admin != "" && h.baselineBin != "" {
+			// The baseline's twin first: it is the ratio's denominator.
+			b, err := h.startGateway(ctx, mode, name, t.redis, true)
+			if err != nil {
+				return nil, err
+			}
+			targets = append(targets, b)
+			if pair := [2]string{name, b.name}; !slices.Contains(h.baselines, pair) { // -mode both starts them twice
+				h.baselines = append(h.baselines, pair)
+			}
 		}
 		if t != nil {
 			targets = append(targets, t)
@@ -136,8 +148,9 @@ func (h *harness) startBareProxy(ctx context.Context) (*target, error) {
 
 // startGateway writes a configuration, has the gateway validate it, starts
 // the gateway with its stderr (the access log) appended to a file and waits
-// for /readyz.
-func (h *harness) startGateway(ctx context.Context, mode, name string, withRedis bool) (*target, error) {
+// for /readyz. With baseline, it is the -baseline build, named
+// <name>@<commit>, with name's configuration.
+func (h *harness) startGateway(ctx context.Context, mode, name string, withRedis, baseline bool) (*target, error) {
 	listen, err := freeAddr()
 	if err != nil {
 		return nil, err
@@ -150,26 +163,30 @@ func (h *harness) startGateway(ctx context.Context, mode, name string, withRedis
 	if withRedis {
 		redisAddr = h.redisAddr
 	}
-	conf := filepath.Join(h.dir, name+"-"+mode+".hcl")
+	label, bin := name, h.gatewayBin
+	if baseline {
+		label, bin = name+"@"+h.baselineRev, h.baselineBin
+	}
+	conf := filepath.Join(h.dir, label+"-"+mode+".hcl")
 	trustLoad := h.s.subjects > 1 && mode == "main"
 	if err := os.WriteFile(conf, []byte(gatewayConfig(mode, name, listen, admin, h.upstreamAddr, redisAddr, h.s.dedup, trustLoad)), 0o644); err != nil {
 		return nil, err
 	}
-	p, err := h.launchGateway(ctx, name, conf, admin, filepath.Join(h.dir, name+"-"+mode+".log"))
+	p, err := h.launchGateway(ctx, label, bin, conf, admin, filepath.Join(h.dir, label+"-"+mode+".log"))
 	if err != nil {
 		return nil, err
 	}
-	return &target{name: name, url: "http://" + listen + "/", proc: p, admin: admin, accessLog: p.logPath, redis: withRedis}, nil
+	return &target{name: label, url: "http://" + listen + "/", proc: p, admin: admin, accessLog: p.logPath, redis: withRedis}, nil
 }
 
 // launchGateway has the gateway validate conf, starts it on the proxy CPU
 // with its output appended to logPath and waits until admin answers
 // /readyz.
-func (h *harness) launchGateway(ctx context.Context, name, conf, admin, logPath string) (*process, error) {
-	if out, err := exec.CommandContext(ctx, h.gatewayBin, "validate", "-config", conf).CombinedOutput(); err != nil {
+func (h *harness) launchGateway(ctx context.Context, name, bin, conf, admin, logPath string) (*process, error) {
+	if out, err := exec.CommandContext(ctx, bin, "validate", "-config", conf).CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("gateway validate %s: %w\n%s", conf, err, out)
 	}
-	p, err := h.start(name, h.pin.argv(proxyCPU, h.gatewayBin, "run", "-config", conf), logPath)
+	p, err := h.start(name, h.pin.argv(proxyCPU, bin, "run", "-config", conf), logPath)
 	if err != nil {
 		return nil, err
 	}
