@@ -189,6 +189,9 @@ type framingConn struct {
 	// tunnels holds the connection once a handler hijacked it; nil before.
 	// Set by the hijacking goroutine, which is the one that closes it.
 	tunnels *tunnels
+	// replay is what the fast path read and scanned but handed to net/http
+	// unserved: Read returns it first.
+	replay []byte
 }
 
 func (c *framingConn) Close() error {
@@ -200,6 +203,11 @@ func (c *framingConn) Close() error {
 }
 
 func (c *framingConn) Read(p []byte) (int, error) {
+	if len(c.replay) > 0 {
+		n := copy(p, c.replay)
+		c.replay = c.replay[n:]
+		return n, nil
+	}
 	n, err := c.Conn.Read(p)
 	if n > 0 {
 		c.mu.Lock()

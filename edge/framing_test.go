@@ -246,7 +246,7 @@ func FuzzBoundaries(f *testing.F) {
 }
 
 // testPublicServer is newPublicServer with the defaults and nothing logged.
-func testPublicServer(h http.Handler) *http.Server {
+func testPublicServer(h http.Handler) *fastServer {
 	return newPublicServer(h, "http", Options{}.withDefaults(), newFramingRefusals(nil, slog.New(slog.DiscardHandler)), newTunnels(), log.New(io.Discard, "", 0))
 }
 

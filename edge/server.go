@@ -40,7 +40,8 @@ type Servers struct {
 	stopTLS  sync.Once
 
 	httpLn, httpsLn, adminLn net.Listener
-	plain, secure, admin     *http.Server
+	plain, secure            *fastServer
+	admin                    *http.Server
 	quicConn                 net.PacketConn // the HTTPS port over UDP; nil without HTTP3
 	quic                     *quicEdge      // nil without HTTP3
 	rateLimitLn              net.Listener   // nil without RateLimitGRPC
@@ -151,13 +152,13 @@ func (s *Servers) build(public, admin http.Handler) {
 			secure = withAltSvc(secure, altSvc(port(s.httpsLn)))
 		}
 		s.secure = newPublicServer(secure, "https", s.opts, refusals, s.tunnels, s.errorLog)
-		s.secure.HTTP2 = &http.HTTP2Config{MaxConcurrentStreams: maxStreamsPerConnection}
+		s.secure.srv.HTTP2 = &http.HTTP2Config{MaxConcurrentStreams: maxStreamsPerConnection}
 		// The framing listener terminates TLS itself and hands HTTP/2
 		// connections over as *tls.Conn; with h2 in TLSConfig.NextProtos,
 		// Serve speaks HTTP/2 on them. Serve gets the listener a config of
 		// its own: http.Server adjusts this one for HTTP/2 while the
 		// listener may already be handshaking.
-		s.secure.TLSConfig = s.tls.config()
+		s.secure.srv.TLSConfig = s.tls.config()
 	}
 	if s.httpLn != nil {
 		plain := public
@@ -180,13 +181,14 @@ func (s *Servers) build(public, admin http.Handler) {
 }
 
 // newPublicServer is the one way to build a public listener's server: the
-// framing check in front of h, the connection context it finds scanned
-// connections by, and "OPTIONS *" passed to the check rather than answered
-// by http.Server behind its back. It must serve a framing listener
-// (newFramingListener); on any other it refuses every HTTP/1 request
-// rather than serve one unchecked.
-func newPublicServer(h http.Handler, listener string, opts Options, refusals *framingRefusals, tunnels *tunnels, errorLog *log.Logger) *http.Server {
-	return &http.Server{
+// fast path for plain HTTP/1.1 requests in front of net/http's server
+// (fastServer), the framing check in front of h, the connection context it
+// finds scanned connections by, and "OPTIONS *" passed to the check rather
+// than answered by http.Server behind its back. It must serve a framing
+// listener (newFramingListener); on any other it refuses every HTTP/1
+// request rather than serve one unchecked.
+func newPublicServer(h http.Handler, listener string, opts Options, refusals *framingRefusals, tunnels *tunnels, errorLog *log.Logger) *fastServer {
+	return newFastServer(&http.Server{
 		Handler:                      &framingCheck{next: h, listener: listener, refusals: refusals},
 		ConnContext:                  connContext,
 		ConnState:                    tunnels.connState,
@@ -195,7 +197,7 @@ func newPublicServer(h http.Handler, listener string, opts Options, refusals *fr
 		IdleTimeout:                  opts.IdleTimeout,
 		MaxHeaderBytes:               opts.MaxHeaderBytes,
 		ErrorLog:                     errorLog,
-	}
+	})
 }
 
 func (s *Servers) caps() connectionCaps {
@@ -245,7 +247,7 @@ func (s *Servers) Serve() <-chan error {
 
 // serveOn serves ln until Shutdown or Close; any other end is a failure.
 // errs has room for one failure per server, so this never blocks.
-func (s *Servers) serveOn(srv *http.Server, ln net.Listener) {
+func (s *Servers) serveOn(srv interface{ Serve(net.Listener) error }, ln net.Listener) {
 	s.running.Go(func() {
 		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 			s.errs <- err
@@ -342,7 +344,7 @@ func (s *Servers) Shutdown() error {
 		mu   sync.Mutex
 		errs []error
 	)
-	for name, srv := range map[string]*http.Server{"http": s.plain, "https": s.secure} {
+	for name, srv := range map[string]*fastServer{"http": s.plain, "https": s.secure} {
 		if srv == nil {
 			continue
 		}
@@ -389,10 +391,13 @@ func (s *Servers) Shutdown() error {
 // drain. It is meant for failures between Listen and a running gateway.
 func (s *Servers) Close() {
 	s.markClosed()
-	for _, srv := range []*http.Server{s.plain, s.secure, s.admin} {
+	for _, srv := range []*fastServer{s.plain, s.secure} {
 		if srv != nil {
 			srv.Close()
 		}
+	}
+	if s.admin != nil {
+		s.admin.Close()
 	}
 	if s.quic != nil {
 		s.quic.close()
