@@ -346,7 +346,14 @@ func (c *fastConn) nextHead() (int, error) {
 			timed = true
 		}
 		if _, err := c.br.Peek(len(b) + 1); err != nil {
-			return 0, err
+			// Part of a head, then an end or a timeout. net/http waits
+			// for 4 bytes of a next request before it parses one, and
+			// closes without an answer when they do not come; else it
+			// answers (a 400, say), from the same bytes.
+			if c.served && len(b) < 4 {
+				return 0, err
+			}
+			return 0, errHandOff
 		}
 	}
 }

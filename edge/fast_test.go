@@ -2,12 +2,14 @@ package edge
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -350,4 +352,122 @@ func TestShutdownClosesIdleFastConnectionsAndFinishesBusyOnes(t *testing.T) {
 	if err := <-shut; err != nil {
 		t.Errorf("Shutdown: %v", err)
 	}
+}
+
+// echo answers with what it saw of the request, so that two servers'
+// answers differ when the requests their handler saw differ.
+func echo(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(r.Body)
+	keys := make([]string, 0, len(r.Header))
+	for k := range r.Header {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	fmt.Fprintf(w, "%s %s %s host=%q close=%v length=%d te=%q body=%q err=%v\n",
+		r.Method, r.RequestURI, r.Proto, r.Host, r.Close, r.ContentLength, r.TransferEncoding, body, err != nil)
+	for _, k := range keys {
+		fmt.Fprintf(w, "%s=%q\n", k, r.Header[k])
+	}
+}
+
+// answersTo sends raw on a new connection to addr, half-closes it and
+// reads every response until the server closes: each in short, the
+// first error as the last line.
+func answersTo(t *testing.T, addr string, raw []byte) []string {
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	go func() {
+		c.Write(raw)
+		c.(*net.TCPConn).CloseWrite()
+	}()
+	// Responses are read as answers to the requests Go's parser finds in
+	// raw: a HEAD's has no body.
+	var methods []string
+	in := bufio.NewReader(bytes.NewReader(raw))
+	for {
+		req, err := http.ReadRequest(in)
+		if err != nil {
+			break
+		}
+		methods = append(methods, req.Method)
+		if _, err := io.Copy(io.Discard, req.Body); err != nil {
+			break
+		}
+	}
+	br := bufio.NewReader(c)
+	var out []string
+	for {
+		req := &http.Request{Method: http.MethodGet}
+		if len(out) < len(methods) {
+			req.Method = methods[len(out)]
+		}
+		res, err := http.ReadResponse(br, req)
+		if err != nil {
+			if err != io.EOF {
+				out = append(out, "error")
+			}
+			return out
+		}
+		body, err := io.ReadAll(res.Body)
+		res.Header.Del("Date")
+		out = append(out, fmt.Sprintf("%d %v %q %v %v %v", res.StatusCode, res.Header, body, res.Trailer, res.Close, err != nil))
+	}
+}
+
+// FuzzFastPath holds the fast path to net/http's server: any bytes a
+// client sends get the same answers from a public server with it as from
+// the same server without it (net/http's alone, behind the same framing
+// listener and check).
+func FuzzFastPath(f *testing.F) {
+	for _, seed := range []string{
+		"GET / HTTP/1.1\r\nHost: a\r\n\r\n",
+		"GET /a HTTP/1.1\r\nHost: a\r\n\r\nGET /b?x=1 HTTP/1.1\r\nHost: b\r\nX-A: 1\r\nx-a: 2\r\n\r\n",
+		"HEAD / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\nGET / HTTP/1.1\r\nHost: a\r\n\r\n",
+		"GET / HTTP/1.1\r\nHost: a\r\n\r\nPOST /p HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\n\r\nabcGET /after HTTP/1.1\r\nHost: a\r\n\r\n",
+		"GET / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n",
+		"GET / HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+		"GET / HTTP/1.1\r\nHost: a\r\nFolded: x\r\n y\r\n\r\n",
+		"GET / HTTP/1.1\nHost: a\n\n",
+		"\r\nGET / HTTP/1.1\r\nHost: a\r\n\r\n",
+		"GET / HTTP/1.1\r\nHost: a\r\nHost: a\r\n\r\n",
+		"GET / HTTP/1.0\r\nConnection: keep-alive\r\n\r\nGET / HTTP/1.1\r\nHost: a\r\n\r\n",
+		"OPTIONS * HTTP/1.1\r\nHost: a\r\n\r\nOPTIONS * HTTP/1.1\r\nHost: a\r\n\r\n",
+		"GET http://a/x HTTP/1.1\r\nHost: b\r\n\r\n",
+		"GET / HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\n\r\n",
+		"GET / HTTP/1.1\r\nHost: a\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n",
+		"GET / HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\n\r\n",
+		"GET / HTTP/1.1\r\nHost: a\r\nContent-Length: +0\r\n\r\n",
+		"GET /\x00 HTTP/1.1\r\nHost: a\r\n\r\n",
+		"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n",
+	} {
+		f.Add([]byte(seed))
+	}
+	fast := testPublicServer(http.HandlerFunc(echo))
+	fastLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		f.Fatal(err)
+	}
+	go fast.Serve(newFramingListener(fastLn, nil, 0))
+	defer fast.Close()
+	plain := testPublicServer(http.HandlerFunc(echo)).srv
+	plainLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		f.Fatal(err)
+	}
+	go plain.Serve(newFramingListener(plainLn, nil, 0))
+	defer plain.Close()
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		if len(raw) > 16<<10 {
+			return
+		}
+		want := answersTo(t, plainLn.Addr().String(), raw)
+		got := answersTo(t, fastLn.Addr().String(), raw)
+		if !slices.Equal(got, want) {
+			t.Fatalf("for %q\nthe fast path answered\n%s\nnet/http\n%s", raw, strings.Join(got, "\n"), strings.Join(want, "\n"))
+		}
+	})
 }
