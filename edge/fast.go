@@ -192,15 +192,16 @@ const (
 
 // fastConn is one connection on the fast path.
 type fastConn struct {
-	f      *fastServer
-	fc     *framingConn
-	br     *bufio.Reader
-	bw     *bufio.Writer
-	state  atomic.Int32
-	ctx    context.Context // the connection's, as srv's ConnContext made it
-	remote string
-	served bool // a request was served: the wait for the next is an idle one
-	w      fastResponse
+	f         *fastServer
+	fc        *framingConn
+	br        *bufio.Reader
+	bw        *bufio.Writer
+	state     atomic.Int32
+	ctx       context.Context // the connection's, as srv's ConnContext made it
+	remote    string
+	served    bool // a request was served: the wait for the next is an idle one
+	afterPost bool // the request served last was a POST
+	w         fastResponse
 
 	headReader *bytes.Reader // over the head in br, for the parser
 
@@ -305,6 +306,7 @@ func (c *fastConn) nextRequest() (*http.Request, error) {
 		return nil, errHandOff
 	}
 	c.br.Discard(n)
+	c.afterPost = req.Method == http.MethodPost
 	req.RemoteAddr = c.remote
 	return req, nil
 }
@@ -312,9 +314,14 @@ func (c *fastConn) nextRequest() (*http.Request, error) {
 // nextHead waits until a whole request head is in c.br and returns its
 // length; errHandOff when a head does not fit there.
 func (c *fastConn) nextHead() (int, error) {
-	if c.br.Buffered() == 0 {
-		// Until the first byte: the idle timeout, or for the first request
-		// the header timeout, as net/http has them.
+	// net/http waits for 4 bytes of a request after the first, under the
+	// idle timeout, and closes without an answer when they do not come;
+	// for the first, for a byte under the header timeout.
+	least := 1
+	if c.served {
+		least = 4
+	}
+	if c.br.Buffered() < least {
 		wait := c.f.srv.ReadHeaderTimeout
 		if c.served && c.f.srv.IdleTimeout > 0 {
 			wait = c.f.srv.IdleTimeout
@@ -322,9 +329,20 @@ func (c *fastConn) nextHead() (int, error) {
 		if wait > 0 {
 			c.fc.SetReadDeadline(time.Now().Add(wait))
 		}
-		if _, err := c.br.Peek(1); err != nil {
+		if _, err := c.br.Peek(least); err != nil {
 			return 0, err
 		}
+	}
+	if c.afterPost {
+		// net/http's tolerance of old clients: CR and LF after a POST,
+		// among the next 4 bytes, are dropped.
+		peek, _ := c.br.Peek(4)
+		n := 0
+		for n < len(peek) && (peek[n] == '\r' || peek[n] == '\n') {
+			n++
+		}
+		c.br.Discard(n)
+		c.afterPost = false
 	}
 	timed := false
 	for {
@@ -346,13 +364,8 @@ func (c *fastConn) nextHead() (int, error) {
 			timed = true
 		}
 		if _, err := c.br.Peek(len(b) + 1); err != nil {
-			// Part of a head, then an end or a timeout. net/http waits
-			// for 4 bytes of a next request before it parses one, and
-			// closes without an answer when they do not come; else it
-			// answers (a 400, say), from the same bytes.
-			if c.served && len(b) < 4 {
-				return 0, err
-			}
+			// Part of a head, then an end or a timeout: net/http answers
+			// that as it does (a 400, say), from the same bytes.
 			return 0, errHandOff
 		}
 	}
