@@ -8,6 +8,7 @@ import (
 	"log"
 	"net"
 	"net/http"
+	"os"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -92,7 +93,9 @@ func (f *fastServer) Serve(ln net.Listener) error {
 		pause = 0
 		fc, ok := c.(*framingConn)
 		if !ok {
-			handoff.deliver(c)
+			if !handoff.deliver(c) {
+				c.Close()
+			}
 			continue
 		}
 		fast := newFastConn(f, fc)
@@ -393,13 +396,15 @@ func headEnd(b []byte) int {
 // fastRequest reports whether the fast path serves req, parsed from head:
 // HTTP/1.1, no body, nothing that changes the exchange (Expect, Upgrade),
 // and a head net/http's server would take as it is (one valid Host line,
-// valid fields, a target in origin form). Everything else goes to
+// valid field names, a target in origin form). Everything else goes to
 // net/http, which answers it as it always has.
 func fastRequest(req *http.Request, head []byte) bool {
 	if req.ProtoMajor != 1 || req.ProtoMinor != 1 || req.Method == http.MethodConnect || req.Method == "PRI" || req.URL.Host != "" {
 		return false
 	}
-	if req.ContentLength != 0 || len(req.TransferEncoding) > 0 || req.Body != http.NoBody {
+	// The parser gives a request without a body (no Content-Length above
+	// 0, no chunked coding) NoBody.
+	if req.Body != http.NoBody {
 		return false
 	}
 	h := req.Header
@@ -414,14 +419,11 @@ func fastRequest(req *http.Request, head []byte) bool {
 	if hostLines(head) != 1 || !httpguts.ValidHostHeader(req.Host) {
 		return false
 	}
-	for k, vv := range h {
+	// Values the parser checked as net/http's server does; names it takes
+	// with spaces in them.
+	for k := range h {
 		if !httpguts.ValidHeaderFieldName(k) {
 			return false
-		}
-		for _, v := range vv {
-			if !httpguts.ValidHeaderFieldValue(v) {
-				return false
-			}
 		}
 	}
 	return true
@@ -445,7 +447,7 @@ func hostLines(head []byte) int {
 
 // handOff gives the connection to net/http with what c.br holds, to be
 // read again from its start; false when net/http is shutting down (the
-// connection is then closed).
+// connection is then still c's to close).
 func (c *fastConn) handOff() bool {
 	buffered, _ := c.br.Peek(c.br.Buffered())
 	c.fc.replay = bytes.Clone(buffered)
@@ -502,17 +504,12 @@ func (c *fastConn) startWatch() {
 		return
 	}
 	// A timeout is disarmWatch's past deadline: the request ended first.
-	if _, err := c.br.Peek(1); err != nil && !isTimeout(err) {
+	if _, err := c.br.Peek(1); err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
 		cancel()
 	}
 }
 
 var longAgo = time.Unix(1, 0)
-
-func isTimeout(err error) bool {
-	var ne net.Error
-	return errors.As(err, &ne) && ne.Timeout()
-}
 
 // disarmWatch stops the departure watch, and waits for its read to end if
 // it started one.
@@ -543,14 +540,13 @@ func newHandoffListener(addr net.Addr) *handoffListener {
 	return &handoffListener{addr: addr, conns: make(chan net.Conn), closing: make(chan struct{})}
 }
 
-// deliver passes c to the server's next Accept; when the listener is
-// closed first it closes c and returns false.
+// deliver passes c to the server's next Accept; false when the listener
+// closed first (c is then still the caller's).
 func (l *handoffListener) deliver(c net.Conn) bool {
 	select {
 	case l.conns <- c:
 		return true
 	case <-l.closing:
-		c.Close()
 		return false
 	}
 }

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"golang.org/x/net/http/httpguts"
 )
 
 // fastResponse is the fast path's http.ResponseWriter, one a connection,
@@ -100,7 +102,7 @@ func (w *fastResponse) WriteHeader(code int) {
 	_, w.dated = h["Date"]
 	w.declared = len(h["Trailer"]) > 0
 	w.connection = h["Connection"]
-	if hasToken(w.connection, "close") {
+	if httpguts.HeaderValuesContainsToken(w.connection, "close") {
 		w.closeAfter = true
 	}
 	b := appendStatusLine(w.head[:0], code)
@@ -360,19 +362,6 @@ func appendField(b []byte, name string, values []string) []byte {
 		b = append(b, "\r\n"...)
 	}
 	return b
-}
-
-// hasToken reports whether a comma-separated header holds token, in any
-// case.
-func hasToken(values []string, token string) bool {
-	for _, v := range values {
-		for _, t := range strings.Split(v, ",") {
-			if strings.EqualFold(strings.TrimSpace(t), token) {
-				return true
-			}
-		}
-	}
-	return false
 }
 
 // The Date header's value, formatted once a second.
