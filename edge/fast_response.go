@@ -10,8 +10,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"golang.org/x/net/http/httpguts"
 )
 
 // fastResponse is the fast path's http.ResponseWriter, one a connection,
@@ -102,7 +100,7 @@ func (w *fastResponse) WriteHeader(code int) {
 	_, w.dated = h["Date"]
 	w.declared = len(h["Trailer"]) > 0
 	w.connection = h["Connection"]
-	if httpguts.HeaderValuesContainsToken(w.connection, "close") {
+	if len(w.connection) > 0 && w.connection[0] == "close" {
 		w.closeAfter = true
 	}
 	b := appendStatusLine(w.head[:0], code)
@@ -153,7 +151,7 @@ func (w *fastResponse) WriteString(s string) (int, error) {
 		return 0, err
 	}
 	switch {
-	case !w.headerOut && w.length < 0 && len(w.pending)+len(s) <= pendingMax:
+	case w.holds(len(s)):
 		w.pending = append(w.pending, s...)
 		return len(s), nil
 	case w.headerOut && !w.chunked && w.req.Method != http.MethodHead:
@@ -186,17 +184,24 @@ func (w *fastResponse) accept(n int) error {
 
 // write sends p, or holds it while the body's length is unknown and short.
 func (w *fastResponse) write(p []byte) (int, error) {
+	if w.holds(len(p)) {
+		w.pending = append(w.pending, p...)
+		return len(p), nil
+	}
 	if !w.headerOut {
-		if w.length < 0 && len(w.pending)+len(p) <= pendingMax {
-			w.pending = append(w.pending, p...)
-			return len(p), nil
-		}
 		w.writeHeader(false, p)
 	}
 	if w.req.Method == http.MethodHead {
 		return len(p), nil
 	}
 	return w.body(p)
+}
+
+// holds reports whether n more bytes of body are held rather than sent:
+// while the header is not out, the body's length is unknown and what is
+// held stays within pendingMax.
+func (w *fastResponse) holds(n int) bool {
+	return !w.headerOut && w.length < 0 && len(w.pending)+n <= pendingMax
 }
 
 // body writes p, a chunk when chunked.
@@ -277,7 +282,7 @@ func (w *fastResponse) writeHeader(done bool, next []byte) {
 	} else if allowed && w.length < 0 && !head {
 		w.chunked = true
 	}
-	if w.req.Close || w.c.f.closing.Load() {
+	if w.req.Close || w.c.f.closing.Load() || asksClose(w.req.Header["Connection"]) {
 		w.closeAfter = true
 	}
 	bw.Write(w.head)
@@ -304,7 +309,7 @@ func (w *fastResponse) writeHeader(done bool, next []byte) {
 	if w.chunked {
 		bw.WriteString("Transfer-Encoding: chunked\r\n")
 	}
-	if w.closeAfter {
+	if w.closeAfter && !asksClose(w.connection) {
 		bw.WriteString("Connection: close\r\n")
 	} else if len(w.connection) > 0 {
 		bw.Write(appendField(nil, "Connection", w.connection))
@@ -349,12 +354,14 @@ func appendStatusLine(b []byte, code int) []byte {
 	return append(b, "\r\n"...)
 }
 
+var newlinesToSpaces = strings.NewReplacer("\r", " ", "\n", " ")
+
 // appendField appends name's values, each on a line of its own, with CR
 // and LF in a value turned into spaces as net/http does.
 func appendField(b []byte, name string, values []string) []byte {
 	for _, v := range values {
 		if strings.ContainsAny(v, "\r\n") {
-			v = strings.NewReplacer("\r", " ", "\n", " ").Replace(v)
+			v = newlinesToSpaces.Replace(v)
 		}
 		b = append(b, name...)
 		b = append(b, ": "...)
@@ -424,3 +431,23 @@ func (w *fastResponse) SetWriteDeadline(t time.Time) error { return w.c.fc.SetWr
 // EnableFullDuplex is http.ResponseController's: a request without a body
 // has nothing to read while the response is written.
 func (w *fastResponse) EnableFullDuplex() error { return nil }
+
+// asksClose reports whether a Connection field's values ask to close as
+// net/http's server reads them: its first value holds "close" in any case,
+// between the value's ends, spaces, tabs or commas. (The request parser's
+// req.Close reads every value, by comma.)
+func asksClose(values []string) bool {
+	if len(values) == 0 {
+		return false
+	}
+	v := values[0]
+	const token = "close"
+	for i := 0; i+len(token) <= len(v); i++ {
+		if (i == 0 || tokenEdge(v[i-1])) && (i+len(token) == len(v) || tokenEdge(v[i+len(token)])) && strings.EqualFold(v[i:i+len(token)], token) {
+			return true
+		}
+	}
+	return false
+}
+
+func tokenEdge(b byte) bool { return b == ' ' || b == ',' || b == '\t' }

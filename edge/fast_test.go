@@ -161,7 +161,18 @@ func TestTheFastPathAnswersAsNetHTTPDoes(t *testing.T) {
 			w.Header().Set("Connection", "close")
 			io.WriteString(w, "bye")
 		}},
+		"the handler names close among other words": {h: func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Connection", "x, close")
+			io.WriteString(w, "stays")
+		}},
+		"the handler names close to a client that closes": {headers: "Connection: close\r\n", h: func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Connection", "Close, x")
+			io.WriteString(w, "bye")
+		}},
 		"the client closes": {headers: "Connection: close\r\n", h: func(w http.ResponseWriter, r *http.Request) {
+			io.WriteString(w, "bye")
+		}},
+		"the client closes among other words": {headers: "Connection: x Close\r\n", h: func(w http.ResponseWriter, r *http.Request) {
 			io.WriteString(w, "bye")
 		}},
 		"a status without text": {h: func(w http.ResponseWriter, r *http.Request) {
@@ -439,6 +450,8 @@ func FuzzFastPath(f *testing.F) {
 		"GET http://a/x HTTP/1.1\r\nHost: b\r\n\r\n",
 		"GET / HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\n\r\n",
 		"GET / HTTP/1.1\r\nHost: a\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n",
+		"GET / HTTP/1.1\r\nHost: a\r\nConnection: Close 0\r\n\r\nGET / HTTP/1.1\r\nHost: a\r\n\r\n",
+		"GET / HTTP/1.1\r\nHost: a\r\nConnection: x\r\nConnection: close\r\n\r\nGET / HTTP/1.1\r\nHost: a\r\n\r\n",
 		"GET / HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\n\r\n",
 		"GET / HTTP/1.1\r\nHost: a\r\nContent-Length: +0\r\n\r\n",
 		"GET /\x00 HTTP/1.1\r\nHost: a\r\n\r\n",
