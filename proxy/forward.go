@@ -191,11 +191,19 @@ func newForwarder(rt *route, target *url.URL, transport http.RoundTripper, logge
 // timeout (body_read_timeout): the connection's read deadline is moved
 // before each read and cleared at the end of the body, so a slow upstream
 // is never taken for a slow client.
+//
+// A body read to its end stays at its end: the transport reads once more
+// after the declared length, and the server closes the body when the
+// response's head is written, which the upstream may have sent already; a
+// read of the closed body would fail the request's write, and the
+// transport would close the upstream connection under the response
+// (golang/go#40747).
 type clientBody struct {
 	io.ReadCloser
 	rc       *http.ResponseController
 	timeout  time.Duration
 	timedOut atomic.Bool
+	ended    bool
 }
 
 // clientBodyError is a failure to read the client's body.
@@ -205,9 +213,13 @@ func (e *clientBodyError) Error() string { return e.err.Error() }
 func (e *clientBodyError) Unwrap() error { return e.err }
 
 func (b *clientBody) Read(p []byte) (int, error) {
+	if b.ended {
+		return 0, io.EOF
+	}
 	b.rc.SetReadDeadline(time.Now().Add(b.timeout))
 	n, err := b.ReadCloser.Read(p)
 	if err == io.EOF {
+		b.ended = true
 		b.rc.SetReadDeadline(time.Time{})
 	}
 	if err != nil && err != io.EOF {

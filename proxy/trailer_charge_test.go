@@ -106,7 +106,7 @@ func TestAClientThatHangsUpBeforeTheCostTrailerIsChargedItsCost(t *testing.T) {
 			res := g.get(t, "/stream")
 			io.Copy(io.Discard, res.Body)
 			if r := remaining(t, res, "usage"); r != 59 {
-				t.Fatalf("r=%d after the client hung up on a cost of 40, want 59 (1 reserved)", r)
+				t.Fatalf("r=%d after the client hung up on a cost of 40, want 59 (1 reserved); the gateway logged:\n%s", r, g.logs.String())
 			}
 		})
 	}
