@@ -81,7 +81,8 @@ type breaker struct {
 	openedAt    time.Time
 	probing     bool
 	// opens counts the times the breaker opened: a connection dialed
-	// before the last is not used again (see markedConn).
+	// before the last, or while it was open, is not used again (see
+	// markedConn and dialMark).
 	opens atomic.Uint64
 	// quiet is state == breakerClosed && consecutive == 0, kept under mu
 	// and read without it (see calm).
@@ -168,6 +169,19 @@ func (b *breaker) abandon() {
 		b.probing = false
 	}
 	b.mu.Unlock()
+}
+
+// dialMark is the mark of a connection whose dial begins now: the times
+// the breaker opened, less one while it is open. A connection dialed
+// during the cooldown, perhaps into the fault, is thus stale at once, as
+// if dialed before the breaker opened.
+func (b *breaker) dialMark() uint64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.state == breakerOpen {
+		return b.opens.Load() - 1
+	}
+	return b.opens.Load()
 }
 
 func (b *breaker) open(now time.Time, why string) {

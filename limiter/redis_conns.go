@@ -18,12 +18,13 @@ import (
 // each such connection, long after the node answers again.
 //
 // So every connection a node's client dials is marked with the number of
-// times the node's breaker had opened when the dial began, and once the
-// breaker has opened since, the pool drops the connection when it next
-// takes it from its idle list: go-redis checks an idle connection through
-// its syscall.Conn before handing it out, and a stale one fails that
-// check. Calls after a cooldown thus run on connections dialed after the
-// breaker opened.
+// times the node's breaker had opened when the dial began (not counting
+// an open whose cooldown runs: a call queued before the breaker opened
+// may dial during it, into the fault), and once the breaker has opened
+// since, the pool drops the connection when it next takes it from its
+// idle list: go-redis checks an idle connection through its syscall.Conn
+// before handing it out, and a stale one fails that check. Calls after a
+// cooldown thus run on connections dialed after it ended.
 
 // errConnStale fails the pool's check of a connection dialed before its
 // node's breaker last opened.
@@ -48,7 +49,7 @@ func (h staleConns) DialHook(next redis.DialHook) redis.DialHook {
 		if err != nil || n.breaker == nil {
 			return next(ctx, network, addr)
 		}
-		opens := n.breaker.opens.Load()
+		opens := n.breaker.dialMark()
 		conn, err := next(ctx, network, addr)
 		if err != nil {
 			return nil, err
@@ -63,8 +64,8 @@ func (staleConns) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proc
 	return next
 }
 
-// markedConn is a connection dialed when its node's breaker had opened
-// opens times.
+// markedConn is a connection with its breaker's dialMark when it was
+// dialed.
 type markedConn struct {
 	net.Conn
 	b     *breaker
