@@ -21,8 +21,10 @@ import (
 // ones before it. Every other call is its own EVALSHA with its own reply
 // or error. A call that finds a worker idle is
 // sent at once, alone; calls that arrive while pipelines are in flight go
-// out together in the next. A few pipelines may be in flight at once, so
-// one slow reply holds up only its own batch.
+// out together in the next. Two pipelines may be in flight at once
+// (batchWorkers), so one slow reply holds up only its own batch; four
+// made twice the writes for the same gateway CPU and Redis time a request
+// (bench/README.md, "Main mode").
 //
 // A batch is sent with the earliest deadline among its calls: none waits
 // past its own. A call whose deadline passed while it was queued is not sent.
@@ -76,7 +78,7 @@ func stopTimer(t *time.Timer) {
 }
 
 const (
-	batchWorkers = 4
+	batchWorkers = 2
 	maxBatch     = 128
 )
 
