@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
 	"time"
 
@@ -309,19 +308,7 @@ func (b *batcher) mergeable(c *call) bool {
 // same ones are missing, so a merged call is refused (TRYAGAIN) only
 // where each alone would be.
 func (b *batcher) together(x, y *call) bool {
-	if !b.bySlot {
-		return true
-	}
-	n := x.cmd[2].(int)
-	if y.cmd[2].(int) != n {
-		return false
-	}
-	for i := cmdHead; i < cmdHead+n; i++ {
-		if *x.cmd[i].(*string) != *y.cmd[i].(*string) {
-			return false
-		}
-	}
-	return true
+	return !b.bySlot || sameKeys(x, y)
 }
 
 // merge is the command of group i of merged calls, made in the arguments
@@ -335,29 +322,84 @@ func (w *sending) merge(i int) []any {
 }
 
 // merged appends to cmd one EVALSHA of the rate-limit script for calls,
-// each made by script.command (in a Cluster over the same keys): every
-// call's keys, then "b",
-// the number of calls and each call's number of keys, number of
-// arguments and arguments (lua/driver.lua).
+// each made by script.command (in a Cluster over the same keys), in the
+// form lua/driver.lua reads: the keys of every call whose keys are not
+// the call's before, then "b", the number of calls, and for each call its
+// number of keys (0 when they are the call's before), its number of
+// arguments, how many of them lead as the call's before do, and the rest.
+// The calls of one route and subject differ in their last arguments
+// alone (the evaluation ID), so each costs the write and Redis's parser
+// a few arguments, not all of them.
 func merged(cmd []any, calls []*call) []any {
-	keys, args := 0, 2
-	for _, c := range calls {
-		k := c.cmd[2].(int)
-		keys += k
-		args += 2 + len(c.cmd) - cmdHead - k
+	// Whether each call's keys are the call's before, found once for
+	// KEYS and for ARGV (a batch holds at most maxBatch calls).
+	var keysBefore [maxBatch]bool
+	cmd = append(cmd, "evalsha", calls[0].cmd[1], 0)
+	for i, c := range calls {
+		keysBefore[i] = i > 0 && sameKeys(calls[i-1], c)
+		if !keysBefore[i] {
+			cmd = append(cmd, c.cmd[cmdHead:cmdHead+c.cmd[2].(int)]...)
+		}
 	}
-	cmd = slices.Grow(cmd, cmdHead+keys+args)
-	cmd = append(cmd, "evalsha", calls[0].cmd[1], keys)
-	for _, c := range calls {
-		cmd = append(cmd, c.cmd[cmdHead:cmdHead+c.cmd[2].(int)]...)
-	}
+	cmd[2] = len(cmd) - cmdHead
 	cmd = append(cmd, "b", len(calls))
-	for _, c := range calls {
+	var before []any // the arguments of the call before
+	for i, c := range calls {
 		k := c.cmd[2].(int)
-		cmd = append(cmd, k, len(c.cmd)-cmdHead-k)
-		cmd = append(cmd, c.cmd[cmdHead+k:]...)
+		args := c.cmd[cmdHead+k:]
+		if keysBefore[i] {
+			k = 0
+		}
+		lead := leading(before, args)
+		cmd = append(cmd, k, len(args), lead)
+		cmd = append(cmd, args[lead:]...)
+		before = args
 	}
 	return cmd
+}
+
+// sameKeys reports whether two calls made by script.command name the
+// same keys.
+func sameKeys(x, y *call) bool {
+	n := x.cmd[2].(int)
+	if y.cmd[2].(int) != n {
+		return false
+	}
+	for i := cmdHead; i < cmdHead+n; i++ {
+		if *x.cmd[i].(*string) != *y.cmd[i].(*string) {
+			return false
+		}
+	}
+	return true
+}
+
+// leading is how many of y's first arguments are x's, as Redis reads
+// them: the kinds script arguments are made of (appendArgs), compared by
+// value; any other kind is taken as different.
+func leading(x, y []any) int {
+	n := 0
+	for n < len(x) && n < len(y) && sameArg(x[n], y[n]) {
+		n++
+	}
+	return n
+}
+
+func sameArg(x, y any) bool {
+	switch x := x.(type) {
+	case int:
+		y, ok := y.(int)
+		return ok && x == y
+	case int64:
+		y, ok := y.(int64)
+		return ok && x == y
+	case string:
+		y, ok := y.(string)
+		return ok && x == y
+	case *string:
+		y, ok := y.(*string)
+		return ok && (x == y || *x == *y)
+	}
+	return false
 }
 
 // close stops the workers once their pipelines are answered; calls still

@@ -131,10 +131,17 @@ end
 -- beside its state key (key .. ':o', set by the admin API, expiring by
 -- itself) when there is one, else the argument's. A read Redis refuses
 -- (the key's slot half-moved to another Cluster node) finds none: the
--- override applies again once the slot has moved.
+-- override applies again once the slot has moved. Each key's is read once
+-- a call (false: none), as its state is: no command changes it meanwhile.
+local overrides = {}
 local function limit_of(key, arg)
-  local ok, o = pcall(redis.call, 'GET', key .. ':o')
-  return ok and tonumber(o) or (arg + 0)
+  local o = overrides[key]
+  if o == nil then
+    local ok, v = pcall(redis.call, 'GET', key .. ':o')
+    o = ok and tonumber(v) or false
+    overrides[key] = o
+  end
+  return o or (arg + 0)
 end
 
 -- The rings of remembered evaluations the call's decisions write to: for
