@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -28,8 +29,12 @@ import (
 // A batch is sent with the earliest deadline among its calls: none waits
 // past its own. A call whose deadline passed while it was queued is not sent.
 // The deadline reaches go-redis as the socket's (see deadlineCtx); the one
-// timer a call has is its caller's, which stops waiting at the deadline
-// whatever the worker is doing.
+// timer a call has is its own, which ends the caller's wait at the
+// deadline whatever the worker is doing. The caller waits on its call
+// alone, not on its context's end as well: one channel to wait on instead
+// of three, whose select cost the gateway about 2 µs a decision. A caller
+// whose client went away thus waits for the reply, no longer than the
+// deadline; a call not yet sent is not sent.
 type batcher struct {
 	client *redis.Client
 	merge  *string             // the SHA of the script whose calls are merged
@@ -41,8 +46,8 @@ type batcher struct {
 }
 
 // call is one EVALSHA waiting for its reply. Calls are reused: a caller
-// that read its reply puts its call back; one that stopped waiting (its
-// deadline, its client gone) leaves it to the worker and the collector.
+// that read its reply puts its call back; one whose deadline ended its
+// wait leaves it to the worker and the collector.
 type call struct {
 	ctx   context.Context
 	cmd   []any // see script.command
@@ -52,28 +57,38 @@ type call struct {
 	// answered it with the first (a lost reply is one failure of the
 	// node's, not one for each decision the command carried).
 	shared bool
-	done   chan struct{} // the worker's one send, buffered
+	// ended: the reply, or the deadline's end, was handed to the caller;
+	// whichever of the worker and the timer comes second leaves the call
+	// alone.
+	ended atomic.Bool
+	// expired: the timer ended the wait.
+	expired bool
+	timer   *time.Timer   // expire at the caller's deadline, stopped between uses
+	done    chan struct{} // the one send of finish or expire, buffered
 }
 
-var calls = sync.Pool{New: func() any { return &call{done: make(chan struct{}, 1)} }}
+var calls = sync.Pool{New: func() any {
+	c := &call{done: make(chan struct{}, 1)}
+	c.timer = time.AfterFunc(time.Hour, c.expire)
+	c.timer.Stop()
+	return c
+}}
 
-// finish hands c's reply to its caller; the worker must not touch c after.
-func (c *call) finish() { c.done <- struct{}{} }
-
-// timers hold the callers' deadline timers, stopped between uses.
-var timers sync.Pool
-
-func startTimer(d time.Duration) *time.Timer {
-	if t, ok := timers.Get().(*time.Timer); ok {
-		t.Reset(d)
-		return t
+// finish hands the reply to c's caller, unless its deadline has; the
+// worker must not touch c after.
+func (c *call) finish(reply any, shared bool, err error) {
+	if c.ended.CompareAndSwap(false, true) {
+		c.reply, c.shared, c.err = reply, shared, err
+		c.done <- struct{}{}
 	}
-	return time.NewTimer(d)
 }
 
-func stopTimer(t *time.Timer) {
-	t.Stop()
-	timers.Put(t)
+// expire ends the caller's wait at its deadline, unless the reply has.
+func (c *call) expire() {
+	if c.ended.CompareAndSwap(false, true) {
+		c.expired = true
+		c.done <- struct{}{}
+	}
 }
 
 const (
@@ -118,40 +133,58 @@ func newBatcher(c *redis.Client, merge *string, bySlot bool, sizes prometheus.Ob
 // no longer than ctx's deadline; shared: the node's answer to it stood
 // for other calls' too, and was counted with the first of them (call).
 func (b *batcher) evalSha(ctx context.Context, cmd []any) (reply any, shared bool, err error) {
-	var expired <-chan time.Time
-	if d, ok := ctx.Deadline(); ok {
-		t := startTimer(time.Until(d))
-		defer stopTimer(t)
-		expired = t.C
-	}
 	c := calls.Get().(*call)
 	c.ctx, c.cmd = ctx, cmd
-	select {
-	case b.queue <- c:
-	case <-ctx.Done():
-		c.ctx, c.cmd = nil, nil
-		calls.Put(c)
-		return nil, false, notSent(ctx.Err())
-	case <-expired:
-		c.ctx, c.cmd = nil, nil
-		calls.Put(c)
-		return nil, false, errNotSentDeadline
-	case <-b.stop:
-		c.ctx, c.cmd = nil, nil
-		calls.Put(c)
-		return nil, false, redis.ErrClosed
+	d, bounded := ctx.Deadline()
+	if bounded {
+		c.timer.Reset(time.Until(d))
 	}
 	select {
-	case <-c.done:
-		reply, shared, err = c.reply, c.shared, c.err
-		*c = call{done: c.done}
-		calls.Put(c)
-		return reply, shared, err
-	case <-ctx.Done():
+	case b.queue <- c:
+	default:
+		if err := b.enqueue(c); err != nil {
+			return nil, false, err
+		}
+	}
+	if bounded {
+		<-c.done
+	} else {
+		// (No deadline, no timer: the wait ends with the context too.)
+		select {
+		case <-c.done:
+		case <-ctx.Done():
+			// A worker may have sent it: its effect is unknown.
+			return nil, false, ctx.Err()
+		}
+	}
+	if c.expired {
 		// A worker may have sent it: its effect is unknown.
-		return nil, false, ctx.Err()
-	case <-expired:
 		return nil, false, context.DeadlineExceeded
+	}
+	reply, shared, err = c.reply, c.shared, c.err
+	// A timer that fired as the reply came may still look at the call.
+	if !bounded || c.timer.Stop() {
+		c.ctx, c.cmd, c.reply, c.err, c.shared = nil, nil, nil, nil, false
+		c.ended.Store(false)
+		calls.Put(c)
+	}
+	return reply, shared, err
+}
+
+// enqueue waits for room in the queue for c, no longer than the call's
+// wait; a call it does not queue is not sent.
+func (b *batcher) enqueue(c *call) error {
+	select {
+	case b.queue <- c:
+		return nil
+	case <-c.done: // its deadline
+		return errNotSentDeadline
+	case <-c.ctx.Done():
+		c.expire() // (the call is not reused: its timer may fire yet)
+		return notSent(c.ctx.Err())
+	case <-b.stop:
+		c.expire()
+		return redis.ErrClosed
 	}
 }
 
@@ -194,8 +227,7 @@ func (b *batcher) send(batch []*call, w *sending) {
 	var deadline time.Time
 	for _, c := range batch {
 		if err := c.ctx.Err(); err != nil {
-			c.err = notSent(err)
-			c.finish()
+			c.finish(nil, false, notSent(err))
 			continue
 		}
 		if d, ok := c.ctx.Deadline(); ok && (deadline.IsZero() || d.Before(deadline)) {
@@ -209,8 +241,8 @@ func (b *batcher) send(batch []*call, w *sending) {
 	b.sizes.Observe(float64(len(live)))
 	if len(live) == 1 {
 		c := live[0]
-		c.reply, c.err = b.client.Do(c.ctx, c.cmd...).Result()
-		c.finish()
+		reply, err := b.client.Do(c.ctx, c.cmd...).Result()
+		c.finish(reply, false, err)
 		return
 	}
 	b.group(live, w)
@@ -238,8 +270,7 @@ func (b *batcher) send(batch []*call, w *sending) {
 		reply, err := cmd.Result()
 		w.cmds[i] = nil
 		if len(calls) == 1 {
-			calls[0].reply, calls[0].err = reply, err
-			calls[0].finish()
+			calls[0].finish(reply, false, err)
 			continue
 		}
 		each, ok := reply.([]any)
@@ -247,19 +278,17 @@ func (b *batcher) send(batch []*call, w *sending) {
 			err = errMalformedReply
 		}
 		for j, c := range calls {
-			c.shared = j > 0
 			switch {
 			case err != nil:
-				c.err = err
+				c.finish(nil, j > 0, err)
 			default:
 				// A decision's own error is an error reply in the list.
 				if e, ok := each[j].(error); ok {
-					c.err = e
+					c.finish(nil, j > 0, e)
 				} else {
-					c.reply = each[j]
+					c.finish(each[j], j > 0, nil)
 				}
 			}
-			c.finish()
 		}
 	}
 	for _, calls := range w.groups {
@@ -410,8 +439,7 @@ func (b *batcher) close() {
 	for {
 		select {
 		case c := <-b.queue:
-			c.err = errNotSentClosed
-			c.finish()
+			c.finish(nil, false, errNotSentClosed)
 		default:
 			return
 		}

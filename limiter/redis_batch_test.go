@@ -151,6 +151,56 @@ func TestBatchedDecisionsShareScriptCallsAndStayExact(t *testing.T) {
 	}
 }
 
+// Decisions that queue behind a black hole, more than the batcher's
+// queue holds besides the calls its workers carry, end at their own
+// deadline, as failures, though the workers wait for calls of a later
+// deadline: those until go-redis's read timeout (500 ms), the queued ones
+// 50 ms, and so do the ones that waited for room in the queue.
+func TestDecisionsBehindABlackHoleEndAtTheirDeadline(t *testing.T) {
+	s := redistest.Start(t)
+	link := redistest.StartLink(t, s.Addr, false)
+	r := redistest.NewLimiter(t, limiter.RedisOptions{Addrs: []string{link.Addr}, Breaker: limiter.BreakerOptions{Disabled: true}})
+	p := limitertest.FixedWindow(1<<20, time.Minute)
+	evaluate := func(id string, deadline time.Time) limiter.Outcome {
+		return r.Evaluate(context.Background(), limiter.Request{Policies: limitertest.One(p), Subject: limitertest.Subject(),
+			Cost: 1, EvaluationID: id, Deadline: deadline})
+	}
+	mustAllow(t, evaluate("warm", time.Now().Add(time.Second)))
+	link.Blackhole()
+	var wg sync.WaitGroup
+	// Calls with 5 s to go hold both workers.
+	for i := range 4 {
+		wg.Go(func() {
+			if o := evaluate("long"+strconv.Itoa(i), time.Now().Add(5*time.Second)); !isFailure(o) {
+				t.Errorf("a call through a black hole: %#v", o)
+			}
+		})
+	}
+	for link.Swallowed() < 2 {
+		time.Sleep(time.Millisecond)
+	}
+	const n = 600
+	var late, answered atomic.Int64
+	for i := range n {
+		wg.Go(func() {
+			start := time.Now()
+			o := evaluate("e"+strconv.Itoa(i), start.Add(50*time.Millisecond))
+			// Well before the workers are free: the slack is a busy
+			// machine's scheduling of 600 callers.
+			if time.Since(start) > 350*time.Millisecond {
+				late.Add(1)
+			}
+			if !isFailure(o) {
+				answered.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	if late.Load() > 0 || answered.Load() > 0 {
+		t.Fatalf("of %d decisions of 50 ms behind a black hole, %d took more than 350 ms and %d were answered", n, late.Load(), answered.Load())
+	}
+}
+
 // batches reads how many writes the batchers made and how many calls they
 // carried.
 func batches(t testing.TB, reg *prometheus.Registry) (writes, calls float64) {
