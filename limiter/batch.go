@@ -137,7 +137,13 @@ func (b *batcher) evalSha(ctx context.Context, cmd []any) (reply any, shared boo
 	c.ctx, c.cmd = ctx, cmd
 	d, bounded := ctx.Deadline()
 	if bounded {
-		c.timer.Reset(time.Until(d))
+		left := time.Until(d)
+		if left <= 0 {
+			c.ctx, c.cmd = nil, nil
+			calls.Put(c)
+			return nil, false, errNotSentDeadline
+		}
+		c.timer.Reset(left)
 	}
 	select {
 	case b.queue <- c:
@@ -145,6 +151,12 @@ func (b *batcher) evalSha(ctx context.Context, cmd []any) (reply any, shared boo
 		if err := b.enqueue(c); err != nil {
 			return nil, false, err
 		}
+	}
+	select {
+	case <-b.stop:
+		// Queued after close's drain, perhaps: no worker may take it.
+		b.drain()
+	default:
 	}
 	if bounded {
 		<-c.done
@@ -164,7 +176,7 @@ func (b *batcher) evalSha(ctx context.Context, cmd []any) (reply any, shared boo
 	reply, shared, err = c.reply, c.shared, c.err
 	// A timer that fired as the reply came may still look at the call.
 	if !bounded || c.timer.Stop() {
-		c.ctx, c.cmd, c.reply, c.err, c.shared = nil, nil, nil, nil, false
+		c.ctx, c.cmd, c.reply, c.err, c.shared, c.expired = nil, nil, nil, nil, false, false
 		c.ended.Store(false)
 		calls.Put(c)
 	}
@@ -184,7 +196,7 @@ func (b *batcher) enqueue(c *call) error {
 		return notSent(c.ctx.Err())
 	case <-b.stop:
 		c.expire()
-		return redis.ErrClosed
+		return errNotSentClosed
 	}
 }
 
@@ -436,6 +448,12 @@ func sameArg(x, y any) bool {
 func (b *batcher) close() {
 	close(b.stop)
 	b.wg.Wait()
+	b.drain()
+}
+
+// drain fails the calls queued once the batcher is closed: never sent.
+// A caller that queues its call after close drains too.
+func (b *batcher) drain() {
 	for {
 		select {
 		case c := <-b.queue:

@@ -1,8 +1,14 @@
 package limiter
 
 import (
+	"context"
+	"errors"
 	"slices"
 	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 )
 
 // A merged command carries each call's keys and arguments once where the
@@ -34,5 +40,31 @@ func TestMergedSendsWhatEachCallAdds(t *testing.T) {
 	odd := []*call{newCall(hot, []byte("x"), "id1"), newCall(hot, []byte("x"), "id2")}
 	if n := len(merged(nil, odd)); n != cmdHead+1+2+2*(3+2) {
 		t.Errorf("merged with []byte arguments has %d arguments, want them all sent", n)
+	}
+}
+
+// A call made once its batcher is closed (its node left, or the limiter
+// closed) fails at once, as never sent, with a deadline or without.
+func TestACallToAClosedBatcherIsNotSent(t *testing.T) {
+	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	defer client.Close()
+	b := newBatcher(client, nil, false, prometheus.NewHistogram(prometheus.HistogramOpts{Name: "sizes"}))
+	b.close()
+	bounded, cancel := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel()
+	for name, ctx := range map[string]context.Context{"with a deadline": bounded, "without": context.Background()} {
+		done := make(chan error, 1)
+		go func() {
+			_, _, err := b.evalSha(ctx, []any{"evalsha", "sha", 0})
+			done <- err
+		}()
+		select {
+		case err := <-done:
+			if !errors.Is(err, errNotSent) || !errors.Is(err, redis.ErrClosed) {
+				t.Errorf("%s: err %v, want not sent, closed", name, err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s: a call to a closed batcher still waits after 5s", name)
+		}
 	}
 }
