@@ -42,7 +42,12 @@ type fastServer struct {
 
 // departureWatchAfter is how long a request runs before its connection is
 // watched for the client leaving (which cancels the request's context).
-const departureWatchAfter = 20 * time.Millisecond
+// A saturated core serves requests in tens of milliseconds (at 512
+// connections, the harness's p50 is 30-40 ms), and at 20 ms nearly every
+// request paid for a watch (a goroutine, a read that finds nothing, a
+// wake-up at its end): the Redis gateway 8% of its CPU a request there
+// (bench/README.md, "Main mode").
+const departureWatchAfter = 250 * time.Millisecond
 
 // fastHeadMax is the largest head the fast path reads; a larger one goes
 // to net/http, whose bound is srv.MaxHeaderBytes.
