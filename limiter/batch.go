@@ -83,6 +83,14 @@ func (c *call) finish(reply any, shared bool, err error) {
 	}
 }
 
+// release gives c to the next caller: only one whose worker and timer are
+// done with it.
+func (c *call) release() {
+	c.ctx, c.cmd, c.reply, c.err, c.shared, c.expired = nil, nil, nil, nil, false, false
+	c.ended.Store(false)
+	calls.Put(c)
+}
+
 // expire ends the caller's wait at its deadline, unless the reply has.
 func (c *call) expire() {
 	if c.ended.CompareAndSwap(false, true) {
@@ -139,8 +147,7 @@ func (b *batcher) evalSha(ctx context.Context, cmd []any) (reply any, shared boo
 	if bounded {
 		left := time.Until(d)
 		if left <= 0 {
-			c.ctx, c.cmd = nil, nil
-			calls.Put(c)
+			c.release()
 			return nil, false, errNotSentDeadline
 		}
 		c.timer.Reset(left)
@@ -176,9 +183,7 @@ func (b *batcher) evalSha(ctx context.Context, cmd []any) (reply any, shared boo
 	reply, shared, err = c.reply, c.shared, c.err
 	// A timer that fired as the reply came may still look at the call.
 	if !bounded || c.timer.Stop() {
-		c.ctx, c.cmd, c.reply, c.err, c.shared, c.expired = nil, nil, nil, nil, false, false
-		c.ended.Store(false)
-		calls.Put(c)
+		c.release()
 	}
 	return reply, shared, err
 }
