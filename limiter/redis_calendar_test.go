@@ -60,3 +60,22 @@ func TestRedisPlacesACalendarPolicyByRedisTime(t *testing.T) {
 		}
 	}
 }
+
+// The largest quota a policy may have (15 digits, what RateLimit-Policy
+// carries; a calendar's, exact in the script's doubles) comes back from
+// Redis to the unit, not rounded to fourteen digits as Lua writes a
+// number into a string.
+func TestRedisRepliesWithTheLargestQuotaExactly(t *testing.T) {
+	s := redistest.Start(t)
+	r := redistest.NewLimiter(t, limiter.RedisOptions{Addrs: []string{s.Addr}})
+	const largest = 999_999_999_999_999
+	p := limitertest.Calendar(largest, limiter.CalendarMonth, "UTC")
+	if err := p.Exact(); err != nil {
+		t.Fatal(err)
+	}
+	req := limiter.Request{Policies: limitertest.One(p), Subject: limitertest.Subject(), Cost: 3}
+	e, ok := r.Evaluate(context.Background(), req).(limiter.Evaluated)
+	if !ok || !e.Allowed || e.Remaining != largest-3 {
+		t.Fatalf("%#v, want allowed with %d left", e, largest-3)
+	}
+}
