@@ -113,6 +113,9 @@ type follower interface {
 	// returnReserve gives req.Cost back to req's one policy, in the state
 	// whose start is start (returningLease).
 	returnReserve(ctx context.Context, req Request, start int64) Outcome
+	// settled: the reserve of req's one policy is settled, whatever the
+	// settlement did.
+	settled(req Request)
 }
 
 // admission is o, the outcome of req decided by by, with the Admitted
@@ -220,6 +223,9 @@ type settling struct {
 // the two are equal.
 func (s *settling) settle(ctx context.Context, req Request) Outcome {
 	p := req.Policies.list[0]
+	if s.reserved > 0 {
+		defer s.by.settled(req)
+	}
 	if req.Cost < 0 {
 		return Incompatible{Reason: CostOutOfRange}
 	}

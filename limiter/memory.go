@@ -280,6 +280,13 @@ func (m *Memory) evaluate(req Request, keys []memoryKey, returned, starts []int6
 		return Unavailable{Category: StoreFull}
 	}
 	m.write(req, keys, idx, slots, steps, each, id, charge, dedup, nowMillis)
+	if charge && req.Phase == Admission && set.chargedByResponse {
+		for k, p := range ps {
+			if steps[k].charged && p.ChargedByResponse() {
+				m.shards[keys[k][0]%memoryShards].holdReserve(keys[k], nowMillis+p.reserveLife().Milliseconds())
+			}
+		}
+	}
 	if reserves && charge && req.Phase == Admission {
 		if held := delay(ps, each); held > 0 {
 			until := first.reserve(id, ps, steps, held, nowMillis)

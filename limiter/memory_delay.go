@@ -62,6 +62,11 @@ func (s *memoryShard) sweepReservations(nowMillis int64) {
 			delete(s.reservedUntil, key)
 		}
 	}
+	for key, h := range s.reserves {
+		if h.until <= nowMillis {
+			delete(s.reserves, key)
+		}
+	}
 }
 
 // giveBack gives back the place req, decided as reserved, took when it

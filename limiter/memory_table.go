@@ -41,6 +41,10 @@ type memoryShard struct {
 	// a delayed request holds, when the last such place is void: till
 	// then the key is live. nil until one.
 	reservedUntil map[memoryKey]int64
+	// reserves are the holds of the shard's keys that response-charged
+	// policies reserved on for requests in flight (memory_reserves.go).
+	// nil until one.
+	reserves map[memoryKey]reserveHold
 }
 
 // paddedShard keeps each shard's lock and list heads off its neighbours'
@@ -201,6 +205,9 @@ func (s *memoryShard) remove(i uint32) {
 	if len(s.reservedUntil) != 0 {
 		delete(s.reservedUntil, e.key)
 	}
+	if len(s.reserves) != 0 {
+		delete(s.reserves, e.key)
+	}
 	s.index.delete(e.key.half(), i)
 	s.unlink(i, e)
 	if e.queue != 0 {
@@ -220,11 +227,12 @@ func (s *memoryShard) remove(i uint32) {
 }
 
 // live reports whether slot e's key holds something a request in flight
-// depends on at now: a concurrency lease, or a delayed request's reserved
-// place. Dropping it would give the subject a fresh budget while those
-// requests still count against the old one.
+// depends on at now: a concurrency lease, a delayed request's reserved
+// place, or the reserve of a request whose response will charge it.
+// Dropping it would give the subject a fresh budget while those requests
+// still count against the old one.
 func (s *memoryShard) live(e *memorySlot, now int64) bool {
-	return s.reservedUntil[e.key] > now || len(s.leases[e.key]) > 0 && s.held(e.key, now) > 0
+	return s.reservedUntil[e.key] > now || s.reserveHeld(e.key, now) || len(s.leases[e.key]) > 0 && s.held(e.key, now) > 0
 }
 
 func (s *memoryShard) touch(i uint32, e *memorySlot) {

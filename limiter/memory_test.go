@@ -193,6 +193,71 @@ func TestMemoryNeverEvictsAReservedPlace(t *testing.T) {
 	}
 }
 
+// A key holding the reserves of response-charged requests in flight is
+// live until they settle: a flood of other subjects does not hand the
+// subject a fresh budget. Settled, even at the reserve (no charge to
+// change), it is an ordinary key again, which the table may drop.
+func TestMemoryNeverEvictsAKeyWithReservesInFlight(t *testing.T) {
+	m := limiter.NewMemory(limiter.MemoryOptions{Clock: limitertest.NewClock(), MaxEntries: 64})
+	t.Cleanup(func() { m.Close() })
+	p := limitertest.FixedWindow(2, time.Minute)
+	p.CostHeader, p.MaxCost = "X-Usage-Cost", 2
+	ps := limitertest.One(p)
+	ask := func(subject string) limiter.Evaluated {
+		t.Helper()
+		switch o := m.Evaluate(context.Background(), limiter.Request{Policies: ps, Subject: subject, Cost: 1, EvaluationID: limitertest.Subject(), NewID: true}).(type) {
+		case limiter.Evaluated:
+			return o
+		case limiter.Unavailable:
+			if o.Category == limiter.StoreFull && subject != "holder" {
+				return limiter.Evaluated{}
+			}
+		}
+		t.Fatalf("%s: no decision", subject)
+		return limiter.Evaluated{}
+	}
+	settle := func(e limiter.Evaluated) {
+		t.Helper()
+		req := e.Admitted().Settlement(0, 1)
+		req.EvaluationID, req.NewID = limitertest.Subject(), true
+		if _, ok := m.Evaluate(context.Background(), req).(limiter.Evaluated); !ok {
+			t.Fatal("a settlement not decided")
+		}
+	}
+	// Requests of other subjects, each settled as its response comes.
+	flood := func() {
+		t.Helper()
+		before := m.Evictions()
+		for i := range 400 {
+			if e := ask(fmt.Sprint("passer-by-", i, "-", before)); e.Allowed {
+				settle(e)
+			}
+		}
+		if m.Evictions() == before {
+			t.Fatal("400 subjects in a table of 64 evicted nothing: settled keys are still held")
+		}
+	}
+	var inFlight []limiter.Evaluated
+	for range 2 {
+		e := ask("holder")
+		if !e.Allowed {
+			t.Fatal("the holder's first two requests are refused")
+		}
+		inFlight = append(inFlight, e)
+	}
+	flood()
+	if ask("holder").Allowed {
+		t.Fatal("admitted with its whole budget reserved by 2 requests in flight: its key was evicted")
+	}
+	for _, e := range inFlight {
+		settle(e)
+	}
+	flood()
+	if !ask("holder").Allowed {
+		t.Fatal("the holder's key outlived its settled reserves through 400 other subjects: still held")
+	}
+}
+
 // The sweeper keeps time by the backend's clock: moving an injected clock
 // past SweepInterval makes a sweep due, and the next evaluation starts it,
 // however little real time went by. The wall-clock ticker (an hour here)

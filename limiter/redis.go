@@ -408,6 +408,10 @@ func (r *Redis) Evaluate(ctx context.Context, req Request) Outcome {
 	return admission(r, req, o, starts)
 }
 
+// settled does nothing: no gateway evicts a key from Redis; it expires,
+// and the reserves charged to it with it.
+func (*Redis) settled(Request) {}
+
 // returnReserve gives req.Cost back to req's one policy in the state
 // that starts at start, while it still holds it: one script call, sent
 // once (a give-back that may not have run leaves the reserve charged).

@@ -6,8 +6,11 @@ func capacity(p *Policy) int64             { return p.Capacity }
 func refillPeriod(p *Policy) time.Duration { return p.RefillPeriod }
 
 // bucketFill is the time a drained bucket takes to fill again.
-func bucketFill(p *Policy) time.Duration {
-	periods := (p.Capacity + p.RefillTokens - 1) / p.RefillTokens
+func bucketFill(p *Policy) time.Duration { return refill(p, p.Capacity) }
+
+// refill is the time the bucket takes to gain n tokens.
+func refill(p *Policy, n int64) time.Duration {
+	periods := (n + p.RefillTokens - 1) / p.RefillTokens
 	return time.Duration(periods) * p.RefillPeriod
 }
 
