@@ -158,6 +158,7 @@ func newForwarder(rt *route, target *url.URL, transport http.RoundTripper, logge
 			var maxBytes *http.MaxBytesError
 			var netErr net.Error
 			var bodyErr *clientBodyError
+			timedOut := false
 			switch {
 			case errors.As(err, &maxBytes):
 				writeProblem(w, problemTooLarge)
@@ -171,6 +172,7 @@ func newForwarder(rt *route, target *url.URL, transport http.RoundTripper, logge
 				logger.LogAttrs(r.Context(), slog.LevelInfo, "client sent a malformed body", slog.String("route", rt.OperationID), slog.String("error", edge.RedactAddresses(bodyErr.Error())))
 				writeProblem(w, problemBadBody)
 			case errors.Is(err, context.DeadlineExceeded) || errors.As(err, &netErr) && netErr.Timeout():
+				timedOut = true
 				logger.LogAttrs(r.Context(), slog.LevelWarn, "upstream timed out", slog.String("route", rt.OperationID), slog.String("error", err.Error()))
 				writeProblem(w, problemUpstreamTimeout)
 			case errors.Is(err, errUnrequestedUpgrade):
@@ -179,6 +181,9 @@ func newForwarder(rt *route, target *url.URL, transport http.RoundTripper, logge
 			default:
 				logger.LogAttrs(r.Context(), slog.LevelWarn, "upstream failed", slog.String("route", rt.OperationID), slog.String("error", err.Error()))
 				writeProblem(w, problemUpstreamFailed)
+			}
+			if fw, ok := w.(*forwardWriter); ok && !timedOut {
+				fw.unmeasured = true
 			}
 		},
 	}

@@ -3,6 +3,7 @@ package proxy_test
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -501,5 +502,62 @@ func BenchmarkOverloadRequestPath(b *testing.B) {
 				benchServe(b, h, 100, 200)
 			})
 		}
+	}
+}
+
+// Only the pool's answers are samples of its latency: answers the
+// gateway writes itself after admitting a request (here 413, a chunked
+// body over max_body_bytes, in well under a millisecond) leave the
+// adaptive limit where the backend's own latency put it, however many a
+// client sends at once.
+func TestOverloadAdaptiveLimitLearnsOnlyFromThePool(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		time.Sleep(20 * time.Millisecond)
+	}))
+	t.Cleanup(up.Close)
+	g := &overloadGateway{poolGateway: &poolGateway{registry: prometheus.NewRegistry(), logs: &syncBuffer{}, t: t}}
+	g.cfg = overloadConfig(t, proxy.Pool{Name: "legacy", Targets: []string{up.URL},
+		Overload: &overload.Options{Adaptive: true, MinLimit: 2, MaxInFlight: 64, Queue: 1024, QueueTimeout: 10 * time.Second}})
+	g.cfg.Routes[2].MaxBodyBytes = 16 // batch
+	h, err := proxy.NewHandler(proxy.Options{Logger: slog.New(slog.DiscardHandler), Metrics: proxy.NewMetrics(g.registry)}, g.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(h.Close)
+	g.handler, g.Server = h, httptest.NewServer(h)
+	t.Cleanup(g.Close)
+	// The probe: the backend's latency unloaded, from 16 requests.
+	for range 16 {
+		if a := g.request(t.Context(), "/default", "alice"); a.status != http.StatusOK {
+			t.Fatalf("probe: %d %v", a.status, a.err)
+		}
+	}
+	var wg sync.WaitGroup
+	var tooLarge atomic.Int64
+	for range 8 {
+		wg.Go(func() {
+			for range 100 {
+				body := io.NopCloser(strings.NewReader(strings.Repeat("x", 4096))) // no length: chunked
+				req, _ := http.NewRequestWithContext(t.Context(), "POST", g.URL+"/batch", body)
+				req.Header.Set("X-Auth-Principal", "mallory")
+				res, err := http.DefaultClient.Do(req)
+				if err != nil {
+					continue
+				}
+				io.Copy(io.Discard, res.Body)
+				res.Body.Close()
+				if res.StatusCode == http.StatusRequestEntityTooLarge {
+					tooLarge.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if tooLarge.Load() < 400 {
+		t.Fatalf("%d of 800 bodies over the limit answered 413: the test proves nothing", tooLarge.Load())
+	}
+	if l := g.metric("gateway_upstream_limit", "pool", "legacy"); l != 2 {
+		t.Fatalf("gateway_upstream_limit %v after 800 answers of the gateway's own, want 2: they were taken for the backend's latency", l)
 	}
 }

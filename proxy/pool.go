@@ -348,6 +348,10 @@ type forwardWriter struct {
 	// settle takes the upstream's final head (nil: nothing is charged by
 	// the response, or the gateway answers instead of the upstream).
 	settle *settlement
+	// unmeasured: the gateway answered for a cause that says nothing of
+	// the pool's latency (the client's body, no target, an upstream that
+	// failed at once rather than timed out).
+	unmeasured bool
 }
 
 // Unwrap lets http.ResponseController reach the server's writer, for
@@ -381,13 +385,15 @@ func (f *forwardWriter) WriteHeader(code int) {
 // again. With no target in rotation, the answer is 502 at once.
 func (rt *route) forward(w http.ResponseWriter, r *http.Request, x *exchange) {
 	p := rt.pool
+	fw := x.fw
+	*fw = forwardWriter{ResponseWriter: w, route: rt, settle: x.settling}
 	i := p.pick(-1)
 	if i < 0 {
+		fw.unmeasured = true
 		writeProblem(w, problemNoTarget)
 		return
 	}
-	fw := x.fw
-	*fw = forwardWriter{ResponseWriter: w, route: rt, resend: len(p.members) > 1 && mayResend(r), settle: x.settling}
+	fw.resend = len(p.members) > 1 && mayResend(r)
 	out := r // as the upstream exchange sees it
 	if s := x.settling; s != nil && byHeader(s.charges) {
 		out = r.WithContext(s.readOn(r.Context(), p.ResponseTimeout))
