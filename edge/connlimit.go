@@ -22,9 +22,9 @@ type connectionCaps struct {
 }
 
 // connCounter holds a listener's open connections to its caps: a slot of
-// the total for each (acquire waits for one), and at most perClient of
-// one client. The TCP listeners (limitListener) and the QUIC one
-// (quicListener) count through it, so a cap means the same on both.
+// the total for each (acquire waits for one, reserve does not), and at
+// most perClient of one client. The TCP listeners (limitListener) and the
+// QUIC one (quicPlace) count through it, so a cap means the same on both.
 type connCounter struct {
 	caps      connectionCaps
 	sem       chan struct{} // nil: no total cap
@@ -33,6 +33,10 @@ type connCounter struct {
 
 	mu      sync.Mutex
 	clients map[netip.Prefix]int // nil: no per-client cap
+	// unproven counts, by client, QUIC handshakes in flight from an
+	// address not proven yet. They hold no place, since the address may be
+	// spoofed and must not refuse its owner; they only count in crowded.
+	unproven map[netip.Prefix]int
 	// refusals spaces the log lines about refused connections, all of
 	// one key, so that a flood of them cannot flood the log. The lines
 	// never name the client.
@@ -50,6 +54,7 @@ func newConnCounter(caps connectionCaps) *connCounter {
 	}
 	if caps.perClient > 0 {
 		c.clients = map[netip.Prefix]int{}
+		c.unproven = map[netip.Prefix]int{}
 	}
 	return c
 }
@@ -78,10 +83,11 @@ func (c *connCounter) releaseSlot() {
 // stop ends every acquire waiting and to come.
 func (c *connCounter) stop() { c.closeOnce.Do(func() { close(c.done) }) }
 
-// connSlot is what one admitted connection holds of the caps.
+// connSlot is what one connection holds of its client's count: a place
+// (admit), or an unproven handshake (expect).
 type connSlot struct {
 	client  netip.Prefix
-	counted bool // client is counted in clients
+	counted bool // client is counted
 }
 
 // admit counts a connection from peer, which already holds a slot of the
@@ -116,11 +122,55 @@ func (c *connCounter) logRefusal() {
 	}
 }
 
-// full reports whether peer's client holds its cap already, and logs the
-// refusal that follows. It counts nothing, so a spoofed peer address can
-// only be told what its owner would be told.
-func (c *connCounter) full(peer net.Addr) bool {
-	if c == nil || c.clients == nil {
+// reserve is acquire and admit that never wait: a free slot of the total
+// and a place of peer's client, or nothing, refused at either cap.
+func (c *connCounter) reserve(peer net.Addr) (connSlot, bool) {
+	if c.sem != nil {
+		select {
+		case c.sem <- struct{}{}:
+		default:
+			return connSlot{}, false
+		}
+	}
+	return c.admit(peer)
+}
+
+// expect counts a handshake from peer, whose address is not proven, in
+// unproven until forget.
+func (c *connCounter) expect(peer net.Addr) connSlot {
+	if c.clients == nil {
+		return connSlot{}
+	}
+	key, ok := clientKey(peer, c.caps.ipv6Bits, c.caps.exempt)
+	if !ok {
+		return connSlot{}
+	}
+	c.mu.Lock()
+	c.unproven[key]++
+	c.mu.Unlock()
+	return connSlot{client: key, counted: true}
+}
+
+func (c *connCounter) forget(s connSlot) {
+	if !s.counted {
+		return
+	}
+	c.mu.Lock()
+	if n := c.unproven[s.client]; n <= 1 {
+		delete(c.unproven, s.client)
+	} else {
+		c.unproven[s.client] = n - 1
+	}
+	c.mu.Unlock()
+}
+
+// crowded reports whether reserve would refuse peer if each unproven
+// handshake (unprovenTotal in all) held a place.
+func (c *connCounter) crowded(peer net.Addr, unprovenTotal int64) bool {
+	if c.sem != nil && int64(len(c.sem))+unprovenTotal >= int64(cap(c.sem)) {
+		return true
+	}
+	if c.clients == nil {
 		return false
 	}
 	key, ok := clientKey(peer, c.caps.ipv6Bits, c.caps.exempt)
@@ -128,12 +178,8 @@ func (c *connCounter) full(peer net.Addr) bool {
 		return false
 	}
 	c.mu.Lock()
-	full := c.clients[key] >= c.caps.perClient
-	c.mu.Unlock()
-	if full {
-		c.logRefusal()
-	}
-	return full
+	defer c.mu.Unlock()
+	return c.clients[key]+c.unproven[key] >= c.caps.perClient
 }
 
 // release gives back what admit counted, and the slot.

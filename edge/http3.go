@@ -21,7 +21,7 @@ import (
 // lets a connection do more than the other.
 const maxStreamsPerConnection = 250
 
-// retryAboveHandshakes is how many QUIC handshakes from unvalidated
+// retryAboveHandshakes is how many QUIC handshakes from unproven
 // addresses may be in flight before every new one must first prove its
 // address with a Retry. Below it a client pays no extra round trip; above
 // it a flood of Initial packets from spoofed addresses gets one small
@@ -36,19 +36,22 @@ const altSvcMaxAge = 24 * time.Hour
 // quicEdge is HTTP/3 on the HTTPS listener's port, over UDP. It serves the
 // HTTPS listener's handler with the same TLS configuration (certificates,
 // ACME, whatever GetConfigForClient decides) offering only "h3", and
-// holds connections to the same caps: the per-client cap counts QUIC
-// connections as the TCP listener counts its own, once the handshake has
-// proven the peer's address; a client at its cap is refused before any
-// handshake. 0-RTT is off: a replayed request would reach the limiter and
-// the upstream twice.
+// holds connections to the same caps before the handshake's work, as TCP
+// does at accept. A connection from a proven address (a Retry or a token)
+// takes its place with its first packet, or is refused. One from an
+// unproven address, which may be spoofed, takes none until its handshake
+// completes, but counts: a client or listener without room for it sends
+// the next one a Retry. So a client runs at most its cap of handshakes
+// unproven and its cap proven. 0-RTT is off: a replayed request would
+// reach the limiter and the upstream twice.
 type quicEdge struct {
-	conn   net.PacketConn // bound by Listen; closed by Servers
-	server *http3.Server
-	caps   connectionCaps
+	conn    net.PacketConn // bound by Listen; closed by Servers
+	server  *http3.Server
+	counter *connCounter // nil: no caps
 	// retryAbove is retryAboveHandshakes; tests change it.
 	retryAbove int64
 	config     quic.Config
-	handshakes atomic.Int64 // from unvalidated addresses, in flight
+	handshakes atomic.Int64 // from unproven addresses, in flight
 	activity   *quicActivity
 
 	mu        sync.Mutex
@@ -60,7 +63,7 @@ func newQUICEdge(conn net.PacketConn, h http.Handler, opts Options, caps connect
 	activity := newQUICActivity()
 	return &quicEdge{
 		conn:       conn,
-		caps:       caps,
+		counter:    newConnCounter(caps),
 		retryAbove: retryAboveHandshakes,
 		activity:   activity,
 		server: &http3.Server{
@@ -103,55 +106,108 @@ func (q *quicEdge) listen(tlsConfig *tls.Config) (*quicListener, error) {
 		VerifySourceAddress: q.needsRetry,
 		ConnContext:         q.connContext,
 	}
-	counter := newConnCounter(q.caps)
 	ln, err := tr.Listen(http3.ConfigureTLSConfig(tlsConfig), &q.config)
 	if err != nil {
 		tr.Close()
 		return nil, fmt.Errorf("edge: listen http3: %w", err)
 	}
 	q.transport = tr
-	q.listener = &quicListener{ln: ln, counter: counter}
+	q.listener = &quicListener{ln: ln}
 	return q.listener, nil
 }
 
-// needsRetry is the transport's VerifySourceAddress: Retry once
-// retryAbove handshakes are in flight.
-func (q *quicEdge) needsRetry(net.Addr) bool {
-	return q.handshakes.Load() >= q.retryAbove
+// needsRetry is the transport's VerifySourceAddress, asked for each
+// Initial without a token: Retry once retryAbove handshakes are in flight,
+// or when the caps have no room for addr's connection with every
+// handshake in flight counted.
+func (q *quicEdge) needsRetry(addr net.Addr) bool {
+	inFlight := q.handshakes.Load()
+	return inFlight >= q.retryAbove || q.counter != nil && q.counter.crowded(addr, inFlight)
 }
 
-var errClientAtCap = errors.New("edge: the client holds max_connections_per_client")
+var errNoRoom = errors.New("edge: max_connections or max_connections_per_client reached")
 
-// handshakeKey marks, in a connection's context, a handshake counted in
-// quicEdge.handshakes.
-type handshakeKey struct{}
+// quicPlaceKey is, in a connection's context, its *quicPlace.
+type quicPlaceKey struct{}
 
-// handshake is one counted handshake; done uncounts it once, when it
-// completes (the connection is accepted) or the connection ends first.
-type handshake struct {
-	once sync.Once
-	n    *atomic.Int64
+// quicPlace is what one QUIC connection holds of the caps, from its first
+// packet until it ends (end): its slot once its address is proven, and
+// until its handshake completes (accept), its count as unproven.
+type quicPlace struct {
+	q  *quicEdge
+	mu sync.Mutex
+	// unproven: counted in q.handshakes, and by client in pending.
+	unproven bool
+	pending  connSlot
+	slot     connSlot
+	held     bool // slot is held
+	ended    bool
 }
-
-func (h *handshake) done() { h.once.Do(func() { h.n.Add(-1) }) }
 
 // connContext is the transport's ConnContext, called for each new
-// connection before its handshake.
+// connection before its handshake: a proven address takes its place or is
+// refused; an unproven one is counted.
 func (q *quicEdge) connContext(ctx context.Context, info *quic.ClientInfo) (context.Context, error) {
-	q.mu.Lock()
-	full := q.listener != nil && q.listener.counter.full(info.RemoteAddr)
-	q.mu.Unlock()
-	if full {
-		return nil, errClientAtCap
-	}
-	if !info.AddrVerified {
-		h := &handshake{n: &q.handshakes}
+	p := &quicPlace{q: q}
+	if info.AddrVerified {
+		if q.counter != nil {
+			slot, ok := q.counter.reserve(info.RemoteAddr)
+			if !ok {
+				return nil, errNoRoom
+			}
+			p.slot, p.held = slot, true
+		}
+	} else {
+		p.unproven = true
 		q.handshakes.Add(1)
-		ctx = context.WithValue(ctx, handshakeKey{}, h)
-		context.AfterFunc(ctx, h.done)
+		if q.counter != nil {
+			p.pending = q.counter.expect(info.RemoteAddr)
+		}
 	}
+	ctx = context.WithValue(ctx, quicPlaceKey{}, p)
+	// ctx ends when the connection does, its handshake failed or not.
+	context.AfterFunc(ctx, p.end)
 	ctx, _ = withFingerprint(ctx, true)
 	return ctx, nil
+}
+
+// accept ends the count of a completed handshake as unproven; a
+// connection without its slot yet takes it now. False: the connection
+// ended, or is refused at a cap.
+func (p *quicPlace) accept(peer net.Addr) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ended {
+		return false
+	}
+	p.settle()
+	if !p.held && p.q.counter != nil {
+		p.slot, p.held = p.q.counter.reserve(peer)
+	}
+	return p.held || p.q.counter == nil
+}
+
+// end gives back whatever the connection holds.
+func (p *quicPlace) end() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.ended = true
+	p.settle()
+	if p.held {
+		p.held = false
+		p.q.counter.release(p.slot)
+	}
+}
+
+func (p *quicPlace) settle() {
+	if !p.unproven {
+		return
+	}
+	p.unproven = false
+	p.q.handshakes.Add(-1)
+	if p.q.counter != nil {
+		p.q.counter.forget(p.pending)
+	}
 }
 
 // shutdown refuses new connections, sends GOAWAY on the open ones and
@@ -202,51 +258,27 @@ func (q *quicEdge) closeTransport() {
 	}
 }
 
-// quicListener is the QUIC listener under the connection caps: at most
-// caps.total connections open (the next waits in quic-go's accept queue,
-// and past it is refused), and of one client at most caps.perClient: its
-// next connection is closed with H3_EXCESSIVE_LOAD once accepted.
+// quicListener hands out the connections whose handshake completed under
+// the caps (quicPlace.accept); one from an unproven address that finds no
+// room is closed with H3_EXCESSIVE_LOAD.
 type quicListener struct {
-	ln      *quic.Listener
-	counter *connCounter // nil: no caps
+	ln *quic.Listener
 }
 
 func (l *quicListener) Accept(ctx context.Context) (*quic.Conn, error) {
 	for {
-		if l.counter != nil && !l.counter.acquire(ctx) {
-			if err := ctx.Err(); err != nil {
-				return nil, err
-			}
-			return nil, quic.ErrServerClosed
-		}
 		conn, err := l.ln.Accept(ctx)
 		if err != nil {
-			if l.counter != nil {
-				l.counter.releaseSlot()
-			}
 			return nil, err
 		}
-		if h, ok := conn.Context().Value(handshakeKey{}).(*handshake); ok {
-			h.done()
-		}
-		if l.counter == nil {
-			return conn, nil
-		}
-		slot, ok := l.counter.admit(conn.RemoteAddr())
-		if !ok {
+		if p, ok := conn.Context().Value(quicPlaceKey{}).(*quicPlace); ok && !p.accept(conn.RemoteAddr()) {
 			conn.CloseWithError(quic.ApplicationErrorCode(http3.ErrCodeExcessiveLoad), "")
 			continue
 		}
-		context.AfterFunc(conn.Context(), func() { l.counter.release(slot) })
 		return conn, nil
 	}
 }
 
 func (l *quicListener) Addr() net.Addr { return l.ln.Addr() }
 
-func (l *quicListener) Close() error {
-	if l.counter != nil {
-		l.counter.stop()
-	}
-	return l.ln.Close()
-}
+func (l *quicListener) Close() error { return l.ln.Close() }

@@ -28,10 +28,22 @@ import (
 // that trusts their certificate.
 func serveHTTP3(t *testing.T, opts edge.Options, public http.Handler) (*edge.Servers, *x509.CertPool) {
 	t.Helper()
+	s, pool := listenHTTP3(t, opts, public)
+	s.Serve()
+	return s, pool
+}
+
+// listenHTTP3 is serveHTTP3 before Serve.
+func listenHTTP3(t *testing.T, opts edge.Options, public http.Handler) (*edge.Servers, *x509.CertPool) {
+	t.Helper()
 	cert := newCertificate(t)
 	opts.HTTPS, opts.HTTP3 = "127.0.0.1:0", true
 	opts.TLS = &edge.TLSOptions{Certificates: []edge.CertificateFiles{cert.files}}
-	s, _ := serve(t, opts, public, nil)
+	s, err := edge.Listen(opts, public, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
 	return s, roots(cert)
 }
 
@@ -66,6 +78,32 @@ func (c *quicClient) dial(addr net.Addr, conf *quic.Config) (*quic.Conn, error) 
 	defer cancel()
 	// The connection ends with the client's transport, if not before.
 	return c.tr.Dial(ctx, addr, c.tls, conf)
+}
+
+// burst starts n handshakes with addr at once and returns how many
+// completed.
+func (c *quicClient) burst(addr net.Addr, n int) int {
+	var completed atomic.Int64
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			if _, err := c.dial(addr, nil); err == nil {
+				completed.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	return int(completed.Load())
+}
+
+// served reports whether a connection of c to addr serves GET /.
+func (c *quicClient) served(addr net.Addr) bool {
+	conn, err := c.dial(addr, nil)
+	if err != nil {
+		return false
+	}
+	code, _, err := h3Get(conn)
+	return err == nil && code == 200
 }
 
 // get sends GET / over conn and returns the status and body.
@@ -196,6 +234,83 @@ func TestHTTP3ServesTheHandlerWithItsCaps(t *testing.T) {
 		if res.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
 			t.Fatalf("%d, want 431", res.StatusCode)
 		}
+	})
+}
+
+func TestHTTP3HandshakesInFlightAreHeldToTheCaps(t *testing.T) {
+	// A handshake from an unproven address holds no place, since the
+	// address may be spoofed; it only sends the next one a Retry. So the
+	// work is bounded by the cap from unproven addresses plus the cap
+	// from proven ones.
+	for _, c := range []struct {
+		name         string
+		opts         edge.Options
+		proveAddress bool // every Initial gets a Retry
+		most         int
+	}{
+		{"a client's burst runs max_connections_per_client handshakes unproven and as many proven", edge.Options{MaxConnectionsPerClient: 1}, false, 2},
+		{"a client's burst runs max_connections_per_client handshakes when every address is proven first", edge.Options{MaxConnectionsPerClient: 1}, true, 1},
+		{"a burst runs max_connections handshakes unproven and as many proven", edge.Options{MaxConnections: 2}, false, 4},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s, pool := listenHTTP3(t, c.opts, okHandler)
+			if c.proveAddress {
+				edge.SetRetryAboveHandshakes(s, 0)
+			}
+			s.Serve()
+			completed := newQUICClient(t, "127.0.0.2", pool).burst(s.HTTP3Addr(), 24)
+			if completed == 0 || completed > c.most {
+				t.Fatalf("%d of 24 handshakes completed, want 1 to %d", completed, c.most)
+			}
+		})
+	}
+
+	// A client proven first holds its place from its first packet.
+	provenClient := func(t *testing.T, opts edge.Options) (*edge.Servers, *x509.CertPool) {
+		opts.MaxConnectionsPerClient = 1
+		s, pool := listenHTTP3(t, opts, okHandler)
+		edge.SetRetryAboveHandshakes(s, 0)
+		s.Serve()
+		return s, pool
+	}
+	placeComesBack := func(t *testing.T, s *edge.Servers, pool *x509.CertPool) {
+		t.Helper()
+		client := newQUICClient(t, "127.0.0.2", pool)
+		for deadline := time.Now().Add(5 * time.Second); !client.served(s.HTTP3Addr()); {
+			if time.Now().After(deadline) {
+				t.Fatal("the client's place did not come back after its handshake ended")
+			}
+		}
+	}
+
+	t.Run("a handshake that fails gives its client's place back", func(t *testing.T) {
+		s, pool := provenClient(t, edge.Options{})
+		failing := newQUICClient(t, "127.0.0.2", pool)
+		failing.tls.VerifyConnection = func(tls.ConnectionState) error { return errors.New("certificate refused") }
+		if _, err := failing.dial(s.HTTP3Addr(), nil); err == nil {
+			t.Fatal("the handshake did not fail")
+		}
+		placeComesBack(t, s, pool)
+	})
+
+	t.Run("a handshake in flight holds its client's place until it times out", func(t *testing.T) {
+		s, pool := provenClient(t, edge.Options{ReadHeaderTimeout: time.Second})
+		checking, release := make(chan struct{}), make(chan struct{})
+		var checked, released sync.Once
+		stalled := newQUICClient(t, "127.0.0.2", pool)
+		stalled.tls.VerifyConnection = func(tls.ConnectionState) error {
+			checked.Do(func() { close(checking) })
+			<-release
+			return nil
+		}
+		// Before the client's transport closes: it waits for the handshake.
+		t.Cleanup(func() { released.Do(func() { close(release) }) })
+		go stalled.dial(s.HTTP3Addr(), nil)
+		<-checking
+		if !newQUICClient(t, "127.0.0.2", pool).refused(s.HTTP3Addr()) {
+			t.Fatal("a second handshake ran beside the one holding the client's place")
+		}
+		placeComesBack(t, s, pool)
 	})
 }
 

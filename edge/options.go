@@ -55,7 +55,8 @@ type Options struct {
 	// least MinMaxHeaderBytes.
 	MaxHeaderBytes int
 	// MaxConnections caps the open connections of each public listener; the
-	// next waits in the kernel's backlog. Default 10000; negative: no cap.
+	// next waits in the kernel's backlog (over QUIC it is refused). Default
+	// 10000; negative: no cap.
 	MaxConnections int
 	// MaxConnectionsPerClient caps the open connections of one client on
 	// each public listener: an IPv4 address, or an IPv6 prefix of
