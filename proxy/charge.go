@@ -131,7 +131,7 @@ func readingOn(res *http.Response) *settlement {
 // are charged at its end. Closed before its end (the client left, or the
 // copy to it failed), the body is read on, up to maxReadOn, to its
 // trailer; what ends it sooner (the bound of readOn, the upstream)
-// charges max_cost.
+// settles as unfinished says.
 type trailerBody struct {
 	io.ReadCloser
 	res   *http.Response
@@ -149,7 +149,7 @@ func (b *trailerBody) Read(p []byte) (int, error) {
 }
 
 func (b *trailerBody) Close() error {
-	if !b.ended && b.s.awaitsTrailer() {
+	if !b.ended && len(b.s.pending) > 0 {
 		b.ended = true
 		if _, err := io.CopyN(io.Discard, b.ReadCloser, maxReadOn+1); err == io.EOF {
 			b.s.trailers(b.res.Trailer)
@@ -162,11 +162,12 @@ func (b *trailerBody) Close() error {
 
 // pendingCost is a charge by a header that a trailer may add to: i is
 // its index in the charges, and the head said cost, if it said anything
-// (inHead).
+// (inHead), and whether it announced the header as a trailer.
 type pendingCost struct {
-	i      int
-	cost   int64
-	inHead bool
+	i         int
+	cost      int64
+	inHead    bool
+	announced bool
 }
 
 // head takes what the upstream's final response head says: the status,
@@ -185,24 +186,13 @@ func (s *settlement) head(code int, h http.Header) {
 			s.settle(i, cost)
 			continue
 		}
-		unannounce(h, ch.header)
-		p := pendingCost{i: i}
+		p := pendingCost{i: i, announced: unannounce(h, ch.header)}
 		if v, ok := h[ch.header]; ok {
 			delete(h, ch.header)
 			p.cost, p.inHead = s.cost(ch, v), true
 		}
 		s.pending = append(s.pending, p)
 	}
-}
-
-// awaitsTrailer reports whether a cost is known only from the trailer.
-func (s *settlement) awaitsTrailer() bool {
-	for _, p := range s.pending {
-		if !p.inHead {
-			return true
-		}
-	}
-	return false
 }
 
 // trailers settles each cost header at what the upstream's trailers say,
@@ -227,11 +217,13 @@ func (s *settlement) trailers(t http.Header) {
 }
 
 // unfinished settles at max_cost each cost of a trailer that never came
-// because the body did not end; a cost the head stated stays as it was.
+// because the body did not end: one the head announced, or whose cost it
+// did not state. A cost the head stated without announcing a trailer
+// stays as it was.
 func (s *settlement) unfinished() {
 	for _, p := range s.pending {
 		ch := &s.charges[p.i]
-		if p.inHead {
+		if p.inHead && !p.announced {
 			s.settle(p.i, p.cost)
 			continue
 		}
@@ -338,23 +330,28 @@ func (s *settlement) settle(i int, cost int64) {
 }
 
 // unannounce removes name from the Trailer header's list, so that the
-// client is not told of a trailer it will not get.
-func unannounce(h http.Header, name string) {
+// client is not told of a trailer it will not get, and reports whether
+// the list held it.
+func unannounce(h http.Header, name string) (announced bool) {
 	vs, ok := h["Trailer"]
 	if !ok {
-		return
+		return false
 	}
 	var kept []string
 	for _, v := range vs {
 		for _, n := range strings.Split(v, ",") {
-			if n = strings.TrimSpace(n); n != "" && !strings.EqualFold(n, name) {
+			switch n = strings.TrimSpace(n); {
+			case strings.EqualFold(n, name):
+				announced = true
+			case n != "":
 				kept = append(kept, n)
 			}
 		}
 	}
 	if len(kept) == 0 {
 		delete(h, "Trailer")
-		return
+	} else {
+		h["Trailer"] = []string{strings.Join(kept, ", ")}
 	}
-	h["Trailer"] = []string{strings.Join(kept, ", ")}
+	return announced
 }

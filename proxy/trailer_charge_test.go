@@ -59,18 +59,21 @@ func waitLogged(t *testing.T, g *gateway, n int) {
 }
 
 // A client that hangs up before the cost trailer does not decide the
-// cost: the gateway reads on to the trailer, and charges what it says.
-// Over the standard transport (a request with a body) and the lean one (a
-// GET), after the last data chunk or before megabytes more.
+// cost: the gateway reads on to the trailer, and charges what it says
+// (added to what the head said). Over the standard transport (a request
+// with a body) and the lean one (a GET), after the last data chunk or
+// before megabytes more.
 func TestAClientThatHangsUpBeforeTheCostTrailerIsChargedItsCost(t *testing.T) {
 	for _, c := range []struct {
 		name   string
 		method string
-		rest   int // body bytes the upstream sends after the client left
+		rest   int    // body bytes the upstream sends after the client left
+		head   string // the cost the head states, if any
 	}{
-		{"after the last data chunk of a POST", "POST", 0},
-		{"after the last data chunk of a GET", "GET", 0},
-		{"before megabytes more of a GET", "GET", 4 << 20},
+		{"after the last data chunk of a POST", "POST", 0, ""},
+		{"after the last data chunk of a GET", "GET", 0, ""},
+		{"before megabytes more of a GET", "GET", 4 << 20, ""},
+		{"before megabytes more, the head's cost added to", "GET", 4 << 20, "1"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			// gone is closed once the gateway has seen the client leave;
@@ -80,6 +83,9 @@ func TestAClientThatHangsUpBeforeTheCostTrailerIsChargedItsCost(t *testing.T) {
 			up, _ := answering(t, func(w http.ResponseWriter, r *http.Request) {
 				io.Copy(io.Discard, r.Body)
 				w.Header().Set("Trailer", "X-Usage-Cost")
+				if c.head != "" {
+					w.Header().Set("X-Usage-Cost", c.head)
+				}
 				io.WriteString(w, "all the data")
 				w.(http.Flusher).Flush()
 				if first.CompareAndSwap(false, true) {
@@ -105,8 +111,12 @@ func TestAClientThatHangsUpBeforeTheCostTrailerIsChargedItsCost(t *testing.T) {
 			waitLogged(t, g, 1)
 			res := g.get(t, "/stream")
 			io.Copy(io.Discard, res.Body)
-			if r := remaining(t, res, "usage"); r != 59 {
-				t.Fatalf("r=%d after the client hung up on a cost of 40, want 59 (1 reserved); the gateway logged:\n%s", r, g.logs.String())
+			want := int64(59) // 100 - 40, 1 reserved
+			if c.head != "" {
+				want -= 1
+			}
+			if r := remaining(t, res, "usage"); r != want {
+				t.Fatalf("r=%d after the client hung up on a cost of %s+40, want %d (1 reserved); the gateway logged:\n%s", r, c.head, want, g.logs.String())
 			}
 		})
 	}
