@@ -52,30 +52,50 @@ func (r *route) penaltyFor(policy string) time.Duration {
 // penalized answers a request whose subject is in the penalty box, and
 // reports whether it did.
 func (h *Handler) penalized(w http.ResponseWriter, c *compiled, rt *route, pseudonym string, x *exchange) bool {
-	if c.penalties == nil || !rt.penalizes {
-		return false
-	}
-	now := time.Now()
-	p, ok := c.penalties.Find(rt.OperationID, pseudonym, now)
-	if !ok {
-		return false
-	}
-	end := p.Ends(rt.penaltyFor(p.Policy))
-	if !end.After(now) {
+	left := c.penaltyLeft(rt, pseudonym)
+	if left <= 0 {
 		return false
 	}
 	x.outcome = "penalized"
-	w.Header()["Retry-After"] = []string{strconv.FormatInt(max(ceilSeconds(end.Sub(now)), 1), 10)}
+	w.Header()["Retry-After"] = []string{strconv.FormatInt(max(ceilSeconds(left), 1), 10)}
 	writeProblem(w, problemPenalized)
 	return true
 }
 
-// impose puts the subject of a request o refused in the penalty box, when
-// an enforced policy that refused it has a penalty (the longest of them),
-// and answers the request as penalized; it reports whether it did.
-func (h *Handler) impose(ctx context.Context, w http.ResponseWriter, c *compiled, rt *route, l *limits, pseudonym string, o limiter.Evaluated, x *exchange) bool {
+// penaltyLeft is what is left of the subject's penalty on the route; 0
+// when it is in no penalty box.
+func (c *compiled) penaltyLeft(rt *route, pseudonym string) time.Duration {
 	if c.penalties == nil || !rt.penalizes {
+		return 0
+	}
+	now := time.Now()
+	p, ok := c.penalties.Find(rt.OperationID, pseudonym, now)
+	if !ok {
+		return 0
+	}
+	return max(p.Ends(rt.penaltyFor(p.Policy)).Sub(now), 0)
+}
+
+// impose puts the subject of a request o refused in the penalty box, as
+// imposePenalty does, and answers the request as penalized; it reports
+// whether it did.
+func (h *Handler) impose(ctx context.Context, w http.ResponseWriter, c *compiled, rt *route, l *limits, pseudonym string, o limiter.Evaluated, x *exchange) bool {
+	penalty := h.imposePenalty(ctx, c, rt, l, pseudonym, o)
+	if penalty == 0 {
 		return false
+	}
+	x.outcome = "penalized"
+	w.Header()["Retry-After"] = []string{strconv.FormatInt(max(ceilSeconds(penalty), 1), 10)}
+	writeProblem(w, problemPenalized)
+	return true
+}
+
+// imposePenalty puts the subject o refused in the penalty box, when an
+// enforced policy that refused it has a penalty (the longest of them),
+// and is that penalty; 0 when none has.
+func (h *Handler) imposePenalty(ctx context.Context, c *compiled, rt *route, l *limits, pseudonym string, o limiter.Evaluated) time.Duration {
+	if c.penalties == nil || !rt.penalizes {
+		return 0
 	}
 	var worst *limiter.Policy
 	for i, p := range l.policies {
@@ -84,7 +104,7 @@ func (h *Handler) impose(ctx context.Context, w http.ResponseWriter, c *compiled
 		}
 	}
 	if worst == nil {
-		return false
+		return 0
 	}
 	now := time.Now()
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.deadline)
@@ -100,10 +120,7 @@ func (h *Handler) impose(ctx context.Context, w http.ResponseWriter, c *compiled
 	if h.opts.Metrics != nil {
 		h.opts.Metrics.Penalties.WithLabelValues(rt.OperationID, worst.Name).Inc()
 	}
-	x.outcome = "penalized"
-	w.Header()["Retry-After"] = []string{strconv.FormatInt(max(ceilSeconds(worst.Penalty), 1), 10)}
-	writeProblem(w, problemPenalized)
-	return true
+	return worst.Penalty
 }
 
 // hasPenalty reports whether an enforced policy of the route or of one

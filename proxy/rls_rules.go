@@ -56,8 +56,9 @@ func (e DescriptorEntry) valid() bool {
 	return e.Key != "" && !strings.ContainsAny(e.Key, " \t") && len(e.Key) <= maxDescriptorValueBytes && len(e.Value) <= maxDescriptorValueBytes
 }
 
-// maxDescriptorValueBytes bounds an entry's key and value, in a rule and
-// in a request (a longer one is refused, never hashed).
+// maxDescriptorValueBytes bounds an entry's key and value in a rule; in a
+// request, a key (a longer one is refused) and the subject's value (a
+// longer one is OVER_LIMIT, never hashed).
 const maxDescriptorValueBytes = 256
 
 // subjectEntry is the index of the rule's first entry whose key is a

@@ -21,6 +21,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/edgegate/gateway/limiter"
+	"github.com/edgegate/gateway/subject"
 )
 
 // Bounds of a ShouldRateLimit call: past them the call is refused
@@ -30,8 +31,8 @@ const (
 	maxRLSEntries     = 32
 )
 
-// rlsMaxMessageBytes bounds a call's message: room for every descriptor
-// and entry checkRLSRequest takes.
+// rlsMaxMessageBytes bounds a call's message, and so the values of its
+// entries: room for every descriptor and entry checkRLSRequest takes.
 const rlsMaxMessageBytes = 1 << 20
 
 // rlsHandshakeTimeout bounds a connection's TLS handshake and HTTP/2
@@ -155,7 +156,10 @@ func (h *Handler) shouldRateLimit(ctx context.Context, call *rlsCall, req *rlsv3
 // answer spells them.
 var rlsHeaderNames = map[string]string{"Ratelimit": "RateLimit", "Ratelimit-Policy": "RateLimit-Policy"}
 
-// checkRLSRequest refuses a call the service cannot decide.
+// checkRLSRequest refuses a call the service cannot decide: one whose
+// shape only Envoy's configuration sets. What a client can set (an entry's
+// value, a cost) is decided, never refused: Envoy lets a call that fails
+// through unless failure_mode_deny is set.
 func checkRLSRequest(req *rlsv3.RateLimitRequest) error {
 	switch {
 	case req.GetDomain() == "":
@@ -175,8 +179,8 @@ func checkRLSRequest(req *rlsv3.RateLimitRequest) error {
 			return status.Error(codes.InvalidArgument, "negative hits are not taken: a caller cannot refill a budget")
 		}
 		for _, e := range d.Entries {
-			if e.GetKey() == "" || len(e.Key) > maxDescriptorValueBytes || len(e.Value) > maxDescriptorValueBytes {
-				return status.Errorf(codes.InvalidArgument, "a descriptor entry's key is empty, or its key or value is over %d bytes", maxDescriptorValueBytes)
+			if e.GetKey() == "" || len(e.Key) > maxDescriptorValueBytes {
+				return status.Errorf(codes.InvalidArgument, "a descriptor entry's key is empty or over %d bytes", maxDescriptorValueBytes)
 			}
 		}
 	}
@@ -195,24 +199,45 @@ func (h *Handler) decideDescriptor(ctx context.Context, call *rlsCall, req *rlsv
 	if rule == nil {
 		return &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}, nil
 	}
+	overLimit := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OVER_LIMIT}
+	if len(identity) > maxDescriptorValueBytes {
+		// No subject a rule could name: refused unhashed.
+		return overLimit, nil
+	}
 	rt := rule.route
-	s, err := c.resolver.Named(rule.kind, identity, "", rt.query)
+	s, err := c.resolver.Named(rule.kind, identity, rlsPlan(rule, pairs), rt.query)
 	if err != nil {
 		// As on the request path: an unknown key, or no identity at
 		// all, earns no budget.
-		return &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OVER_LIMIT}, nil
+		return overLimit, nil
+	}
+	if left := c.penaltyLeft(rt, s.Pseudonym); left > 0 {
+		overLimit.DurationUntilReset = durationpb.New(left)
+		return overLimit, nil
 	}
 	l := rt.limitsFor(s.Plan)
 	if l == nil {
+		if rt.limited() && plannedPerRequest(rule.kind) {
+			// Only plans limit the route and the descriptor names none
+			// of them: a subject on no plan looks the same as one whose
+			// plan entry Envoy did not send, and a pass would be no
+			// limit at all.
+			return overLimit, nil
+		}
 		return &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}, nil
 	}
-	cost := int64(req.HitsAddend)
+	cost := uint64(req.HitsAddend)
 	if d.HitsAddend != nil {
-		cost = int64(d.HitsAddend.Value)
+		cost = d.HitsAddend.Value
 	}
 	cost = max(cost, 1)
-	if p := l.maxCost(); cost > p.MaxCost {
-		return nil, status.Errorf(codes.InvalidArgument, "hits_addend %d is above policy %q's max_cost %d", cost, p.Name, p.MaxCost)
+	if cost > uint64(l.maxCost()) {
+		// More than a policy takes at once: over the limit, unless no
+		// policy is enforced.
+		if l.shadowOnly {
+			return &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}, nil
+		}
+		return overLimit, nil
 	}
 	// The caller's deadline is its own business: a call it gives up on
 	// ends as cancelled, which says nothing of Redis, rather than as a
@@ -222,7 +247,7 @@ func (h *Handler) decideDescriptor(ctx context.Context, call *rlsCall, req *rlsv
 	defer cancel()
 	defer context.AfterFunc(ctx, cancel)()
 	o := c.limiter.Evaluate(lctx, limiter.Request{
-		Policies: l.set, Subject: s.Pseudonym, Cost: cost, EvaluationID: h.evalIDs.next(), NewID: true,
+		Policies: l.set, Subject: s.Pseudonym, Cost: int64(cost), EvaluationID: h.evalIDs.next(), NewID: true,
 		Route: rt.OperationID, Deadline: call.start.Add(c.deadline), Start: call.start,
 	})
 	e, decided := o.(limiter.Evaluated)
@@ -253,16 +278,49 @@ func (h *Handler) decideDescriptor(ctx context.Context, call *rlsCall, req *rlsv
 	for k, v := range hdr {
 		call.headers[k] = append(call.headers[k], v...)
 	}
-	return l.descriptorStatus(e), nil
+	st := l.descriptorStatus(e)
+	if st.Code == rlsv3.RateLimitResponse_OVER_LIMIT {
+		if penalty := h.imposePenalty(ctx, c, rt, l, s.Pseudonym, e); penalty > 0 {
+			st.DurationUntilReset = durationpb.New(penalty)
+		}
+	}
+	return st, nil
 }
 
-// maxCost is the policy of l that allows the least cost.
-func (l *limits) maxCost() *limiter.Policy {
-	least := l.policies[0]
-	for _, p := range l.policies[1:] {
-		if p.MaxCost < least.MaxCost {
-			least = p
+// rlsPlanKey is the key of the descriptor entry that carries the plan of
+// a subject whose plan comes with each request.
+const rlsPlanKey = "plan"
+
+// plannedPerRequest reports whether a subject of kind has its plan from
+// the request (a trusted proxy's plan header, a token's plan claim) rather
+// than from the configuration (an API key's line).
+func plannedPerRequest(kind subject.Kind) bool {
+	return kind == subject.Principal || kind == subject.JWT
+}
+
+// rlsPlan is the plan the descriptor's plan entry names for the rule's
+// subject, when the route maps it; else "": a plan the route does not map
+// earns the budget of no plan, as on the request path.
+func rlsPlan(rule *rlsRule, pairs []descriptorPair) string {
+	if !plannedPerRequest(rule.kind) {
+		return ""
+	}
+	for _, p := range pairs {
+		if p.key == rlsPlanKey {
+			if rule.route.mapsPlan(p.value) {
+				return p.value
+			}
+			return ""
 		}
+	}
+	return ""
+}
+
+// maxCost is the least max_cost of l's policies.
+func (l *limits) maxCost() int64 {
+	least := l.policies[0].MaxCost
+	for _, p := range l.policies[1:] {
+		least = min(least, p.MaxCost)
 	}
 	return least
 }

@@ -166,6 +166,36 @@ func TestRateLimitService(t *testing.T) {
 			t.Fatalf("unknown key: %v, want OVER_LIMIT", res.OverallCode)
 		}
 	})
+	// Envoy fills entries and hits_addend from the request, and lets a
+	// call that fails through unless failure_mode_deny is set: what a
+	// client sets is decided, never refused.
+	long := "path=/v1/mail/" + strings.Repeat("a", 300)
+	t.Run("a long entry no rule reads is ignored", func(t *testing.T) {
+		if res := shouldRateLimit(t, c, "edge", 0, entries("api_key=known-key-one", "action=send_email", long)); res.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT {
+			t.Errorf("a spent key: %v, want OVER_LIMIT", res.OverallCode)
+		}
+		if res := shouldRateLimit(t, c, "edge", 0, entries("client_ip=192.0.2.11", long)); res.OverallCode != rlsv3.RateLimitResponse_OK {
+			t.Errorf("an address with its budget: %v, want OK", res.OverallCode)
+		}
+	})
+	t.Run("a subject over 256 bytes is OVER_LIMIT", func(t *testing.T) {
+		if res := shouldRateLimit(t, c, "edge", 0, entries("api_key="+strings.Repeat("k", 300), "action=send_email")); res.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT {
+			t.Errorf("%v, want OVER_LIMIT", res.OverallCode)
+		}
+	})
+	t.Run("a cost over max_cost is OVER_LIMIT and charges nothing", func(t *testing.T) {
+		huge := entries("client_ip=192.0.2.10")
+		huge.HitsAddend = wrapperspb.UInt64(1 << 63)
+		if res := shouldRateLimit(t, c, "edge", 1<<20, entries("client_ip=192.0.2.10")); res.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT {
+			t.Errorf("hits_addend 2^20: %v, want OVER_LIMIT", res.OverallCode)
+		}
+		if res := shouldRateLimit(t, c, "edge", 0, huge); res.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT {
+			t.Errorf("a descriptor's hits_addend of 2^63: %v, want OVER_LIMIT", res.OverallCode)
+		}
+		if st := shouldRateLimit(t, c, "edge", 0, entries("client_ip=192.0.2.10")).Statuses[0]; st.Code != rlsv3.RateLimitResponse_OK || st.LimitRemaining != 1 {
+			t.Errorf("after: %v, want OK with 1 of 2 left", st)
+		}
+	})
 	t.Run("bad requests get gRPC errors", func(t *testing.T) {
 		negative := entries("client_ip=192.0.2.8")
 		negative.IsNegativeHits = true
@@ -182,10 +212,9 @@ func TestRateLimitService(t *testing.T) {
 			{"no descriptors", &rlsv3.RateLimitRequest{Domain: "edge"}, codes.InvalidArgument},
 			{"an empty descriptor", &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{{}}}, codes.InvalidArgument},
 			{"an unknown domain", &rlsv3.RateLimitRequest{Domain: "nope", Descriptors: []*ratelimitv3.RateLimitDescriptor{send}}, codes.NotFound},
-			{"a huge value", &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{entries("api_key=" + strings.Repeat("k", 300))}}, codes.InvalidArgument},
+			{"a huge key", &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{entries(strings.Repeat("k", 300) + "=v")}}, codes.InvalidArgument},
 			{"negative hits", &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{negative}}, codes.InvalidArgument},
 			{"too many descriptors", &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: many}, codes.InvalidArgument},
-			{"hits over max_cost", &rlsv3.RateLimitRequest{Domain: "edge", HitsAddend: 1 << 20, Descriptors: []*ratelimitv3.RateLimitDescriptor{entries("client_ip=192.0.2.10")}}, codes.InvalidArgument},
 		} {
 			_, err := c.ShouldRateLimit(context.Background(), c2.req)
 			if status.Code(err) != c2.code {
@@ -221,6 +250,85 @@ func TestRateLimitServiceToken(t *testing.T) {
 	if res, err := c.ShouldRateLimit(ctx, req); err != nil || res.OverallCode != rlsv3.RateLimitResponse_OK {
 		t.Fatalf("with the token: %v, %v", res, err)
 	}
+}
+
+// TestRateLimitServiceSharesThePenaltyBox: the penalty box is the
+// route's, whichever way a subject asks.
+func TestRateLimitServiceSharesThePenaltyBox(t *testing.T) {
+	p := policy(limitertest.FixedWindow(2, time.Minute), "mail")
+	p.Penalty = time.Hour
+	rt := route("mail.send", "/mail", newUpstream(t), t, p)
+	rt.Subject = []subject.Kind{subject.APIKey}
+	g := newGateway(t, setup{routes: []proxy.Route{rt},
+		rlsRules: []proxy.RLSRule{rule("send-email", "edge", "mail.send", nil, "api_key", "action=send_email")}})
+	c := startRLS(t, g)
+
+	t.Run("a subject penalized over HTTP is OVER_LIMIT for the penalty left", func(t *testing.T) {
+		wantStatuses(t, statuses(t, g, "/mail", 2, "X-API-Key", "known-key-one"), 200, 200)
+		if res := g.get(t, "/mail", "X-API-Key", "known-key-one"); !penalized(t, res, time.Hour) {
+			t.Fatalf("going over on HTTP: %d, want the penalty", res.StatusCode)
+		}
+		g.clock.Advance(time.Minute) // the window refills; the penalty holds
+		res := shouldRateLimit(t, c, "edge", 0, entries("api_key=known-key-one", "action=send_email"))
+		if st := res.Statuses[0]; st.Code != rlsv3.RateLimitResponse_OVER_LIMIT || st.DurationUntilReset.AsDuration() <= 59*time.Minute || st.DurationUntilReset.AsDuration() > time.Hour {
+			t.Fatalf("the penalized key: %v, want OVER_LIMIT until the penalty ends", st)
+		}
+	})
+	t.Run("going over a policy with a penalty puts the subject in the box", func(t *testing.T) {
+		d := entries("api_key=known-key-two", "action=send_email")
+		for range 2 {
+			shouldRateLimit(t, c, "edge", 0, d)
+		}
+		res := shouldRateLimit(t, c, "edge", 0, d)
+		if st := res.Statuses[0]; st.Code != rlsv3.RateLimitResponse_OVER_LIMIT || st.DurationUntilReset.AsDuration() != time.Hour {
+			t.Fatalf("going over: %v, want OVER_LIMIT for the penalty", st)
+		}
+		g.clock.Advance(time.Minute)
+		if res := g.get(t, "/mail", "X-API-Key", "known-key-two"); !penalized(t, res, time.Hour) {
+			t.Fatalf("HTTP after the window: %d, want the penalty", res.StatusCode)
+		}
+	})
+}
+
+// TestRateLimitServicePlans: a principal's plan is the descriptor's plan
+// entry, as a trusted proxy's plan header is on HTTP.
+func TestRateLimitServicePlans(t *testing.T) {
+	up := newUpstream(t)
+	gold := map[string][]*limiter.Policy{"gold": {policy(limitertest.FixedWindow(2, time.Minute), "gold")}}
+	plansOnly := route("mail.send", "/mail", up, t, nil)
+	plansOnly.Plans, plansOnly.Subject = gold, []subject.Kind{subject.Principal}
+	withDefault := route("orders", "/orders", up, t, policy(limitertest.FixedWindow(4, time.Minute), "free"))
+	withDefault.Plans, withDefault.Subject = gold, []subject.Kind{subject.Principal}
+	g := newGateway(t, setup{routes: []proxy.Route{plansOnly, withDefault}, trusted: []string{"127.0.0.1/32"},
+		rlsRules: []proxy.RLSRule{rule("send-email", "mail", "mail.send", nil, "principal"), rule("orders", "orders", "orders", nil, "principal")}})
+	c := startRLS(t, g)
+
+	t.Run("a plan entry draws on the plan's budget that HTTP spends", func(t *testing.T) {
+		wantStatuses(t, statuses(t, g, "/mail", 2, "X-Auth-Principal", "alice", "X-Auth-Plan", "gold"), 200, 200)
+		res := shouldRateLimit(t, c, "mail", 0, entries("principal=alice", "plan=gold"))
+		if st := res.Statuses[0]; st.Code != rlsv3.RateLimitResponse_OVER_LIMIT || st.CurrentLimit.GetName() != "gold" {
+			t.Fatalf("alice on gold, whose budget HTTP spent: %v, want OVER_LIMIT of gold", st)
+		}
+	})
+	t.Run("on a route only plans limit, a subject on none of them is OVER_LIMIT", func(t *testing.T) {
+		for _, d := range []*ratelimitv3.RateLimitDescriptor{entries("principal=alice"), entries("principal=bob"), entries("principal=bob", "plan=bronze")} {
+			if res := shouldRateLimit(t, c, "mail", 0, d); res.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT {
+				t.Errorf("%v: %v, want OVER_LIMIT", d.Entries, res.OverallCode)
+			}
+		}
+	})
+	t.Run("a plan the route does not map draws on the default budget, as on HTTP", func(t *testing.T) {
+		wantStatuses(t, statuses(t, g, "/orders", 1, "X-Auth-Principal", "carol", "X-Auth-Plan", "bronze"), 200)
+		for _, plan := range []string{"plan=bronze", "plan=partner", "plan=" + strings.Repeat("p", 300)} {
+			res := shouldRateLimit(t, c, "orders", 0, entries("principal=carol", plan))
+			if st := res.Statuses[0]; st.Code != rlsv3.RateLimitResponse_OK || st.CurrentLimit.GetName() != "free" {
+				t.Fatalf("carol with %.20s: %v, want OK of free", plan, st)
+			}
+		}
+		if res := g.get(t, "/orders", "X-Auth-Principal", "carol"); res.StatusCode != http.StatusTooManyRequests {
+			t.Fatalf("HTTP for carol after 1 + 3 of the free budget of 4: %d, want 429", res.StatusCode)
+		}
+	})
 }
 
 // TestRateLimitServiceAsEnvoysRatelimitDoes ports the cases of
