@@ -138,6 +138,7 @@ func NewMemory(opts MemoryOptions) *Memory {
 				Name: "gateway_limiter_evictions_total", Help: help, ConstLabels: prometheus.Labels{"result": result},
 			}, func() float64 { return float64(n.Load()) }))
 		}
+		m.penalties.book.register(opts.Registerer)
 	}
 	go m.sweeper()
 	return m

@@ -1,9 +1,13 @@
 package limiter
 
 import (
+	"container/heap"
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Penalty is a subject refused on a route until it ends, whatever its
@@ -47,20 +51,62 @@ type Penalties interface {
 	Lift(ctx context.Context, route, pseudonym string) (bool, error)
 }
 
-// maxPenalties bounds the penalties one instance remembers. Past it an
-// imposed penalty is dropped after the expired ones (the subject's
-// policy still refuses it by its budget).
+// maxPenalties bounds the penalties one instance remembers.
 const maxPenalties = 100_000
 
 // penaltyBook is the penalties one instance remembers, by route and
-// pseudonym.
+// pseudonym. Full, it makes room by route (makeRoom): subjects a client
+// picks, penalized on one route, crowd out no other route's offenders,
+// and on their own route give way to the next offender.
 type penaltyBook struct {
 	mu sync.Mutex
-	m  map[penaltyID]Penalty
+	// routes holds no route without a penalty.
+	routes map[string]*routePenalties
+	// held counts the penalties of every route, ended or not.
+	held int
 	// lifted is when each penalty lifted lately was: a penalty that
 	// started before then and comes late (a message published before the
 	// lift) stays lifted.
 	lifted map[penaltyID]time.Time
+	// evicted counts the penalties ended early to make room; refused,
+	// those not held for want of room.
+	evicted, refused atomic.Uint64
+}
+
+// routePenalties are one route's penalties, by pseudonym and by end.
+type routePenalties struct {
+	bySubject map[string]*heldPenalty
+	ends      penaltiesByEnd
+}
+
+// heldPenalty is a penalty in the book; at is its place in its route's
+// ends.
+type heldPenalty struct {
+	Penalty
+	at int
+}
+
+// penaltiesByEnd is a heap (container/heap) of penalties, the one that
+// ends soonest first.
+type penaltiesByEnd []*heldPenalty
+
+func (h penaltiesByEnd) Len() int           { return len(h) }
+func (h penaltiesByEnd) Less(i, j int) bool { return h[i].Until.Before(h[j].Until) }
+func (h penaltiesByEnd) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].at, h[j].at = i, j
+}
+func (h *penaltiesByEnd) Push(x any) {
+	p := x.(*heldPenalty)
+	p.at = len(*h)
+	*h = append(*h, p)
+}
+func (h *penaltiesByEnd) Pop() any {
+	old := *h
+	p := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	return p
 }
 
 // liftMemory is how long a lift is remembered against late messages:
@@ -69,56 +115,129 @@ const liftMemory = 10 * time.Second
 
 type penaltyID struct{ route, pseudonym string }
 
-// put records p unless a penalty of the same subject that ends later is
-// there already; it reports whether p was recorded.
-func (b *penaltyBook) put(p Penalty, now time.Time) bool {
+// penaltyPut is what the book did with a penalty put in it.
+type penaltyPut int
+
+const (
+	penaltyRecorded penaltyPut = iota
+	// penaltyStands: a penalty of the subject that ends no sooner, or a
+	// lift after its start, stands.
+	penaltyStands
+	// penaltyNoRoom: the book is full and makeRoom ended none.
+	penaltyNoRoom
+)
+
+// put records p unless a penalty of the same subject that ends no
+// sooner, or a later lift, stands, or the book has no room for it
+// (makeRoom).
+func (b *penaltyBook) put(p Penalty, now time.Time) penaltyPut {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	id := penaltyID{p.Route, p.Pseudonym}
-	if old, ok := b.m[id]; ok && !old.Until.Before(p.Until) {
+	rp := b.routes[p.Route]
+	var old *heldPenalty
+	if rp != nil {
+		old = rp.bySubject[p.Pseudonym]
+	}
+	if old != nil && !old.Until.Before(p.Until) {
+		return penaltyStands
+	}
+	if at, ok := b.lifted[penaltyID{p.Route, p.Pseudonym}]; ok && !p.Start.After(at) {
+		return penaltyStands
+	}
+	if old != nil {
+		old.Penalty = p
+		heap.Fix(&rp.ends, old.at)
+		return penaltyRecorded
+	}
+	if b.held >= maxPenalties {
+		b.dropEnded(now)
+		if b.held >= maxPenalties && !b.makeRoom(p) {
+			b.refused.Add(1)
+			return penaltyNoRoom
+		}
+		rp = b.routes[p.Route]
+	}
+	if rp == nil {
+		if b.routes == nil {
+			b.routes = map[string]*routePenalties{}
+		}
+		rp = &routePenalties{bySubject: map[string]*heldPenalty{}}
+		b.routes[p.Route] = rp
+	}
+	held := &heldPenalty{Penalty: p}
+	rp.bySubject[p.Pseudonym] = held
+	heap.Push(&rp.ends, held)
+	b.held++
+	return penaltyRecorded
+}
+
+// makeRoom ends early the penalty that ends soonest on the route that
+// holds most, p's own on a tie; on p's own route only when that one ends
+// before p. It reports whether it did.
+func (b *penaltyBook) makeRoom(p Penalty) bool {
+	fullest, most := p.Route, 0
+	if rp := b.routes[p.Route]; rp != nil {
+		most = len(rp.ends)
+	}
+	for route, rp := range b.routes {
+		if len(rp.ends) > most {
+			fullest, most = route, len(rp.ends)
+		}
+	}
+	rp := b.routes[fullest]
+	soonest := rp.ends[0]
+	if fullest == p.Route && !soonest.Until.Before(p.Until) {
 		return false
 	}
-	if at, ok := b.lifted[id]; ok && !p.Start.After(at) {
-		return false
-	}
-	if b.m == nil {
-		b.m = map[penaltyID]Penalty{}
-	}
-	if len(b.m) >= maxPenalties {
-		for k, q := range b.m {
-			if !q.Until.After(now) {
-				delete(b.m, k)
-			}
-		}
-		if len(b.m) >= maxPenalties {
-			return false
-		}
-	}
-	b.m[id] = p
+	b.remove(rp, soonest)
+	b.evicted.Add(1)
 	return true
+}
+
+// remove takes p out of its route's penalties rp.
+func (b *penaltyBook) remove(rp *routePenalties, p *heldPenalty) {
+	heap.Remove(&rp.ends, p.at)
+	delete(rp.bySubject, p.Pseudonym)
+	b.held--
+	if len(rp.ends) == 0 {
+		delete(b.routes, p.Route)
+	}
+}
+
+// dropEnded removes the penalties that ended at now.
+func (b *penaltyBook) dropEnded(now time.Time) {
+	for _, rp := range b.routes {
+		for len(rp.ends) > 0 && !rp.ends[0].Until.After(now) {
+			b.remove(rp, rp.ends[0])
+		}
+	}
 }
 
 func (b *penaltyBook) find(route, pseudonym string, now time.Time) (Penalty, bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	p, ok := b.m[penaltyID{route, pseudonym}]
-	if ok && !p.Until.After(now) {
-		return Penalty{}, false // dropped by the next list or put past the bound
+	rp := b.routes[route]
+	if rp == nil {
+		return Penalty{}, false
 	}
-	return p, ok
+	p, ok := rp.bySubject[pseudonym]
+	if !ok || !p.Until.After(now) {
+		return Penalty{}, false // an ended one is dropped by the next list or full put
+	}
+	return p.Penalty, true
 }
 
 func (b *penaltyBook) list(route string, now time.Time) []Penalty {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	var out []Penalty
-	for id, p := range b.m {
-		switch {
-		case !p.Until.After(now):
-			delete(b.m, id)
-		case id.route == route:
-			out = append(out, p)
-		}
+	b.dropEnded(now)
+	rp := b.routes[route]
+	if rp == nil {
+		return nil
+	}
+	out := make([]Penalty, 0, len(rp.ends))
+	for _, p := range rp.ends {
+		out = append(out, p.Penalty)
 	}
 	return out
 }
@@ -127,8 +246,13 @@ func (b *penaltyBook) lift(route, pseudonym string, now time.Time) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	id := penaltyID{route, pseudonym}
-	p, ok := b.m[id]
-	delete(b.m, id)
+	found := false
+	if rp := b.routes[route]; rp != nil {
+		if p, ok := rp.bySubject[pseudonym]; ok {
+			found = p.Until.After(now)
+			b.remove(rp, p)
+		}
+	}
 	if b.lifted == nil {
 		b.lifted = map[penaltyID]time.Time{}
 	}
@@ -140,5 +264,15 @@ func (b *penaltyBook) lift(route, pseudonym string, now time.Time) bool {
 	if len(b.lifted) < maxPenalties {
 		b.lifted[id] = now
 	}
-	return ok && p.Until.After(now)
+	return found
+}
+
+// register exports the book's counts to reg.
+func (b *penaltyBook) register(reg prometheus.Registerer) {
+	const help = "Penalties this instance's book, full, ended early to make room (result=evicted) or did not hold (result=refused: every penalty on the penalty's route, which held most, ended later); either subject is out of the penalty box on this instance."
+	for result, n := range map[string]*atomic.Uint64{"evicted": &b.evicted, "refused": &b.refused} {
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "gateway_limiter_penalty_evictions_total", Help: help, ConstLabels: prometheus.Labels{"result": result},
+		}, func() float64 { return float64(n.Load()) }))
+	}
 }

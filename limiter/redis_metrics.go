@@ -81,5 +81,6 @@ func (r *Redis) registerMetrics(reg prometheus.Registerer) {
 	if reg != nil {
 		reg.MustRegister(r.m.restarts, latency, r.m.breakerOpen, r.m.batch, r.m.cached, r.m.reloads, r.m.errors, dropped,
 			r.m.budgetTaken, r.m.budgetAdmitted, r.m.budgetReturned)
+		r.penalties.register(reg)
 	}
 }

@@ -51,9 +51,10 @@ func (r *Redis) Penalties() Penalties { return redisPenalties{r} }
 
 func (p redisPenalties) Impose(ctx context.Context, pen Penalty) error {
 	r := p.r
-	if !r.penalties.put(pen, pen.Start) {
-		return nil // a longer one stands
+	if r.penalties.put(pen, pen.Start) == penaltyStands {
+		return nil
 	}
+	// Recorded, or not for want of room here: the others have their own.
 	rec, err := json.Marshal(penaltyRecord{Route: pen.Route, Policy: pen.Policy, Pseudonym: pen.Pseudonym, Start: pen.Start.UTC(), Until: pen.Until.UTC()})
 	if err != nil {
 		return err

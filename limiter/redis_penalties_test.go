@@ -3,6 +3,7 @@ package limiter_test
 import (
 	"context"
 	"encoding/json"
+	"strconv"
 	"testing"
 	"time"
 
@@ -51,6 +52,32 @@ func TestRedisPenaltiesOutliveNothing(t *testing.T) {
 	}
 	if _, ok := b.Penalties().Find("r", subj, now.Add(time.Hour)); ok {
 		t.Fatal("the penalty outlives its end after a restart")
+	}
+}
+
+// A penalty imposed on an instance whose book has no room for it is
+// shared all the same: it is in the hash, and another instance holds it.
+func TestRedisPenaltyIsSharedWhenTheBookHasNoRoom(t *testing.T) {
+	s := redistest.Start(t)
+	opts := limiter.RedisOptions{Addrs: []string{s.Addr}}
+	a, b := redistest.NewLimiter(t, opts), redistest.NewLimiter(t, opts)
+	ctx := context.Background()
+	now := time.Now()
+	for i := range limiter.MaxPenalties {
+		a.HoldPenalty(limiter.Penalty{Route: "r", Policy: "p", Pseudonym: "v1:filler-" + strconv.Itoa(i), Start: now, Until: now.Add(limiter.MaxPenalty)})
+	}
+	subj := limitertest.Subject()
+	if err := a.Penalties().Impose(ctx, limiter.Penalty{Route: "r", Policy: "p", Pseudonym: subj, Start: now, Until: now.Add(time.Minute)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := a.Penalties().Find("r", subj, time.Now()); ok {
+		t.Fatal("held by a book whose route's penalties all end later")
+	}
+	if !s.Client(t).HExists(ctx, "rl:penalties", "r\x00"+subj).Val() {
+		t.Fatal("the penalty is not in the hash")
+	}
+	if !eventually(time.Second, func() bool { _, ok := b.Penalties().Find("r", subj, time.Now()); return ok }) {
+		t.Fatal("another instance did not hear of the penalty")
 	}
 }
 
