@@ -20,7 +20,13 @@ import (
 // A subscriber misses what is published while it is not subscribed (it
 // is starting, or its connection broke). So each penalty is also a field
 // of one hash, <prefix>penalties, and every (re)subscription reads the
-// hash back into the book; fields past their end are dropped when read.
+// hash back into the book. The hash is read with HSCAN, a step at a time,
+// and every read drops the fields past their end: the loads, and the
+// sweep each instance runs (sweepPenalties). So the hash holds the
+// penalties in force and those that ended within one pass of the sweep,
+// however many subjects were ever penalized. A field written again
+// between a read that found it ended and its deletion is lost from the
+// hash, not from the instances that heard it published.
 // A penalty's end is a time, not a length: a Redis restart or failover
 // that loses the hash, or a late read of it, never makes one last longer.
 
@@ -103,26 +109,102 @@ func (r *Redis) penaltyMessage(payload string) {
 	r.penalties.put(rec.penalty(), now)
 }
 
-// loadPenalties reads the hash of penalties into the book, and drops the
-// fields that have ended.
-func (r *Redis) loadPenalties() {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	all, err := r.client.HGetAll(ctx, r.penaltiesKey()).Result()
+// Reading the hash: a step is one HSCAN of penaltyScanCount fields, within
+// penaltyStepTimeout; the sweep reads at least penaltyScanCount fields
+// every penaltySweepInterval, more when the hash is large, so that a pass
+// takes no longer than penaltySweepPass.
+const (
+	penaltyScanCount     = 1000
+	penaltyStepTimeout   = 2 * time.Second
+	penaltySweepInterval = time.Second
+	penaltySweepPass     = time.Minute
+)
+
+// scanPenalties reads one step of the hash from cursor, hands each
+// penalty in force at now to keep (nil: none), and deletes the fields
+// that ended or cannot be read. It returns the next cursor (0: the pass
+// is done) and how many fields it read.
+func (r *Redis) scanPenalties(ctx context.Context, cursor uint64, now time.Time, keep func(Penalty)) (uint64, int, error) {
+	kv, next, err := r.client.HScan(ctx, r.penaltiesKey(), cursor, "", penaltyScanCount).Result()
 	if err != nil {
-		return // the next (re)subscription reads it again
+		return cursor, 0, fmt.Errorf("penalties: read the list: %w", err)
 	}
-	now := time.Now()
 	var ended []string
-	for field, raw := range all {
+	for i := 0; i+1 < len(kv); i += 2 {
 		var rec penaltyRecord
-		if json.Unmarshal([]byte(raw), &rec) != nil || !rec.Until.After(now) {
-			ended = append(ended, field)
+		if json.Unmarshal([]byte(kv[i+1]), &rec) != nil || !rec.Until.After(now) {
+			ended = append(ended, kv[i])
 			continue
 		}
-		r.penalties.put(rec.penalty(), now)
+		if keep != nil {
+			keep(rec.penalty())
+		}
 	}
 	if len(ended) > 0 {
-		r.client.HDel(ctx, r.penaltiesKey(), ended...)
+		if err := r.client.HDel(ctx, r.penaltiesKey(), ended...).Err(); err != nil {
+			return next, len(kv) / 2, fmt.Errorf("penalties: drop the ended: %w", err)
+		}
 	}
+	return next, len(kv) / 2, nil
+}
+
+// loadPenalties reads the hash into the book, and drops the fields that
+// have ended. A step that fails ends it: the next (re)subscription reads
+// the hash again.
+func (r *Redis) loadPenalties() {
+	var cursor uint64
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), penaltyStepTimeout)
+		now := time.Now()
+		next, _, err := r.scanPenalties(ctx, cursor, now, func(p Penalty) { r.penalties.put(p, now) })
+		cancel()
+		if err != nil || next == 0 {
+			return
+		}
+		cursor = next
+	}
+}
+
+// sweepPenalties drops the hash's ended fields every
+// penaltySweepInterval, going on from where the last sweep stopped, until
+// ctx is done; it closes done.
+func (r *Redis) sweepPenalties(ctx context.Context, done chan<- struct{}) {
+	defer close(done)
+	t := time.NewTicker(penaltySweepInterval)
+	defer t.Stop()
+	var cursor uint64
+	for {
+		select {
+		case <-t.C:
+			cursor = r.sweepPenaltiesOnce(ctx, cursor)
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// sweepPenaltiesOnce reads the hash from cursor, dropping the ended
+// fields, for one interval's share of a pass (at least penaltyScanCount
+// fields), and returns where to go on; it stops early at a pass's end or
+// a failed step.
+func (r *Redis) sweepPenaltiesOnce(ctx context.Context, cursor uint64) uint64 {
+	step, cancel := context.WithTimeout(ctx, penaltyStepTimeout)
+	size, err := r.client.HLen(step, r.penaltiesKey()).Result()
+	cancel()
+	if err != nil || size == 0 {
+		return cursor
+	}
+	share := max(int(size/int64(penaltySweepPass/penaltySweepInterval)), penaltyScanCount)
+	for read := 0; read < share; {
+		step, cancel := context.WithTimeout(ctx, penaltyStepTimeout)
+		next, n, err := r.scanPenalties(step, cursor, time.Now(), nil)
+		cancel()
+		if err != nil {
+			return cursor
+		}
+		if cursor, read = next, read+n; cursor == 0 {
+			return 0
+		}
+	}
+	return cursor
 }

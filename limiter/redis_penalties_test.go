@@ -81,6 +81,55 @@ func TestRedisPenaltyIsSharedWhenTheBookHasNoRoom(t *testing.T) {
 	}
 }
 
+// The hash of penalties holds none that ended: every instance drops the
+// ended fields within seconds, with no resubscription, however many
+// subjects (a client may pick its own) were penalized.
+func TestRedisPenaltyHashDropsEndedPenalties(t *testing.T) {
+	s := redistest.Start(t)
+	a := redistest.NewLimiter(t, limiter.RedisOptions{Addrs: []string{s.Addr}})
+	ctx := context.Background()
+	now := time.Now()
+	for range 200 {
+		p := limiter.Penalty{Route: "r", Policy: "p", Pseudonym: limitertest.Subject(), Start: now, Until: now.Add(100 * time.Millisecond)}
+		if err := a.Penalties().Impose(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	admin := s.Client(t)
+	if !eventually(3*time.Second, func() bool { return admin.HLen(ctx, "rl:penalties").Val() == 0 }) {
+		t.Fatalf("rl:penalties still holds %d fields of penalties that all ended", admin.HLen(ctx, "rl:penalties").Val())
+	}
+}
+
+// An instance that starts loads every penalty in force from a hash too
+// large for one read, and drops the ended fields.
+func TestRedisPenaltiesLoadFromALargeHash(t *testing.T) {
+	s := redistest.Start(t)
+	admin := s.Client(t)
+	ctx := context.Background()
+	now := time.Now()
+	const n = 5000
+	fields := make([]any, 0, 2*n)
+	for i := range n {
+		until := now.Add(time.Hour)
+		if i%2 == 1 {
+			until = now.Add(-time.Minute)
+		}
+		rec, _ := json.Marshal(map[string]any{"route": "r", "policy": "p", "pseudonym": "v1:s-" + strconv.Itoa(i), "start": now, "until": until})
+		fields = append(fields, "r\x00v1:s-"+strconv.Itoa(i), rec)
+	}
+	if err := admin.HSet(ctx, "rl:penalties", fields...).Err(); err != nil {
+		t.Fatal(err)
+	}
+	b := redistest.NewLimiter(t, limiter.RedisOptions{Addrs: []string{s.Addr}})
+	if !eventually(2*time.Second, func() bool { return len(b.Penalties().List("r", time.Now())) == n/2 }) {
+		t.Fatalf("%d penalties loaded, want %d", len(b.Penalties().List("r", time.Now())), n/2)
+	}
+	if left := admin.HLen(ctx, "rl:penalties").Val(); left != n/2 {
+		t.Fatalf("the hash holds %d fields, want the %d in force", left, n/2)
+	}
+}
+
 func eventually(d time.Duration, cond func() bool) bool {
 	deadline := time.Now().Add(d)
 	for !cond() {

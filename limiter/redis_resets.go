@@ -32,6 +32,10 @@ type resetSubscription struct {
 	// loaded is closed once the first subscription has read the
 	// penalties in force (Subscribed).
 	loaded chan struct{}
+	// The sweep of the penalties' hash (sweepPenalties) runs beside the
+	// subscription until stopSweep, then closes swept.
+	stopSweep context.CancelFunc
+	swept     chan struct{}
 }
 
 // Subscribed is closed once this instance has subscribed to the resets
@@ -44,7 +48,10 @@ func (r *Redis) Subscribed() <-chan struct{} { return r.resets.loaded }
 // stopResets.
 func (r *Redis) subscribeResets() {
 	ps := r.client.Subscribe(context.Background(), r.resetsChannel(), r.penaltiesChannel())
-	s := &resetSubscription{pubsub: ps, done: make(chan struct{}), loaded: make(chan struct{})}
+	sweep, stopSweep := context.WithCancel(context.Background())
+	s := &resetSubscription{pubsub: ps, done: make(chan struct{}), loaded: make(chan struct{}),
+		stopSweep: stopSweep, swept: make(chan struct{})}
+	go r.sweepPenalties(sweep, s.swept)
 	go func() {
 		defer close(s.done)
 		var loaded sync.Once
@@ -78,6 +85,8 @@ func (r *Redis) stopResets() {
 	if r.resets == nil {
 		return
 	}
+	r.resets.stopSweep()
+	<-r.resets.swept
 	r.resets.pubsub.Close()
 	<-r.resets.done
 }
