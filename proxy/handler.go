@@ -426,7 +426,12 @@ func (h *Handler) serve(w http.ResponseWriter, cw *capture, r *http.Request, c *
 		x.outcome = "rejected"
 		return
 	}
-	if !cw.final && r.Context().Err() != nil {
+	switch {
+	case x.fw.late:
+		// The client left before the response head, which came as the
+		// exchange read on to a cost trailer (forwardWriter).
+		x.aborted = true
+	case !cw.final && r.Context().Err() != nil:
 		// The client reset its stream (HTTP/2, HTTP/3) or closed its
 		// connection before the response head: nobody answered it, and
 		// the forwarder wrote nothing. It is the client's abort.

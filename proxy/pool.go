@@ -352,7 +352,16 @@ type forwardWriter struct {
 	// the pool's latency (the client's body, no target, an upstream that
 	// failed at once rather than timed out).
 	unmeasured bool
+	// client is the client's request context; late: the upstream's final
+	// head came after the client had left (the exchange read on to a
+	// cost trailer), so nothing more goes to the client.
+	client context.Context
+	late   bool
 }
+
+// errClientLeft fails a write of a response whose client left before
+// its head.
+var errClientLeft = errors.New("client left before the response head")
 
 // Unwrap lets http.ResponseController reach the server's writer, for
 // flushes and upgrades.
@@ -376,8 +385,20 @@ func (f *forwardWriter) WriteHeader(code int) {
 		if f.settle != nil && !f.settle.headed {
 			f.settle.head(code, h)
 		}
+		if f.client.Err() != nil {
+			// Logged as the client's abort; the body is not copied to
+			// nobody (the trailer's body reads on, bounded, on Close).
+			code, f.late = statusClientClosed, true
+		}
 	}
 	f.ResponseWriter.WriteHeader(code)
+}
+
+func (f *forwardWriter) Write(p []byte) (int, error) {
+	if f.late {
+		return 0, errClientLeft
+	}
+	return f.ResponseWriter.Write(p)
 }
 
 // forward sends r to a target of the route's pool, and once more to
@@ -386,7 +407,7 @@ func (f *forwardWriter) WriteHeader(code int) {
 func (rt *route) forward(w http.ResponseWriter, r *http.Request, x *exchange) {
 	p := rt.pool
 	fw := x.fw
-	*fw = forwardWriter{ResponseWriter: w, route: rt, settle: x.settling}
+	*fw = forwardWriter{ResponseWriter: w, route: rt, settle: x.settling, client: r.Context()}
 	i := p.pick(-1)
 	if i < 0 {
 		fw.unmeasured = true

@@ -9,12 +9,14 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"io"
 	"math/big"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -84,6 +86,62 @@ func TestAStreamResetBeforeTheHeadIsTheClientsAbort(t *testing.T) {
 				t.Fatalf("%v requests counted 200", got)
 			}
 		})
+	}
+}
+
+// On a cost_header route the exchange with the upstream goes on after a
+// client resets its stream, to read the cost: the head that comes then is
+// charged by, but the request is still logged and counted as the client's
+// abort, not as the head's 200.
+func TestAStreamResetBeforeTheHeadOfACostHeaderRouteIsTheClientsAbort(t *testing.T) {
+	arrived, answer := make(chan struct{}, 1), make(chan struct{})
+	var first atomic.Bool
+	up, _ := answering(t, func(w http.ResponseWriter, r *http.Request) {
+		if first.CompareAndSwap(false, true) {
+			arrived <- struct{}{}
+			<-answer
+		}
+		w.Header().Set("X-Usage-Cost", "3")
+		io.WriteString(w, "ok")
+	})
+	rt, pool := trailerRoute(up, time.Minute)
+	g := newGateway(t, setup{routes: []proxy.Route{rt}, pools: []proxy.Pool{pool}})
+	// The upstream answers once the gateway has seen the reset.
+	var once atomic.Bool
+	s, roots := serveTLSEdge(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if once.CompareAndSwap(false, true) {
+			context.AfterFunc(r.Context(), func() { close(answer) })
+		}
+		g.handler.ServeHTTP(w, r)
+	}))
+	h2 := &http.Client{Transport: &http.Transport{
+		TLSClientConfig: &tls.Config{ServerName: "localhost", RootCAs: roots}, ForceAttemptHTTP2: true}}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+s.HTTPSAddr().String()+"/stream", nil)
+		res, err := h2.Do(req)
+		if err == nil {
+			res.Body.Close()
+		}
+		done <- err
+	}()
+	select {
+	case <-arrived:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the request never reached the upstream")
+	}
+	cancel() // the client resets its stream before any head
+	<-done
+	line := waitForLine(t, g.logs, `"msg":"request"`, 1)
+	if !strings.Contains(line, `"status":499`) || !strings.Contains(line, `"aborted":true`) {
+		t.Fatalf("a stream reset before the head logged as %s, want status 499 and aborted", line)
+	}
+	res := g.get(t, "/stream")
+	io.Copy(io.Discard, res.Body)
+	res.Body.Close()
+	if r := remaining(t, res, "usage"); r != 96 {
+		t.Fatalf("r=%d, want 96: the reset request charged the 3 its upstream said, 1 reserved", r)
 	}
 }
 
