@@ -260,6 +260,9 @@ func (h *Handler) Swap(cfg Config) error {
 		return err
 	}
 	h.current.Store(c)
+	for _, p := range c.pools {
+		p.overload.commit()
+	}
 	if h.checks != nil {
 		h.checks.stop()
 	}

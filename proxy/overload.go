@@ -18,20 +18,23 @@ type overloadGate struct {
 	// over.
 	retryAfter []string
 	shed       [len(overload.Priorities)]prometheus.Counter // nil without metrics
+	// retune is the block's numbers for a kept controller, applied by
+	// commit once the configuration is in force (nil: a new controller).
+	retune *overload.Options
 }
 
 // newOverloadGate compiles p's overload block. A reload that keeps the
-// block (kept is the old pool's) keeps its controller, retuned: its
-// requests in flight, its queue and its learnt limit stay, so nobody
-// waiting is lost or admitted twice.
+// block (kept is the old pool's) keeps its controller, retuned once the
+// reload is in force (commit): its requests in flight, its queue and its
+// learnt limit stay, so nobody waiting is lost or admitted twice.
 func newOverloadGate(p Pool, kept *overloadGate, m *Metrics) (*overloadGate, error) {
 	o := *p.Overload
 	g := &overloadGate{}
 	if kept != nil {
-		if err := kept.controller.Reconfigure(o); err != nil {
+		if err := o.Validate(); err != nil {
 			return nil, err
 		}
-		g.controller = kept.controller
+		g.controller, g.retune = kept.controller, &o
 	} else {
 		c, err := overload.New(o)
 		if err != nil {
@@ -46,6 +49,18 @@ func newOverloadGate(p Pool, kept *overloadGate, m *Metrics) (*overloadGate, err
 		}
 	}
 	return g, nil
+}
+
+// commit retunes a kept controller with the numbers of the configuration
+// now in force; a reload refused after its pools were built leaves the
+// controller as it was.
+func (g *overloadGate) commit() {
+	if g == nil || g.retune == nil {
+		return
+	}
+	// (Validated by newOverloadGate: Reconfigure cannot refuse them.)
+	g.controller.Reconfigure(*g.retune)
+	g.retune = nil
 }
 
 // priorityFor is the priority of a request on the route from a subject on

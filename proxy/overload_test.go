@@ -322,6 +322,37 @@ func TestOverloadOverHTTP(t *testing.T) {
 	})
 }
 
+// A reload refused for a fault found after its pools were built (a route
+// naming no pool) leaves the controller of a pool it would have kept as
+// it was: on error the configuration in force stays whole.
+func TestOverloadRefusedReloadLeavesTheControllerAlone(t *testing.T) {
+	up := newGatedUpstream(t)
+	up.openUp()
+	pool := proxy.Pool{Name: "legacy", Targets: []string{up.URL},
+		Overload: &overload.Options{MaxInFlight: 1, Queue: 1}}
+	g := newOverloadGateway(t, pool)
+	limit := func() float64 { return g.metric("gateway_upstream_limit", "pool", "legacy") }
+	cfg := g.cfg
+	pool.Overload = &overload.Options{MaxInFlight: 500, Queue: 5000}
+	cfg.Pools = []proxy.Pool{pool}
+	bad := cfg.Routes[0]
+	bad.OperationID, bad.Path, bad.Pool = "broken", "/broken", "no-such-pool"
+	cfg.Routes = append(append([]proxy.Route(nil), cfg.Routes...), bad)
+	if err := g.handler.Swap(cfg); err == nil {
+		t.Fatal("a route naming no pool was accepted")
+	}
+	if l := limit(); l != 1 {
+		t.Fatalf("limit %v after a refused reload, want 1: the controller took the refused numbers", l)
+	}
+	cfg.Routes = cfg.Routes[:len(cfg.Routes)-1]
+	if err := g.handler.Swap(cfg); err != nil {
+		t.Fatal(err)
+	}
+	if l := limit(); l != 500 {
+		t.Fatalf("limit %v after the reload took, want 500", l)
+	}
+}
+
 func TestOverloadReloadRemovingTheBlock(t *testing.T) {
 	t.Run("requests queued when a reload removes the block are forwarded as the old slots free, once each", func(t *testing.T) {
 		up := newGatedUpstream(t)
