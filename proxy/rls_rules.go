@@ -149,6 +149,14 @@ func validateRLSBudget(i int, r *RLSRule, at int, kind subject.Kind, routes []Ro
 		for j := range errs {
 			errs[j].(*option.Error).Field = fmt.Sprintf("rls_rules[%d].%s", i, errs[j].(*option.Error).Field)
 		}
+		for _, p := range r.Policies {
+			if p != nil && p.Penalty > 0 && !p.Shadow {
+				// A penalty box is a route's: its admin API lists and
+				// lifts by route, and HTTP shares it.
+				problem(i, "policies", "Penalty with no box", "Policy %q has a penalty, which holds a subject in a route's penalty box; an rls_rule of its own policies has none: name the route (route = \"r\") whose policies and box the rule shares.", p.Name)
+				return errs
+			}
+		}
 	}
 	for _, ps := range lists {
 		for _, p := range ps {

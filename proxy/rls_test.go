@@ -375,6 +375,8 @@ func TestRateLimitServiceAsEnvoysRatelimitDoes(t *testing.T) {
 func TestRLSRulesValidate(t *testing.T) {
 	fw := policy(limitertest.FixedWindow(1, time.Second), "fw")
 	conc := policy(limitertest.Concurrency(1, time.Minute), "conc")
+	penalty := policy(limitertest.FixedWindow(1, time.Second), "penalty")
+	penalty.Penalty = time.Minute
 	routes := []proxy.Route{{OperationID: "r", Subject: []subject.Kind{subject.ClientIP}, Policies: []*limiter.Policy{fw}}}
 	cases := []struct {
 		name  string
@@ -389,6 +391,7 @@ func TestRLSRulesValidate(t *testing.T) {
 		{"neither", []proxy.RLSRule{rule("a", "d", "", nil, "client_ip")}, "rls_rules[0]"},
 		{"a concurrency policy", []proxy.RLSRule{rule("a", "d", "", []*limiter.Policy{conc}, "client_ip")}, "rls_rules[0].policies"},
 		{"a repeated policy", []proxy.RLSRule{rule("a", "d", "", []*limiter.Policy{fw, fw}, "client_ip")}, "rls_rules[0].policies[1]"},
+		{"a policy with a penalty of its own", []proxy.RLSRule{rule("a", "d", "", []*limiter.Policy{penalty}, "client_ip")}, "rls_rules[0].policies"},
 		{"an entry with no key", []proxy.RLSRule{rule("a", "d", "r", nil, "client_ip", "=v")}, "rls_rules[0].descriptor[1]"},
 		{"the same descriptor twice", []proxy.RLSRule{rule("a", "d", "r", nil, "client_ip"), rule("b", "d", "r", nil, "client_ip")}, "rls_rules[1].descriptor"},
 	}
