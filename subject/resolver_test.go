@@ -282,3 +282,63 @@ func TestClientIsTheAddressTheClientIPSourceSees(t *testing.T) {
 		t.Errorf("a request without an address: %s, want none", p)
 	}
 }
+
+// A cookie or query parameter the client sent in a form the gateway does
+// not read, but an upstream may (Go drops a cookie value holding '"' or
+// '\'; PHP reads "api.key" as "api_key"; Rack 2 splits pairs on ';'), is
+// refused: were it to fall through, the next source's budget would hold
+// a client the upstream knows by the field, out of the field's penalty.
+// Only a field that is absent or empty falls through; a name that merely
+// holds the field's falls through too.
+func TestAFieldSentInAFormTheGatewayDoesNotReadIsRefused(t *testing.T) {
+	r := newResolver(t)
+	session, _ := subject.ParseKind("cookie:session")
+	sessionID, _ := subject.ParseKind("cookie:session_id")
+	apiKey, _ := subject.ParseKind("query:api_key")
+	withCookie := func(cookie string) *http.Request {
+		return withHeader(httptest.NewRequest("GET", "/", nil), "Cookie", cookie)
+	}
+	get := func(target string) *http.Request { return httptest.NewRequest("GET", target, nil) }
+	for _, c := range []struct {
+		name string
+		kind subject.Kind
+		req  *http.Request
+		want subject.Kind // the zero Kind: ErrBadSubject
+	}{
+		{"a cookie value with a stray quote is refused", session, withCookie(`session="s3ss10n`), subject.Kind{}},
+		{"a cookie value with a backslash is refused", session, withCookie(`session=s3ss10n\`), subject.Kind{}},
+		{"a cookie value beyond ASCII is refused", session, withCookie("session=caf\u00e9"), subject.Kind{}},
+		{"a malformed cookie beside a good one is refused", session, withCookie(`session=a; session="b`), subject.Kind{}},
+		{"a cookie named as PHP folds it is refused", sessionID, withCookie("session.id=s3ss10n"), subject.Kind{}},
+		{"a parameter named with a '.' is refused", apiKey, get("/?api.key=K"), subject.Kind{}},
+		{"a parameter named with a '+' is refused", apiKey, get("/?api+key=K"), subject.Kind{}},
+		{"a parameter named with an encoded '.' is refused", apiKey, get("/?api%2Ekey=K"), subject.Kind{}},
+		{"a parameter named with a leading space is refused", apiKey, get("/?%20api_key=K"), subject.Kind{}},
+		{"a parameter named with an unclosed '[' is refused", apiKey, get("/?api[key=K"), subject.Kind{}},
+		{"a parameter beside its folded name is refused", apiKey, get("/?api_key=A&api.key=B"), subject.Kind{}},
+		{"a parameter after a ';' is refused", apiKey, get("/?x=1;api_key=K"), subject.Kind{}},
+		{"a parameter before a ';' is refused", apiKey, get("/?api_key=K;x=1"), subject.Kind{}},
+		{"a quoted cookie is read", session, withCookie(`session="s3ss10n"`), session},
+		{"a cookie with a space before '=' is read", session, withCookie("session =s3ss10n"), session},
+		{"the parameter is read", apiKey, get("/?api_key=K&api_key_id=1"), apiKey},
+		{"an empty cookie falls through", session, withCookie("session="), subject.ClientIP},
+		{"an empty parameter falls through", apiKey, get("/?api_key="), subject.ClientIP},
+		{"another malformed cookie falls through", session, withCookie(`my_session="x; session_id=\`), subject.ClientIP},
+		{"a parameter whose name holds the field's falls through", apiKey, get("/?x_api_key=K&api_keys=K&api_key[]=K&api[key]=K"), subject.ClientIP},
+		{"a parameter named in another case falls through", apiKey, get("/?API_KEY=K"), subject.ClientIP},
+		{"a ';' in another parameter's value falls through", apiKey, get("/?note=api_key;x"), subject.ClientIP},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s, err := r.Resolve(c.req, subject.Query{Sources: []subject.Kind{c.kind, subject.ClientIP}, OperationID: "op"})
+			if c.want == (subject.Kind{}) {
+				if !errors.Is(err, subject.ErrBadSubject) {
+					t.Fatalf("%+v, %v; want ErrBadSubject", s, err)
+				}
+				return
+			}
+			if err != nil || s.Kind != c.want {
+				t.Fatalf("%+v, %v; want %s", s, err, c.want)
+			}
+		})
+	}
+}
