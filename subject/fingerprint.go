@@ -9,10 +9,11 @@ import (
 // fingerprintIdentity is the identity of the ja4 source (the
 // fingerprint) or of ja4+client_ip (fingerprint "+" client_ip identity),
 // "" when the connection has no fingerprint or, for the pair, the request
-// no address.
+// no address. A trusted proxy's connection has none of the client's: its
+// fingerprint is the proxy's own, shared by every client behind it.
 func (in Inbound) fingerprintIdentity(k Kind) string {
 	r := in.r
-	if r.fingerprint == nil {
+	if r.fingerprint == nil || in.peerTrusted {
 		return ""
 	}
 	fp := r.fingerprint(in.req.Context())

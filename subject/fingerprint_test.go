@@ -2,6 +2,7 @@ package subject_test
 
 import (
 	"context"
+	"net/http"
 	"net/netip"
 	"testing"
 
@@ -11,8 +12,8 @@ import (
 type fingerprintKey struct{}
 
 // The ja4 sources read the connection's fingerprint; the admin API's
-// names of them give the same pseudonyms; without a fingerprint they fall
-// through.
+// names of them give the same pseudonyms; without a fingerprint, or from
+// a trusted proxy, whose fingerprint is its own, they fall through.
 func TestJA4Sources(t *testing.T) {
 	const fp = "t13d1516h2_8daaf6152771_e5627efa2ab1"
 	r, err := subject.NewResolver(subject.Options{
@@ -24,8 +25,8 @@ func TestJA4Sources(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	withFP := func(peer string, headers ...string) context.Context {
-		return context.WithValue(request(peer, headers...).Context(), fingerprintKey{}, fp)
+	withFP := func(req *http.Request) *http.Request {
+		return req.WithContext(context.WithValue(req.Context(), fingerprintKey{}, fp))
 	}
 	q := func(k subject.Kind) subject.Query {
 		return subject.Query{Sources: []subject.Kind{k, subject.ClientIP}, OperationID: "op"}
@@ -38,9 +39,7 @@ func TestJA4Sources(t *testing.T) {
 		{subject.JA4ClientIP, fp + "+203.0.113.7"},
 	} {
 		t.Run(c.kind.String(), func(t *testing.T) {
-			req := request("10.0.0.1:5000", "X-Forwarded-For", "203.0.113.7")
-			req = req.WithContext(withFP("10.0.0.1:5000"))
-			got, err := r.Resolve(req, q(c.kind))
+			got, err := r.Resolve(withFP(request("203.0.113.7:5000")), q(c.kind))
 			if err != nil || got.Kind != c.kind {
 				t.Fatalf("%+v, %v", got, err)
 			}
@@ -49,9 +48,15 @@ func TestJA4Sources(t *testing.T) {
 				t.Fatalf("named %+v, %v; resolved %+v", named, err, got)
 			}
 			// No fingerprint: the next source.
-			plain, err := r.Resolve(request("10.0.0.1:5000", "X-Forwarded-For", "203.0.113.7"), q(c.kind))
+			plain, err := r.Resolve(request("203.0.113.7:5000"), q(c.kind))
 			if err != nil || plain.Kind != subject.ClientIP {
 				t.Fatalf("without a fingerprint: %+v, %v", plain, err)
+			}
+			// A trusted proxy's fingerprint: the next source, the client
+			// it forwards.
+			proxied, err := r.Resolve(withFP(request("10.0.0.1:5000", "X-Forwarded-For", "203.0.113.7")), q(c.kind))
+			if err != nil || proxied != plain {
+				t.Fatalf("from a trusted proxy: %+v, %v; want %+v", proxied, err, plain)
 			}
 		})
 	}
