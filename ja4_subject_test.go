@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -13,11 +14,13 @@ import (
 	"github.com/edgegate/gateway/limiter/redistest"
 )
 
-// ja4Gateway is an HTTPS gateway that believes X-Forwarded-For from
-// loopback, with routes of five requests an hour per fingerprint ("/fp"),
-// per fingerprint and address ("/pair") and per address ("/ip"); on Redis
-// at redisAddr when it is not empty.
-func ja4Gateway(t *testing.T, redisAddr string) (*running, func(maxVersion uint16) *http.Client) {
+// ja4Gateway is an HTTPS gateway with routes of five requests an hour per
+// fingerprint ("/fp"), per fingerprint and address ("/pair") and per
+// address ("/ip"); on Redis at redisAddr when it is not empty. Its
+// clients' fingerprints differ by their highest TLS version; each of
+// their connections comes from the loopback address from returns, a new
+// connection for each request.
+func ja4Gateway(t *testing.T, redisAddr string) (*running, func(maxVersion uint16, from func() string) *http.Client) {
 	t.Helper()
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
 	t.Cleanup(up.Close)
@@ -42,9 +45,6 @@ tls {
     key_file  = %q
   }
 }
-subject {
-  trusted_proxies = ["127.0.0.1/32"]
-}
 policy "five" {
   algorithm = "fixed-window"
   limit     = 5
@@ -52,27 +52,34 @@ policy "five" {
 }
 `, certFile, keyFile)+route("fp", "ja4")+route("pair", "ja4+client_ip")+route("ip", "client_ip"))
 	r := startFile(t, path)
-	client := func(maxVersion uint16) *http.Client {
+	client := func(maxVersion uint16, from func() string) *http.Client {
 		c := &tls.Config{ServerName: "a.test", RootCAs: ca.pool, MaxVersion: maxVersion}
-		tr := &http.Transport{TLSClientConfig: c, ForceAttemptHTTP2: true}
+		tr := &http.Transport{TLSClientConfig: c, ForceAttemptHTTP2: true, DisableKeepAlives: true,
+			DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+				d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from())}}
+				return d.DialContext(ctx, network, addr)
+			}}
 		t.Cleanup(tr.CloseIdleConnections)
 		return &http.Client{Transport: tr}
 	}
 	return r, client
 }
 
-// statusesFrom sends n requests to path, each from the next address
-// (X-Forwarded-For) when rotate, and counts the statuses.
-func statusesFrom(t *testing.T, r *running, c *http.Client, path string, n int, rotate bool) map[int]int {
+// rotating returns the next of 1,000 loopback addresses at each call.
+func rotating() func() string {
+	i := 0
+	return func() string {
+		i++
+		return fmt.Sprintf("127.1.%d.%d", i/250, i%250+1)
+	}
+}
+
+// statusesFrom sends n requests to path with c, and counts the statuses.
+func statusesFrom(t *testing.T, r *running, c *http.Client, path string, n int) map[int]int {
 	t.Helper()
 	counts := map[int]int{}
-	for i := range n {
+	for range n {
 		req, _ := http.NewRequest("GET", "https://"+r.servers.HTTPSAddr().String()+path, nil)
-		if rotate {
-			req.Header.Set("X-Forwarded-For", fmt.Sprintf("198.51.%d.%d", i/250, i%250+1))
-		} else {
-			req.Header.Set("X-Forwarded-For", "203.0.113.9")
-		}
 		res, err := c.Do(req)
 		if err != nil {
 			t.Fatal(err)
@@ -84,8 +91,8 @@ func statusesFrom(t *testing.T, r *running, c *http.Client, path string, n int, 
 	return counts
 }
 
-// A client that rotates through 1,000 trusted forwarded addresses is
-// still one subject under ja4: one TLS fingerprint.
+// A client that rotates through 1,000 addresses is still one subject
+// under ja4: one TLS fingerprint.
 func TestJA4HoldsAClientThatRotatesAddresses(t *testing.T) {
 	for _, backend := range []string{"memory", "redis"} {
 		t.Run(backend, func(t *testing.T) {
@@ -96,24 +103,25 @@ func TestJA4HoldsAClientThatRotatesAddresses(t *testing.T) {
 				addr = redis.Addr
 			}
 			r, client := ja4Gateway(t, addr)
-			one := client(0)
-			if got := statusesFrom(t, r, one, "/fp", 1000, true); got[200] != 5 || got[429] != 995 {
+			one := client(0, rotating())
+			if got := statusesFrom(t, r, one, "/fp", 1000); got[200] != 5 || got[429] != 995 {
 				t.Fatalf("under ja4, 1,000 addresses with one fingerprint: %v, want 5 allowed", got)
 			}
 			// Another fingerprint is another subject.
-			other := client(tls.VersionTLS12)
-			if got := statusesFrom(t, r, other, "/fp", 6, true); got[200] != 5 || got[429] != 1 {
+			other := client(tls.VersionTLS12, rotating())
+			if got := statusesFrom(t, r, other, "/fp", 6); got[200] != 5 || got[429] != 1 {
 				t.Fatalf("another fingerprint: %v, want its own 5", got)
 			}
 			// Per address, rotation escapes; per fingerprint and address,
 			// each address has its own budget and one address is held.
-			if got := statusesFrom(t, r, one, "/ip", 20, true); got[200] != 20 {
+			if got := statusesFrom(t, r, one, "/ip", 20); got[200] != 20 {
 				t.Fatalf("under client_ip: %v", got)
 			}
-			if got := statusesFrom(t, r, one, "/pair", 20, true); got[200] != 20 {
+			if got := statusesFrom(t, r, one, "/pair", 20); got[200] != 20 {
 				t.Fatalf("under ja4+client_ip, rotating: %v", got)
 			}
-			if got := statusesFrom(t, r, one, "/pair", 6, false); got[200] != 5 || got[429] != 1 {
+			fixed := client(0, func() string { return "127.2.0.9" })
+			if got := statusesFrom(t, r, fixed, "/pair", 6); got[200] != 5 || got[429] != 1 {
 				t.Fatalf("under ja4+client_ip, one address: %v", got)
 			}
 			if logs := r.logs.String(); strings.Contains(logs, "t13d") || strings.Contains(logs, "t12d") {
@@ -125,7 +133,7 @@ func TestJA4HoldsAClientThatRotatesAddresses(t *testing.T) {
 					t.Fatalf("Redis keys %v, %v", keys, err)
 				}
 				for _, k := range keys {
-					if strings.Contains(k, "t13d") || strings.Contains(k, "198.51.") {
+					if strings.Contains(k, "t13d") || strings.Contains(k, "127.") {
 						t.Fatalf("a Redis key holds a raw identity: %s", k)
 					}
 				}
