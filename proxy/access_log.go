@@ -61,10 +61,11 @@ type exchange struct {
 }
 
 // endAdmission frees the request's slot of its pool; the exchange's
-// latency counts toward the pool's adaptive limit when it is the pool's:
-// not when the client left, the gateway answered instead of the pool (a
-// body over its limit, an upstream that failed at once; a timeout counts),
-// or it became a tunnel, whose life says nothing of the backend's speed.
+// latency counts toward the pool's adaptive limit when it is the pool's
+// (an answer, a failure, a timeout): not when the client left, the
+// gateway answered for the client's fault or no target took the request
+// (forwardWriter.unmeasured), or it became a tunnel, whose life says
+// nothing of the backend's speed.
 func (x *exchange) endAdmission(r *http.Request, cw *capture) {
 	if r.Context().Err() != nil || cw.tunnel != nil || x.fw.unmeasured {
 		x.admission.Abandon()

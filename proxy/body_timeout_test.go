@@ -13,8 +13,24 @@ import (
 
 // A client that stops sending its body gets 408 once
 // body_read_timeout passes, its connection closes, and the upstream's
-// connection is let go.
+// connection is let go; on a route charged by a cost header too, whose
+// exchange with the upstream outlives a client that left.
 func TestASlowBodyTimesOut(t *testing.T) {
+	t.Run("a route", func(t *testing.T) {
+		testASlowBodyTimesOut(t, func(up *upstream) ([]proxy.Route, []proxy.Pool) {
+			return []proxy.Route{route("r", "/", up, t, nil)}, nil
+		})
+	})
+	t.Run("a cost_header route", func(t *testing.T) {
+		testASlowBodyTimesOut(t, func(up *upstream) ([]proxy.Route, []proxy.Pool) {
+			rt, pool := trailerRoute(up, time.Minute)
+			rt.Path = "/"
+			return []proxy.Route{rt}, []proxy.Pool{pool}
+		})
+	})
+}
+
+func testASlowBodyTimesOut(t *testing.T, routes func(*upstream) ([]proxy.Route, []proxy.Pool)) {
 	up := newUpstream(t)
 	upstreamDone := make(chan error, 1)
 	up.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -22,7 +38,8 @@ func TestASlowBodyTimesOut(t *testing.T) {
 		upstreamDone <- err
 	})
 	const timeout = 300 * time.Millisecond
-	g := newGateway(t, setup{routes: []proxy.Route{route("r", "/", up, t, nil)}, bodyRead: timeout})
+	rts, pools := routes(up)
+	g := newGateway(t, setup{routes: rts, pools: pools, bodyRead: timeout})
 	start := time.Now()
 	c, br, res := dialGateway(t, g, "POST /upload HTTP/1.1\r\nHost: gw.test\r\nContent-Length: 100\r\n\r\nfirst bytes")
 	body, _ := io.ReadAll(res.Body)

@@ -150,7 +150,7 @@ func newForwarder(rt *route, target *url.URL, transport http.RoundTripper, logge
 		FlushInterval: 0,
 		ErrorLog:      edge.NewErrorLog(logger),
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			if r.Context().Err() != nil {
+			if clientGone(w, r) {
 				// The client went away, or stopped sending its body (which
 				// serve answers); nobody is left to answer here.
 				return
@@ -158,7 +158,9 @@ func newForwarder(rt *route, target *url.URL, transport http.RoundTripper, logge
 			var maxBytes *http.MaxBytesError
 			var netErr net.Error
 			var bodyErr *clientBodyError
-			timedOut := false
+			// unmeasured: the exchange's time is not the pool's (the
+			// client's fault, or a target that refused the connection).
+			unmeasured := true
 			switch {
 			case errors.As(err, &maxBytes):
 				writeProblem(w, problemTooLarge)
@@ -172,21 +174,36 @@ func newForwarder(rt *route, target *url.URL, transport http.RoundTripper, logge
 				logger.LogAttrs(r.Context(), slog.LevelInfo, "client sent a malformed body", slog.String("route", rt.OperationID), slog.String("error", edge.RedactAddresses(bodyErr.Error())))
 				writeProblem(w, problemBadBody)
 			case errors.Is(err, context.DeadlineExceeded) || errors.As(err, &netErr) && netErr.Timeout():
-				timedOut = true
+				// A connect timeout included: a backend whose accept queue
+				// is full drops connections.
+				unmeasured = false
 				logger.LogAttrs(r.Context(), slog.LevelWarn, "upstream timed out", slog.String("route", rt.OperationID), slog.String("error", err.Error()))
 				writeProblem(w, problemUpstreamTimeout)
 			case errors.Is(err, errUnrequestedUpgrade):
+				unmeasured = false
 				logger.LogAttrs(r.Context(), slog.LevelWarn, "upstream switched protocols unasked", slog.String("route", rt.OperationID))
 				writeProblem(w, problemUpstreamFailed)
 			default:
+				var dialErr *dialError
+				unmeasured = errors.As(err, &dialErr)
 				logger.LogAttrs(r.Context(), slog.LevelWarn, "upstream failed", slog.String("route", rt.OperationID), slog.String("error", err.Error()))
 				writeProblem(w, problemUpstreamFailed)
 			}
-			if fw, ok := w.(*forwardWriter); ok && !timedOut {
-				fw.unmeasured = true
+			if fw, ok := w.(*forwardWriter); ok {
+				fw.unmeasured = unmeasured
 			}
 		},
 	}
+}
+
+// clientGone reports whether the client of r, a request forwarded
+// through w, went away: by its own context, which on a route that reads
+// on to a cost trailer is not r's (settlement.readOn).
+func clientGone(w http.ResponseWriter, r *http.Request) bool {
+	if fw, ok := w.(*forwardWriter); ok && fw.client != nil {
+		return fw.client.Err() != nil
+	}
+	return r.Context().Err() != nil
 }
 
 // clientBody marks the errors of reading the request body as the

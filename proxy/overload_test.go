@@ -3,7 +3,9 @@ package proxy_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
+	"log"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -590,5 +592,54 @@ func TestOverloadAdaptiveLimitLearnsOnlyFromThePool(t *testing.T) {
 	}
 	if l := g.metric("gateway_upstream_limit", "pool", "legacy"); l != 2 {
 		t.Fatalf("gateway_upstream_limit %v after 800 answers of the gateway's own, want 2: they were taken for the backend's latency", l)
+	}
+}
+
+// An upstream that fails slowly (here it holds each request 100 ms and
+// drops the connection: 502) is an overloaded backend, and its failures
+// are samples of its latency: the adaptive limit falls.
+func TestOverloadAdaptiveLimitLearnsFromSlowFailures(t *testing.T) {
+	var failing atomic.Bool
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if failing.Load() {
+			time.Sleep(100 * time.Millisecond)
+			panic(http.ErrAbortHandler)
+		}
+	}))
+	up.Config.ErrorLog = log.New(io.Discard, "", 0)
+	t.Cleanup(up.Close)
+	pool := proxy.Pool{Name: "legacy", Targets: []string{up.URL},
+		Overload: &overload.Options{Adaptive: true, MinLimit: 8, MaxInFlight: 64, Queue: 1024, QueueTimeout: 10 * time.Second}}
+	g := newOverloadGateway(t, pool)
+	for range 16 { // the probe, at 8
+		g.request(t.Context(), "/default", "alice")
+	}
+	// A lower floor, the limit learnt kept: 8.
+	pool.Overload = &overload.Options{Adaptive: true, MinLimit: 2, MaxInFlight: 64, Queue: 1024, QueueTimeout: 10 * time.Second}
+	cfg := g.cfg
+	cfg.Pools = []proxy.Pool{pool}
+	if err := g.handler.Swap(cfg); err != nil {
+		t.Fatal(err)
+	}
+	limit := func() float64 { return g.metric("gateway_upstream_limit", "pool", "legacy") }
+	if l := limit(); l != 8 {
+		t.Fatalf("limit %v after the probe, want 8", l)
+	}
+	failing.Store(true)
+	ctx, cancel := context.WithCancel(t.Context())
+	var wg sync.WaitGroup
+	for i := range 16 {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				g.request(ctx, "/default", fmt.Sprint("tenant-", i))
+			}
+		})
+	}
+	defer wg.Wait()
+	defer cancel()
+	for deadline := time.Now().Add(20 * time.Second); limit() > 4; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("limit %v after 20 s of an upstream failing after 100 ms, want at most 4", limit())
+		}
 	}
 }

@@ -349,8 +349,8 @@ type forwardWriter struct {
 	// the response, or the gateway answers instead of the upstream).
 	settle *settlement
 	// unmeasured: the gateway answered for a cause that says nothing of
-	// the pool's latency (the client's body, no target, an upstream that
-	// failed at once rather than timed out).
+	// the pool's latency (the client's body, no target, a connection
+	// refused).
 	unmeasured bool
 	// client is the client's request context; late: the upstream's final
 	// head came after the client had left (the exchange read on to a
