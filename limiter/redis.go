@@ -2,6 +2,7 @@ package limiter
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -147,6 +148,9 @@ type Redis struct {
 	// penalties are the penalties in force this instance knows of
 	// (redis_penalties.go).
 	penalties penaltyBook
+	// instance names this backend in the penalties it publishes, so that
+	// it skips its own (penaltyMessage).
+	instance string
 	// resets forgets remembered denials of the subjects other instances
 	// reset (redis_resets.go); nil without denials.
 	resets *resetSubscription
@@ -227,7 +231,7 @@ func NewRedis(ctx context.Context, opts RedisOptions) (*Redis, error) {
 		script:      &script{name: "ratelimit", src: lua.Script, sha: redis.NewScript(lua.Script).Hash()},
 		leaseScript: &script{name: "lease", src: lua.Lease, sha: redis.NewScript(lua.Lease).Hash()},
 		batching:    !opts.DisableBatching, breakers: opts.Breaker, logger: opts.Logger,
-		loading: make(chan struct{}, 1), budget: newBudgetLeases()}
+		loading: make(chan struct{}, 1), budget: newBudgetLeases(), instance: rand.Text()}
 	r.nodes.Store(&map[*redis.Client]*node{})
 	switch {
 	case opts.DenialCacheEntries == 0:

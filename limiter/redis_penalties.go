@@ -13,7 +13,8 @@ import (
 // refused records the penalty in its book at once, and tells the others
 // over the resets subscription (redis_resets.go), on a channel of its own
 // beside the resets one, <prefix>penalties: each message is a penalty as
-// JSON (pseudonym, route, policy, start, end) or a lift. A publish reaches
+// JSON (pseudonym, route, policy, start, end) or a lift, with the name of
+// the instance that published it, which skips its own. A publish reaches
 // every subscriber within milliseconds, Cluster included, which the
 // script's keys could match only with a read per request.
 //
@@ -41,6 +42,8 @@ type penaltyRecord struct {
 	Start     time.Time `json:"start"`
 	Until     time.Time `json:"until"`
 	Lifted    bool      `json:"lifted,omitempty"`
+	// From is the instance that published it (Redis.instance).
+	From string `json:"from,omitempty"`
 }
 
 func (rec penaltyRecord) penalty() Penalty {
@@ -61,7 +64,8 @@ func (p redisPenalties) Impose(ctx context.Context, pen Penalty) error {
 		return nil
 	}
 	// Recorded, or not for want of room here: the others have their own.
-	rec, err := json.Marshal(penaltyRecord{Route: pen.Route, Policy: pen.Policy, Pseudonym: pen.Pseudonym, Start: pen.Start.UTC(), Until: pen.Until.UTC()})
+	rec, err := json.Marshal(penaltyRecord{Route: pen.Route, Policy: pen.Policy, Pseudonym: pen.Pseudonym,
+		Start: pen.Start.UTC(), Until: pen.Until.UTC(), From: r.instance})
 	if err != nil {
 		return err
 	}
@@ -88,17 +92,19 @@ func (p redisPenalties) Lift(ctx context.Context, route, pseudonym string) (bool
 	if err := r.client.HDel(ctx, r.penaltiesKey(), penaltyField(route, pseudonym)).Err(); err != nil {
 		return found, fmt.Errorf("penalty: take it off the list: %w", err)
 	}
-	rec, _ := json.Marshal(penaltyRecord{Route: route, Pseudonym: pseudonym, Lifted: true})
+	rec, _ := json.Marshal(penaltyRecord{Route: route, Pseudonym: pseudonym, Lifted: true, From: r.instance})
 	if err := r.client.Publish(ctx, r.penaltiesChannel(), rec).Err(); err != nil {
 		return found, fmt.Errorf("penalty: tell the other instances: %w", err)
 	}
 	return found, nil
 }
 
-// penaltyMessage applies a message of the penalties channel to the book.
+// penaltyMessage applies a message of the penalties channel to the book,
+// unless this instance published it: Impose and Lift applied it here
+// already (and counted a penalty the book had no room for).
 func (r *Redis) penaltyMessage(payload string) {
 	var rec penaltyRecord
-	if json.Unmarshal([]byte(payload), &rec) != nil {
+	if json.Unmarshal([]byte(payload), &rec) != nil || rec.From == r.instance {
 		return
 	}
 	now := time.Now()

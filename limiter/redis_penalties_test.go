@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/edgegate/gateway/limiter"
 	"github.com/edgegate/gateway/limiter/limitertest"
 	"github.com/edgegate/gateway/limiter/redistest"
@@ -78,6 +80,35 @@ func TestRedisPenaltyIsSharedWhenTheBookHasNoRoom(t *testing.T) {
 	}
 	if !eventually(time.Second, func() bool { _, ok := b.Penalties().Find("r", subj, time.Now()); return ok }) {
 		t.Fatal("another instance did not hear of the penalty")
+	}
+}
+
+// A penalty the imposing instance's book has no room for is one refusal
+// there, not two: the instance does not apply its own publish again.
+func TestRedisPenaltyRefusedForWantOfRoomIsCountedOnce(t *testing.T) {
+	s := redistest.Start(t)
+	reg := prometheus.NewRegistry()
+	a := redistest.NewLimiter(t, limiter.RedisOptions{Addrs: []string{s.Addr}, Registerer: reg})
+	b := redistest.NewLimiter(t, limiter.RedisOptions{Addrs: []string{s.Addr}})
+	ctx := context.Background()
+	now := time.Now()
+	for i := range limiter.MaxPenalties {
+		a.HoldPenalty(limiter.Penalty{Route: "r", Policy: "p", Pseudonym: "v1:filler-" + strconv.Itoa(i), Start: now, Until: now.Add(limiter.MaxPenalty)})
+	}
+	if err := a.Penalties().Impose(ctx, limiter.Penalty{Route: "r", Policy: "p", Pseudonym: limitertest.Subject(), Start: now, Until: now.Add(time.Minute)}); err != nil {
+		t.Fatal(err)
+	}
+	// b's publish reaches a after a's own: once a holds b's penalty, a
+	// has handled its own message too.
+	other := limiter.Penalty{Route: "s", Policy: "p", Pseudonym: limitertest.Subject(), Start: now, Until: now.Add(time.Minute)}
+	if err := b.Penalties().Impose(ctx, other); err != nil {
+		t.Fatal(err)
+	}
+	if !eventually(time.Second, func() bool { _, ok := a.Penalties().Find("s", other.Pseudonym, time.Now()); return ok }) {
+		t.Fatal("a did not hear of b's penalty")
+	}
+	if n := labeled(t, reg, "gateway_limiter_penalty_evictions_total", "result", "refused"); n != 1 {
+		t.Fatalf("gateway_limiter_penalty_evictions_total{result=\"refused\"} says %v, want 1", n)
 	}
 }
 
