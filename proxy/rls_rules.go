@@ -21,7 +21,8 @@ type RLSRule struct {
 	Domain string
 	// Descriptor are the entries a request's descriptor must hold, in
 	// order, for the rule to match it. The first whose key is a subject
-	// kind carries the subject's identity.
+	// kind carries the subject's identity; a "plan" entry, the plan of a
+	// principal or jwt subject.
 	Descriptor []DescriptorEntry
 	// Route draws on that route's budget; else Policies are the budget,
 	// with Name as their operation ID.
@@ -71,6 +72,15 @@ func (r *RLSRule) subjectEntry() (int, subject.Kind) {
 	}
 	var none subject.Kind
 	return -1, none
+}
+
+// rlsPlanKey is the key of the descriptor entry that carries the plan of
+// a subject whose plan comes with each request.
+const rlsPlanKey = "plan"
+
+// planEntry is the index of the rule's plan entry; -1 when it has none.
+func (r *RLSRule) planEntry() int {
+	return slices.IndexFunc(r.Descriptor, func(e DescriptorEntry) bool { return e.Key == rlsPlanKey })
 }
 
 // ValidateRLSRules reports the problems of rules against routes, each a
@@ -138,6 +148,7 @@ func validateRLSBudget(i int, r *RLSRule, at int, kind subject.Kind, routes []Ro
 		if at >= 0 && !slices.Contains(rt.Subject, kind) {
 			problem(i, "descriptor", "Subject the route does not know", "Route %q does not identify subjects by %s; the descriptor's subject must be one of its sources.", r.Route, kind)
 		}
+		validateRLSPlan(i, r, at, kind, rt, problem)
 		lists = [][]*limiter.Policy{rt.Policies}
 		for _, ps := range rt.Plans {
 			lists = append(lists, ps)
@@ -145,6 +156,7 @@ func validateRLSBudget(i int, r *RLSRule, at int, kind subject.Kind, routes []Ro
 	}
 	var errs []error
 	if r.Route == "" {
+		validateRLSPlan(i, r, at, kind, nil, problem)
 		errs = validatePolicies("policies", "rls_rule", r.Policies)
 		for j := range errs {
 			errs[j].(*option.Error).Field = fmt.Sprintf("rls_rules[%d].%s", i, errs[j].(*option.Error).Field)
@@ -173,6 +185,34 @@ func validateRLSBudget(i int, r *RLSRule, at int, kind subject.Kind, routes []Ro
 	return errs
 }
 
+// validateRLSPlan checks the rule's plan entries: at most one, for a
+// principal or jwt subject, on rt, a route that maps plans (nil: the
+// rule's own policies, which map none).
+func validateRLSPlan(i int, r *RLSRule, at int, kind subject.Kind, rt *Route, problem func(int, string, string, string, ...any)) {
+	first := r.planEntry()
+	if first < 0 {
+		return
+	}
+	field := fmt.Sprintf("descriptor[%d]", first)
+	for j := first + 1; j < len(r.Descriptor); j++ {
+		if r.Descriptor[j].Key == rlsPlanKey {
+			problem(i, fmt.Sprintf("descriptor[%d]", j), "Repeated plan entry", "A rule names one plan entry: a call's descriptor with two is OVER_LIMIT, as HTTP refuses a plan header sent twice.")
+			return
+		}
+	}
+	e := r.Descriptor[first]
+	switch {
+	case at < 0 || !plannedPerRequest(kind):
+		problem(i, field, "Plan entry with no principal", "A plan entry carries the plan of a principal or jwt subject; this descriptor has none (an API key's plan is its line's).")
+	case rt == nil:
+		problem(i, field, "Plan entry with no plans", "A plan entry needs route = \"r\", a route with plans; the rule's own policies map none.")
+	case len(rt.Plans) == 0:
+		problem(i, field, "Plan entry with no plans", "Route %q maps no plans, so a plan entry would change nothing.", rt.OperationID)
+	case e.HasValue && rt.Plans[e.Value] == nil:
+		problem(i, field, "Plan the route does not map", "Route %q maps no plan %q.", rt.OperationID, e.Value)
+	}
+}
+
 // descriptorKey is entries as one string, for comparing rules.
 func descriptorKey(entries []DescriptorEntry) string {
 	var b strings.Builder
@@ -189,6 +229,7 @@ type rlsRule struct {
 	RLSRule
 	subjectAt int
 	kind      subject.Kind
+	planAt    int // -1: the rule names no plan entry
 	valued    int // entries with a value
 	// route is the route whose budget the rule draws on; for a budget of
 	// its own, a route of the rule's alone (no upstream, no path).
@@ -205,6 +246,7 @@ func compileRLSRules(rules []RLSRule, routes []*route) (rlsTable, error) {
 	for _, r := range rules {
 		cr := &rlsRule{RLSRule: r}
 		cr.subjectAt, cr.kind = cr.subjectEntry()
+		cr.planAt = cr.planEntry()
 		for _, e := range r.Descriptor {
 			if e.HasValue {
 				cr.valued++
@@ -235,36 +277,43 @@ func compileRLSRules(rules []RLSRule, routes []*route) (rlsTable, error) {
 	return t, nil
 }
 
-// match is the rule of domain that entries match, and the identity its
-// subject entry carries; nil when none does.
-func (t rlsTable) match(domain string, entries []descriptorPair) (*rlsRule, string) {
+// rlsMatch is what the entries matched to a rule's subject and plan
+// entries carry.
+type rlsMatch struct{ identity, plan string }
+
+// match is the rule of domain that entries match, and what they carry for
+// it; nil when none does.
+func (t rlsTable) match(domain string, entries []descriptorPair) (*rlsRule, rlsMatch) {
 	for _, r := range t[domain] {
-		if identity, ok := r.matches(entries); ok {
-			return r, identity
+		if m, ok := r.matches(entries); ok {
+			return r, m
 		}
 	}
-	return nil, ""
+	return nil, rlsMatch{}
 }
 
 // descriptorPair is one entry of a request's descriptor.
 type descriptorPair struct{ key, value string }
 
 // matches reports whether entries hold the rule's entries in order, and
-// the value of the one matched to its subject entry.
-func (r *rlsRule) matches(entries []descriptorPair) (string, bool) {
-	var identity string
+// the values of those matched to its subject and plan entries.
+func (r *rlsRule) matches(entries []descriptorPair) (rlsMatch, bool) {
+	var m rlsMatch
 	j := 0
 	for i, want := range r.Descriptor {
 		for j < len(entries) && (entries[j].key != want.Key || want.HasValue && entries[j].value != want.Value) {
 			j++
 		}
 		if j == len(entries) {
-			return "", false
+			return rlsMatch{}, false
 		}
-		if i == r.subjectAt {
-			identity = entries[j].value
+		switch i {
+		case r.subjectAt:
+			m.identity = entries[j].value
+		case r.planAt:
+			m.plan = entries[j].value
 		}
 		j++
 	}
-	return identity, true
+	return m, true
 }

@@ -195,17 +195,22 @@ func (h *Handler) decideDescriptor(ctx context.Context, call *rlsCall, req *rlsv
 	for i, e := range d.Entries {
 		pairs[i] = descriptorPair{e.Key, e.Value}
 	}
-	rule, identity := c.rls.match(req.Domain, pairs)
+	rule, m := c.rls.match(req.Domain, pairs)
 	if rule == nil {
 		return &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}, nil
 	}
 	overLimit := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OVER_LIMIT}
-	if len(identity) > maxDescriptorValueBytes {
+	if len(m.identity) > maxDescriptorValueBytes {
 		// No subject a rule could name: refused unhashed.
 		return overLimit, nil
 	}
+	if rule.planAt >= 0 && repeatsKey(pairs, rlsPlanKey) {
+		// Which plan is ambiguous, as a plan header sent twice is on
+		// HTTP, which refuses the request.
+		return overLimit, nil
+	}
 	rt := rule.route
-	s, err := c.resolver.Named(rule.kind, identity, rlsPlan(rule, pairs), rt.query)
+	s, err := c.resolver.Named(rule.kind, m.identity, rlsPlan(rule, m.plan), rt.query)
 	if err != nil {
 		// As on the request path: an unknown key, or no identity at
 		// all, earns no budget.
@@ -217,11 +222,12 @@ func (h *Handler) decideDescriptor(ctx context.Context, call *rlsCall, req *rlsv
 	}
 	l := rt.limitsFor(s.Plan)
 	if l == nil {
-		if rt.limited() && plannedPerRequest(rule.kind) {
-			// Only plans limit the route and the descriptor names none
-			// of them: a subject on no plan looks the same as one whose
-			// plan entry Envoy did not send, and a pass would be no
-			// limit at all.
+		if rt.limited() && plannedPerRequest(rule.kind) && rule.planAt < 0 {
+			// Only plans limit the route and the rule reads no plan
+			// entry: a subject on no plan looks the same as one whose
+			// plan the rule does not carry, and a pass would be no limit
+			// at all. A rule that reads one knows the subject is on no
+			// plan the route maps, and passes it as HTTP does.
 			return overLimit, nil
 		}
 		return &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}, nil
@@ -287,10 +293,6 @@ func (h *Handler) decideDescriptor(ctx context.Context, call *rlsCall, req *rlsv
 	return st, nil
 }
 
-// rlsPlanKey is the key of the descriptor entry that carries the plan of
-// a subject whose plan comes with each request.
-const rlsPlanKey = "plan"
-
 // plannedPerRequest reports whether a subject of kind has its plan from
 // the request (a trusted proxy's plan header, a token's plan claim) rather
 // than from the configuration (an API key's line).
@@ -298,22 +300,29 @@ func plannedPerRequest(kind subject.Kind) bool {
 	return kind == subject.Principal || kind == subject.JWT
 }
 
-// rlsPlan is the plan the descriptor's plan entry names for the rule's
-// subject, when the route maps it; else "": a plan the route does not map
-// earns the budget of no plan, as on the request path.
-func rlsPlan(rule *rlsRule, pairs []descriptorPair) string {
-	if !plannedPerRequest(rule.kind) {
+// rlsPlan is named, the value matched to the rule's plan entry, when the
+// rule has one and its route maps that plan; else "": a plan the route
+// does not map earns the budget of no plan, as on the request path, and a
+// plan entry the rule does not name is no part of the decision.
+func rlsPlan(rule *rlsRule, named string) string {
+	if rule.planAt < 0 || !rule.route.mapsPlan(named) {
 		return ""
 	}
+	return named
+}
+
+// repeatsKey reports whether more than one of pairs has key.
+func repeatsKey(pairs []descriptorPair, key string) bool {
+	seen := false
 	for _, p := range pairs {
-		if p.key == rlsPlanKey {
-			if rule.route.mapsPlan(p.value) {
-				return p.value
+		if p.key == key {
+			if seen {
+				return true
 			}
-			return ""
+			seen = true
 		}
 	}
-	return ""
+	return false
 }
 
 // maxCost is the least max_cost of l's policies.

@@ -291,7 +291,8 @@ func TestRateLimitServiceSharesThePenaltyBox(t *testing.T) {
 }
 
 // TestRateLimitServicePlans: a principal's plan is the descriptor's plan
-// entry, as a trusted proxy's plan header is on HTTP.
+// entry when the rule names one, as a trusted proxy's plan header is on
+// HTTP.
 func TestRateLimitServicePlans(t *testing.T) {
 	up := newUpstream(t)
 	gold := map[string][]*limiter.Policy{"gold": {policy(limitertest.FixedWindow(2, time.Minute), "gold")}}
@@ -300,7 +301,12 @@ func TestRateLimitServicePlans(t *testing.T) {
 	withDefault := route("orders", "/orders", up, t, policy(limitertest.FixedWindow(4, time.Minute), "free"))
 	withDefault.Plans, withDefault.Subject = gold, []subject.Kind{subject.Principal}
 	g := newGateway(t, setup{routes: []proxy.Route{plansOnly, withDefault}, trusted: []string{"127.0.0.1/32"},
-		rlsRules: []proxy.RLSRule{rule("send-email", "mail", "mail.send", nil, "principal"), rule("orders", "orders", "orders", nil, "principal")}})
+		rlsRules: []proxy.RLSRule{
+			rule("send-email", "mail", "mail.send", nil, "principal", "plan"),
+			rule("send-email-any-plan", "mail", "mail.send", nil, "principal"),
+			rule("orders", "orders", "orders", nil, "principal", "plan"),
+			rule("orders-by-principal", "orders-by-principal", "orders", nil, "principal"),
+		}})
 	c := startRLS(t, g)
 
 	t.Run("a plan entry draws on the plan's budget that HTTP spends", func(t *testing.T) {
@@ -310,11 +316,47 @@ func TestRateLimitServicePlans(t *testing.T) {
 			t.Fatalf("alice on gold, whose budget HTTP spent: %v, want OVER_LIMIT of gold", st)
 		}
 	})
-	t.Run("on a route only plans limit, a subject on none of them is OVER_LIMIT", func(t *testing.T) {
-		for _, d := range []*ratelimitv3.RateLimitDescriptor{entries("principal=alice"), entries("principal=bob"), entries("principal=bob", "plan=bronze")} {
+	t.Run("a plan entry the rule does not name is ignored: whatever it says, one budget", func(t *testing.T) {
+		for i, plan := range []string{"plan=gold", "plan=bronze", "", "plan=gold"} {
+			d := entries("principal=dave")
+			if plan != "" {
+				d = entries("principal=dave", plan)
+			}
+			st := shouldRateLimit(t, c, "orders-by-principal", 0, d).Statuses[0]
+			if want := uint32(3 - i); st.Code != rlsv3.RateLimitResponse_OK || st.CurrentLimit.GetName() != "free" || st.LimitRemaining != want {
+				t.Fatalf("call %d, %q: %v, want OK of free with %d left", i, plan, st, want)
+			}
+		}
+		if res := shouldRateLimit(t, c, "orders-by-principal", 0, entries("principal=dave", "plan=gold")); res.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT {
+			t.Fatalf("dave with free spent, naming gold: %v, want OVER_LIMIT", res.OverallCode)
+		}
+	})
+	t.Run("a descriptor with two plan entries is OVER_LIMIT and charges nothing", func(t *testing.T) {
+		for _, d := range []*ratelimitv3.RateLimitDescriptor{
+			entries("principal=erin", "plan=gold", "plan=gold"),
+			entries("principal=erin", "plan=bronze", "plan=gold"),
+			entries("plan=gold", "principal=erin", "plan=gold"),
+		} {
 			if res := shouldRateLimit(t, c, "mail", 0, d); res.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT {
 				t.Errorf("%v: %v, want OVER_LIMIT", d.Entries, res.OverallCode)
 			}
+		}
+		if st := shouldRateLimit(t, c, "mail", 0, entries("principal=erin", "plan=gold")).Statuses[0]; st.Code != rlsv3.RateLimitResponse_OK || st.LimitRemaining != 1 {
+			t.Fatalf("after: %v, want OK with 1 of gold's 2 left", st)
+		}
+	})
+	t.Run("on a route only plans limit, a rule with a plan entry passes a subject on none of them, as HTTP does", func(t *testing.T) {
+		wantStatuses(t, statuses(t, g, "/mail", 3, "X-Auth-Principal", "bob", "X-Auth-Plan", "bronze"), 200, 200, 200)
+		for _, d := range []*ratelimitv3.RateLimitDescriptor{entries("principal=bob", "plan=bronze"), entries("principal=bob", "plan=bronze"), entries("principal=bob", "plan=bronze"), entries("principal=bob", "plan=")} {
+			if st := shouldRateLimit(t, c, "mail", 0, d).Statuses[0]; st.Code != rlsv3.RateLimitResponse_OK || st.CurrentLimit != nil {
+				t.Errorf("%v: %v, want OK with no limit", d.Entries, st)
+			}
+		}
+	})
+	t.Run("on a route only plans limit, a rule without a plan entry is OVER_LIMIT: it cannot tell a subject on no plan", func(t *testing.T) {
+		wantStatuses(t, statuses(t, g, "/mail", 1, "X-Auth-Principal", "frank"), 200)
+		if res := shouldRateLimit(t, c, "mail", 0, entries("principal=frank")); res.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT {
+			t.Errorf("frank with no plan entry: %v, want OVER_LIMIT", res.OverallCode)
 		}
 	})
 	t.Run("a plan the route does not map draws on the default budget, as on HTTP", func(t *testing.T) {
@@ -377,7 +419,11 @@ func TestRLSRulesValidate(t *testing.T) {
 	conc := policy(limitertest.Concurrency(1, time.Minute), "conc")
 	penalty := policy(limitertest.FixedWindow(1, time.Second), "penalty")
 	penalty.Penalty = time.Minute
-	routes := []proxy.Route{{OperationID: "r", Subject: []subject.Kind{subject.ClientIP}, Policies: []*limiter.Policy{fw}}}
+	routes := []proxy.Route{
+		{OperationID: "r", Subject: []subject.Kind{subject.ClientIP}, Policies: []*limiter.Policy{fw}},
+		{OperationID: "unplanned", Subject: []subject.Kind{subject.Principal}, Policies: []*limiter.Policy{fw}},
+		{OperationID: "planned", Subject: []subject.Kind{subject.Principal, subject.ClientIP}, Plans: map[string][]*limiter.Policy{"gold": {fw}}},
+	}
 	cases := []struct {
 		name  string
 		rules []proxy.RLSRule
@@ -394,6 +440,11 @@ func TestRLSRulesValidate(t *testing.T) {
 		{"a policy with a penalty of its own", []proxy.RLSRule{rule("a", "d", "", []*limiter.Policy{penalty}, "client_ip")}, "rls_rules[0].policies"},
 		{"an entry with no key", []proxy.RLSRule{rule("a", "d", "r", nil, "client_ip", "=v")}, "rls_rules[0].descriptor[1]"},
 		{"the same descriptor twice", []proxy.RLSRule{rule("a", "d", "r", nil, "client_ip"), rule("b", "d", "r", nil, "client_ip")}, "rls_rules[1].descriptor"},
+		{"a plan entry on a route that maps no plans", []proxy.RLSRule{rule("a", "d", "unplanned", nil, "principal", "plan")}, "rls_rules[0].descriptor[1]"},
+		{"a plan entry with a budget of the rule's own", []proxy.RLSRule{rule("a", "d", "", []*limiter.Policy{fw}, "principal", "plan")}, "rls_rules[0].descriptor[1]"},
+		{"a plan entry for a subject whose plan is not the request's", []proxy.RLSRule{rule("a", "d", "planned", nil, "client_ip", "plan")}, "rls_rules[0].descriptor[1]"},
+		{"two plan entries", []proxy.RLSRule{rule("a", "d", "planned", nil, "principal", "plan", "plan")}, "rls_rules[0].descriptor[2]"},
+		{"a plan entry naming a plan the route does not map", []proxy.RLSRule{rule("a", "d", "planned", nil, "principal", "plan=silver")}, "rls_rules[0].descriptor[1]"},
 	}
 	for _, c := range cases {
 		err := proxy.ValidateRLSRules(c.rules, routes)
@@ -402,7 +453,8 @@ func TestRLSRulesValidate(t *testing.T) {
 			t.Errorf("%s: %v (field %v), want a problem of %s", c.name, err, oe, c.field)
 		}
 	}
-	if err := proxy.ValidateRLSRules([]proxy.RLSRule{rule("a", "d", "r", nil, "client_ip"), rule("b", "d", "", []*limiter.Policy{fw}, "client_ip", "k=v")}, routes); err != nil {
+	if err := proxy.ValidateRLSRules([]proxy.RLSRule{rule("a", "d", "r", nil, "client_ip"), rule("b", "d", "", []*limiter.Policy{fw}, "client_ip", "k=v"),
+		rule("c", "d", "planned", nil, "principal", "plan"), rule("e", "d", "planned", nil, "plan=gold", "principal")}, routes); err != nil {
 		t.Errorf("sound rules: %v", err)
 	}
 }
