@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"time"
 )
 
@@ -21,9 +22,10 @@ import (
 // A subscriber misses what is published while it is not subscribed (it
 // is starting, or its connection broke). So each penalty is also a field
 // of one hash, <prefix>penalties, and every (re)subscription reads the
-// hash back into the book. The hash is read with HSCAN, a step at a time,
-// and every read drops the fields past their end: the loads, and the
-// sweep each instance runs (sweepPenalties). So the hash holds the
+// hash back into the book, again each second until a read succeeds. The
+// hash is read with HSCAN, a step at a time, and every read drops the
+// fields past their end: the loads, and the sweep each instance runs
+// (keepPenalties runs both). So the hash holds the
 // penalties in force and those that ended within one pass of the sweep,
 // however many subjects were ever penalized. A field written again
 // between a read that found it ended and its deletion is lost from the
@@ -155,34 +157,59 @@ func (r *Redis) scanPenalties(ctx context.Context, cursor uint64, now time.Time,
 }
 
 // loadPenalties reads the hash into the book, and drops the fields that
-// have ended. A step that fails ends it: the next (re)subscription reads
-// the hash again.
-func (r *Redis) loadPenalties() {
+// have ended. A step that fails ends it, with the step's error.
+func (r *Redis) loadPenalties(ctx context.Context) error {
 	var cursor uint64
 	for {
-		ctx, cancel := context.WithTimeout(context.Background(), penaltyStepTimeout)
+		step, cancel := context.WithTimeout(ctx, penaltyStepTimeout)
 		now := time.Now()
-		next, _, err := r.scanPenalties(ctx, cursor, now, func(p Penalty) { r.penalties.put(p, now) })
+		next, _, err := r.scanPenalties(step, cursor, now, func(p Penalty) { r.penalties.put(p, now) })
 		cancel()
 		if err != nil || next == 0 {
-			return
+			return err
 		}
 		cursor = next
 	}
 }
 
-// sweepPenalties drops the hash's ended fields every
-// penaltySweepInterval, going on from where the last sweep stopped, until
-// ctx is done; it closes done.
-func (r *Redis) sweepPenalties(ctx context.Context, done chan<- struct{}) {
-	defer close(done)
+// keepPenalties keeps the book and the hash for s until ctx is done, then
+// closes s.kept: it reads the hash into the book after every
+// (re)subscription, and again every penaltySweepInterval until a read
+// succeeds; the first that does closes s.loaded. It sweeps the hash every
+// penaltySweepInterval. A failure is logged (penaltyStepLog).
+func (r *Redis) keepPenalties(ctx context.Context, s *resetSubscription) {
+	defer close(s.kept)
 	t := time.NewTicker(penaltySweepInterval)
 	defer t.Stop()
+	loads := penaltyStepLog{step: "load"}
+	sweeps := penaltyStepLog{step: "sweep"}
 	var cursor uint64
+	toLoad, loaded := false, false
 	for {
+		if toLoad {
+			err := r.loadPenalties(ctx)
+			if ctx.Err() != nil {
+				return
+			}
+			loads.note(r.logger, err, time.Now())
+			if err == nil {
+				toLoad = false
+				if !loaded {
+					loaded = true
+					close(s.loaded)
+				}
+			}
+		}
 		select {
+		case <-s.subscribed:
+			toLoad = true
 		case <-t.C:
-			cursor = r.sweepPenaltiesOnce(ctx, cursor)
+			var err error
+			cursor, err = r.sweepPenaltiesOnce(ctx, cursor)
+			if ctx.Err() != nil {
+				return
+			}
+			sweeps.note(r.logger, err, time.Now())
 		case <-ctx.Done():
 			return
 		}
@@ -193,12 +220,15 @@ func (r *Redis) sweepPenalties(ctx context.Context, done chan<- struct{}) {
 // fields, for one interval's share of a pass (at least penaltyScanCount
 // fields), and returns where to go on; it stops early at a pass's end or
 // a failed step.
-func (r *Redis) sweepPenaltiesOnce(ctx context.Context, cursor uint64) uint64 {
+func (r *Redis) sweepPenaltiesOnce(ctx context.Context, cursor uint64) (uint64, error) {
 	step, cancel := context.WithTimeout(ctx, penaltyStepTimeout)
 	size, err := r.client.HLen(step, r.penaltiesKey()).Result()
 	cancel()
-	if err != nil || size == 0 {
-		return cursor
+	if err != nil {
+		return cursor, fmt.Errorf("penalties: size the list: %w", err)
+	}
+	if size == 0 {
+		return cursor, nil
 	}
 	share := max(int(size/int64(penaltySweepPass/penaltySweepInterval)), penaltyScanCount)
 	for read := 0; read < share; {
@@ -206,11 +236,48 @@ func (r *Redis) sweepPenaltiesOnce(ctx context.Context, cursor uint64) uint64 {
 		next, n, err := r.scanPenalties(step, cursor, time.Now(), nil)
 		cancel()
 		if err != nil {
-			return cursor
+			return cursor, err
 		}
 		if cursor, read = next, read+n; cursor == 0 {
-			return 0
+			return 0, nil
 		}
 	}
-	return cursor
+	return cursor, nil
+}
+
+// penaltyStepLogGap is the least time between two lines of a step that
+// keeps failing for one cause.
+const penaltyStepLogGap = time.Minute
+
+// penaltyStepLog logs the failures of one background step of the
+// penalties (their load or sweep), which runs every second while it
+// fails: a line when it starts failing or fails for another cause, then
+// one a penaltyStepLogGap while it goes on, with the failures since the
+// last line; and a line when it works again. A line names the error's
+// class (classifyRedisError: noperm, timeout, ...), not its text.
+type penaltyStepLog struct {
+	step string
+	// cause is the last failure's class; "" when the last try worked.
+	cause  string
+	logged time.Time
+	// failures are those since the last line.
+	failures int
+}
+
+// note logs, when due, the outcome of one try of the step at now.
+func (l *penaltyStepLog) note(logger *slog.Logger, err error, now time.Time) {
+	if err == nil {
+		if l.cause != "" {
+			logger.Info("redis penalties: a step works again", "step", l.step)
+			l.cause, l.failures = "", 0
+		}
+		return
+	}
+	cause, _ := classifyRedisError(err)
+	l.failures++
+	if cause == l.cause && now.Sub(l.logged) < penaltyStepLogGap {
+		return
+	}
+	logger.Warn("redis penalties: a step fails", "step", l.step, "cause", cause, "failures", l.failures)
+	l.cause, l.logged, l.failures = cause, now, 0
 }

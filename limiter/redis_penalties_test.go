@@ -3,11 +3,15 @@ package limiter_test
 import (
 	"context"
 	"encoding/json"
+	"log/slog"
 	"strconv"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/edgegate/gateway/limiter"
 	"github.com/edgegate/gateway/limiter/limitertest"
@@ -159,6 +163,142 @@ func TestRedisPenaltiesLoadFromALargeHash(t *testing.T) {
 	if left := admin.HLen(ctx, "rl:penalties").Val(); left != n/2 {
 		t.Fatalf("the hash holds %d fields, want the %d in force", left, n/2)
 	}
+}
+
+// An instance whose ACL user may not read the hash logs it, by the
+// error's class and no more than once while it goes on, and is not
+// Subscribed; once the user may, the next try reads the hash.
+func TestRedisPenaltiesLoadFailureIsLoggedAndRetried(t *testing.T) {
+	s := redistest.Start(t)
+	admin := s.Client(t)
+	ctx := context.Background()
+	subj := limitertest.Subject()
+	now := time.Now()
+	rec, _ := json.Marshal(map[string]any{"route": "r", "policy": "p", "pseudonym": subj, "start": now, "until": now.Add(time.Hour)})
+	if err := admin.HSet(ctx, "rl:penalties", "r\x00"+subj, rec).Err(); err != nil {
+		t.Fatal(err)
+	}
+	const user = "no-hscan"
+	if err := admin.Do(ctx, "ACL", "SETUSER", user, "on", ">test-only-fake-password", "~rl:*", "resetchannels", "&rl:resets", "&rl:penalties",
+		"-@all", "+evalsha", "+script|load", "+ping", "+hello", "+time", "+hmget", "+hset", "+pexpire", "+get", "+set",
+		"+rpush", "+lpop", "+del", "+hdel", "+publish", "+subscribe").Err(); err != nil {
+		t.Fatal(err)
+	}
+	var log logLines
+	r := redistest.NewLimiter(t, limiter.RedisOptions{Addrs: []string{s.Addr}, Username: user, Password: "test-only-fake-password",
+		Logger: slog.New(slog.NewTextHandler(&log, nil))})
+	time.Sleep(time.Second) // a try a second, three at least by now
+	select {
+	case <-r.Subscribed():
+		t.Fatal("Subscribed though the hash could not be read")
+	default:
+	}
+	for _, step := range []string{"load", "sweep"} {
+		if n := log.count("a step fails", "step="+step, "cause=noperm"); n != 1 {
+			t.Fatalf("%d lines of the failing %s with its cause, want 1:\n%s", n, step, log.String())
+		}
+	}
+	if strings.Contains(log.String(), user) || strings.Contains(log.String(), "NOPERM") {
+		t.Fatalf("the log carries the error's text:\n%s", log.String())
+	}
+	if err := admin.Do(ctx, "ACL", "SETUSER", user, "+hscan", "+hlen").Err(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-r.Subscribed():
+	case <-time.After(3 * time.Second):
+		t.Fatal("not Subscribed once the hash can be read")
+	}
+	if _, ok := r.Penalties().Find("r", subj, time.Now()); !ok {
+		t.Fatal("the penalty in the hash was not loaded")
+	}
+	if !eventually(2*time.Second, func() bool { return log.count("a step works again", "step=sweep") == 1 }) || log.count("a step works again", "step=load") != 1 {
+		t.Fatalf("no line says the steps work again:\n%s", log.String())
+	}
+}
+
+// Close stops a load of a large hash at its current step: it does not
+// wait for the whole hash to be read.
+func TestRedisPenaltiesCloseStopsALoad(t *testing.T) {
+	s := redistest.Start(t)
+	admin := s.Client(t)
+	ctx := context.Background()
+	now := time.Now()
+	const n = 100_000
+	const steps = n / 1000 // a step reads about 1,000 fields
+	for at := 0; at < n; at += 10_000 {
+		fields := make([]any, 0, 2*10_000)
+		for i := at; i < at+10_000; i++ {
+			rec, _ := json.Marshal(map[string]any{"route": "r", "policy": "p", "pseudonym": "v1:s-" + strconv.Itoa(i), "start": now, "until": now.Add(time.Hour)})
+			fields = append(fields, "r\x00v1:s-"+strconv.Itoa(i), rec)
+		}
+		if err := admin.HSet(ctx, "rl:penalties", fields...).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r, err := limiter.NewRedis(ctx, limiter.RedisOptions{Addrs: []string{s.Addr}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	scans := func() int { return commandCalls(t, admin, "hscan") }
+	if !eventually(2*time.Second, func() bool { return scans() > 0 }) {
+		r.Close()
+		t.Fatal("the load did not start")
+	}
+	r.Close()
+	if got := scans(); got >= steps/2 {
+		t.Fatalf("the load ran %d steps of about %d before Close returned, want a few", got, steps)
+	}
+}
+
+// commandCalls is how many times the server ran command (INFO
+// commandstats).
+func commandCalls(t *testing.T, c *redis.Client, command string) int {
+	t.Helper()
+	info, err := c.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.Lines(info) {
+		if rest, ok := strings.CutPrefix(line, "cmdstat_"+command+":calls="); ok {
+			n, _ := strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
+			return n
+		}
+	}
+	return 0
+}
+
+// logLines is a log's text, written by any goroutine.
+type logLines struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *logLines) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logLines) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// count is the number of lines that hold every one of parts.
+func (l *logLines) count(parts ...string) int {
+	n := 0
+lines:
+	for line := range strings.Lines(l.String()) {
+		for _, p := range parts {
+			if !strings.Contains(line, p) {
+				continue lines
+			}
+		}
+		n++
+	}
+	return n
 }
 
 func eventually(d time.Duration, cond func() bool) bool {

@@ -2,7 +2,6 @@ package limiter
 
 import (
 	"context"
-	"sync"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -29,18 +28,20 @@ func (r *Redis) resetsChannel() string { return r.prefix + "resets" }
 type resetSubscription struct {
 	pubsub *redis.PubSub
 	done   chan struct{}
-	// loaded is closed once the first subscription has read the
-	// penalties in force (Subscribed).
+	// subscribed tells keepPenalties, which runs beside the subscription
+	// until stop and then closes kept, that the penalties channel was
+	// subscribed to, first or again: the hash is to be read.
+	subscribed chan struct{}
+	stop       context.CancelFunc
+	kept       chan struct{}
+	// loaded is closed once a read of the hash that followed the
+	// subscription succeeded (Subscribed).
 	loaded chan struct{}
-	// The sweep of the penalties' hash (sweepPenalties) runs beside the
-	// subscription until stopSweep, then closes swept.
-	stopSweep context.CancelFunc
-	swept     chan struct{}
 }
 
 // Subscribed is closed once this instance has subscribed to the resets
 // and penalties channels and read the penalties in force: from then on
-// it misses none.
+// it misses none. It stays open while the read fails.
 func (r *Redis) Subscribed() <-chan struct{} { return r.resets.loaded }
 
 // subscribeResets subscribes to the resets channel and forgets the
@@ -48,21 +49,22 @@ func (r *Redis) Subscribed() <-chan struct{} { return r.resets.loaded }
 // stopResets.
 func (r *Redis) subscribeResets() {
 	ps := r.client.Subscribe(context.Background(), r.resetsChannel(), r.penaltiesChannel())
-	sweep, stopSweep := context.WithCancel(context.Background())
-	s := &resetSubscription{pubsub: ps, done: make(chan struct{}), loaded: make(chan struct{}),
-		stopSweep: stopSweep, swept: make(chan struct{})}
-	go r.sweepPenalties(sweep, s.swept)
+	ctx, stop := context.WithCancel(context.Background())
+	s := &resetSubscription{pubsub: ps, done: make(chan struct{}), subscribed: make(chan struct{}, 1),
+		stop: stop, kept: make(chan struct{}), loaded: make(chan struct{})}
+	go r.keepPenalties(ctx, s)
 	go func() {
 		defer close(s.done)
-		var loaded sync.Once
 		for msg := range ps.ChannelWithSubscriptions() {
 			switch m := msg.(type) {
 			case *redis.Subscription:
 				// Subscribed, first or again: what was published
 				// meanwhile is in the hash (redis_penalties.go).
 				if m.Kind == "subscribe" && m.Channel == r.penaltiesChannel() {
-					r.loadPenalties()
-					loaded.Do(func() { close(s.loaded) })
+					select {
+					case s.subscribed <- struct{}{}:
+					default: // a read is due already
+					}
 				}
 			case *redis.Message:
 				if m.Channel == r.penaltiesChannel() {
@@ -80,13 +82,13 @@ func (r *Redis) subscribeResets() {
 }
 
 // stopResets ends the subscription, if there is one, and waits for its
-// goroutine.
+// goroutines: a read of the hash in progress stops at its current step.
 func (r *Redis) stopResets() {
 	if r.resets == nil {
 		return
 	}
-	r.resets.stopSweep()
-	<-r.resets.swept
+	r.resets.stop()
+	<-r.resets.kept
 	r.resets.pubsub.Close()
 	<-r.resets.done
 }
