@@ -95,3 +95,44 @@ func TestPenaltyBookFullGivesTheRoutesNextOffenderThePlaceThatEndsSoonest(t *tes
 		}
 	}
 }
+
+// Full, the book is shared evenly by the routes with penalties: a route's
+// flood takes room from the routes that hold more than it, down to equal
+// shares, and never from one that holds no more than an even share.
+func TestPenaltyBookFullIsSharedEvenlyByRoutes(t *testing.T) {
+	m := limiter.NewMemory(limiter.MemoryOptions{})
+	t.Cleanup(func() { m.Close() })
+	pens := m.Penalties()
+	ctx := context.Background()
+	now := time.Now()
+	flood := func(route string, n int) {
+		t.Helper()
+		for i := range n {
+			p := limiter.Penalty{Route: route, Policy: "p", Pseudonym: "v1:" + route + "-" + strconv.Itoa(i), Start: now, Until: now.Add(limiter.MaxPenalty)}
+			if err := pens.Impose(ctx, p); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	held := func(route string) int { return len(pens.List(route, time.Now())) }
+	const third = limiter.MaxPenalties / 3
+
+	flood("login", 10)
+	flood("a", limiter.MaxPenalties)
+	if held("login") != 10 || held("a") != limiter.MaxPenalties-10 {
+		t.Fatalf("login %d, a %d: want 10 and the rest", held("login"), held("a"))
+	}
+	flood("b", limiter.MaxPenalties)
+	if want := (limiter.MaxPenalties - 10) / 2; held("a") != want || held("b") != want || held("login") != 10 {
+		t.Fatalf("a %d, b %d, login %d: want %d, %d, 10", held("a"), held("b"), held("login"), want, want)
+	}
+	flood("c", limiter.MaxPenalties)
+	for _, route := range []string{"a", "b", "c"} {
+		if n := held(route); n < third-5 || n > third {
+			t.Fatalf("%s holds %d, want an even share, about %d", route, n, third-5)
+		}
+	}
+	if held("login") != 10 {
+		t.Fatalf("login holds %d, want its 10", held("login"))
+	}
+}

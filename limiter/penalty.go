@@ -55,9 +55,10 @@ type Penalties interface {
 const maxPenalties = 100_000
 
 // penaltyBook is the penalties one instance remembers, by route and
-// pseudonym. Full, it makes room by route (makeRoom): subjects a client
-// picks, penalized on one route, crowd out no other route's offenders,
-// and on their own route give way to the next offender.
+// pseudonym. Full, it makes room by route (makeRoom), so that the routes
+// share it evenly: a route's flood of subjects a client picks takes room
+// only from routes that hold more than it, down to equal shares, and a
+// route holding no more than an even share keeps all it holds.
 type penaltyBook struct {
 	mu sync.Mutex
 	// routes holds no route without a penalty.
