@@ -140,8 +140,10 @@ type Redis struct {
 	// the releases and give-backs queued in the background
 	// (redis_background.go), which Close waits for.
 	leaseScript *script
-	releases    sync.WaitGroup
-	background  backgroundCalls
+	// penaltyScript keeps the penalties' hash (lua.Penalties).
+	penaltyScript *script
+	releases      sync.WaitGroup
+	background    backgroundCalls
 	// budget holds this instance's leases of budget (Policy.Lease).
 	budget  *budgetLeases
 	denials *denials // nil: off
@@ -228,9 +230,10 @@ func NewRedis(ctx context.Context, opts RedisOptions) (*Redis, error) {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	r := &Redis{mode: opts.Mode, prefix: opts.KeyPrefix, clock: opts.Clock,
-		script:      &script{name: "ratelimit", src: lua.Script, sha: redis.NewScript(lua.Script).Hash()},
-		leaseScript: &script{name: "lease", src: lua.Lease, sha: redis.NewScript(lua.Lease).Hash()},
-		batching:    !opts.DisableBatching, breakers: opts.Breaker, logger: opts.Logger,
+		script:        &script{name: "ratelimit", src: lua.Script, sha: redis.NewScript(lua.Script).Hash()},
+		leaseScript:   &script{name: "lease", src: lua.Lease, sha: redis.NewScript(lua.Lease).Hash()},
+		penaltyScript: &script{name: "penalties", src: lua.Penalties, sha: redis.NewScript(lua.Penalties).Hash()},
+		batching:      !opts.DisableBatching, breakers: opts.Breaker, logger: opts.Logger,
 		loading: make(chan struct{}, 1), budget: newBudgetLeases(), instance: rand.Text()}
 	r.nodes.Store(&map[*redis.Client]*node{})
 	switch {

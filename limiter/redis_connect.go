@@ -82,7 +82,7 @@ func (r *Redis) load(ctx context.Context, seenGen uint64) error {
 	if r.loadGen.Load() > seenGen {
 		return nil
 	}
-	for _, s := range []*script{r.script, r.leaseScript} {
+	for _, s := range []*script{r.script, r.leaseScript, r.penaltyScript} {
 		sha, err := r.client.ScriptLoad(ctx, s.src).Result()
 		if err != nil {
 			return fmt.Errorf("load script %s: %w", s.name, err)

@@ -5,7 +5,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // Penalties on Redis. Each instance keeps the penalties in force in its
@@ -21,20 +24,28 @@ import (
 //
 // A subscriber misses what is published while it is not subscribed (it
 // is starting, or its connection broke). So each penalty is also a field
-// of one hash, <prefix>penalties, and every (re)subscription reads the
-// hash back into the book, again each second until a read succeeds. The
-// hash is read with HSCAN, a step at a time, and every read drops the
-// fields past their end: the loads, and the sweep each instance runs
-// (keepPenalties runs both). So the hash holds the
-// penalties in force and those that ended within one pass of the sweep,
-// however many subjects were ever penalized. A field written again
-// between a read that found it ended and its deletion is lost from the
-// hash, not from the instances that heard it published.
+// of one hash, <prefix>{penalties}, and every (re)subscription reads the
+// hash back into the book with HSCAN, a step at a time, again each second
+// until a read succeeds. Beside the hash a sorted set,
+// <prefix>{penalties}:ends, scores each field by its penalty's end; one
+// hash tag puts both on one Cluster slot, and lua/penalties.lua writes,
+// lifts and sweeps them together. The sweep each instance runs every
+// second (keepPenalties runs it and the loads) reads the sorted set up to
+// now and, when a penalty has ended, the script deletes the fields whose
+// end has come, read and deleted at once: the sweep reads nothing in
+// force, and a field written again with a later end is not among those it
+// deletes. So the hash holds the penalties in force and those that ended
+// within a second.
 // A penalty's end is a time, not a length: a Redis restart or failover
 // that loses the hash, or a late read of it, never makes one last longer.
 
 func (r *Redis) penaltiesChannel() string { return r.prefix + "penalties" }
-func (r *Redis) penaltiesKey() string     { return r.prefix + "penalties" }
+
+// penaltiesKeys are the hash of penalties and the sorted set of their
+// ends, under one hash tag (lua/penalties.lua).
+func (r *Redis) penaltiesKeys() []string {
+	return []string{r.prefix + "{penalties}", r.prefix + "{penalties}:ends"}
+}
 
 // penaltyRecord is a Penalty as the hash and the channel carry it.
 type penaltyRecord struct {
@@ -71,7 +82,8 @@ func (p redisPenalties) Impose(ctx context.Context, pen Penalty) error {
 	if err != nil {
 		return err
 	}
-	if err := r.client.HSet(ctx, r.penaltiesKey(), penaltyField(pen.Route, pen.Pseudonym), rec).Err(); err != nil {
+	field := penaltyField(pen.Route, pen.Pseudonym)
+	if _, err := r.evalsha(ctx, r.penaltyScript.call(r.penaltiesKeys(), []any{"impose", field, rec, pen.Until.UnixMilli()})); err != nil {
 		return fmt.Errorf("penalty: record it: %w", err)
 	}
 	if err := r.client.Publish(ctx, r.penaltiesChannel(), rec).Err(); err != nil {
@@ -91,7 +103,7 @@ func (p redisPenalties) List(route string, now time.Time) []Penalty {
 func (p redisPenalties) Lift(ctx context.Context, route, pseudonym string) (bool, error) {
 	r := p.r
 	found := r.penalties.lift(route, pseudonym, time.Now())
-	if err := r.client.HDel(ctx, r.penaltiesKey(), penaltyField(route, pseudonym)).Err(); err != nil {
+	if _, err := r.evalsha(ctx, r.penaltyScript.call(r.penaltiesKeys(), []any{"lift", penaltyField(route, pseudonym)})); err != nil {
 		return found, fmt.Errorf("penalty: take it off the list: %w", err)
 	}
 	rec, _ := json.Marshal(penaltyRecord{Route: route, Pseudonym: pseudonym, Lifted: true, From: r.instance})
@@ -117,56 +129,38 @@ func (r *Redis) penaltyMessage(payload string) {
 	r.penalties.put(rec.penalty(), now)
 }
 
-// Reading the hash: a step is one HSCAN of penaltyScanCount fields, within
-// penaltyStepTimeout; the sweep reads at least penaltyScanCount fields
-// every penaltySweepInterval, more when the hash is large, so that a pass
-// takes no longer than penaltySweepPass.
+// A load's step is one HSCAN of penaltyScanCount fields; a sweep's, one
+// call of the script that deletes at most penaltySweepCount fields. Each
+// step is bounded by penaltyStepTimeout. The sweep runs every
+// penaltySweepInterval.
 const (
 	penaltyScanCount     = 1000
+	penaltySweepCount    = 1000
 	penaltyStepTimeout   = 2 * time.Second
 	penaltySweepInterval = time.Second
-	penaltySweepPass     = time.Minute
 )
 
-// scanPenalties reads one step of the hash from cursor, hands each
-// penalty in force at now to keep (nil: none), and deletes the fields
-// that ended or cannot be read. It returns the next cursor (0: the pass
-// is done) and how many fields it read.
-func (r *Redis) scanPenalties(ctx context.Context, cursor uint64, now time.Time, keep func(Penalty)) (uint64, int, error) {
-	kv, next, err := r.client.HScan(ctx, r.penaltiesKey(), cursor, "", penaltyScanCount).Result()
-	if err != nil {
-		return cursor, 0, fmt.Errorf("penalties: read the list: %w", err)
-	}
-	var ended []string
-	for i := 0; i+1 < len(kv); i += 2 {
-		var rec penaltyRecord
-		if json.Unmarshal([]byte(kv[i+1]), &rec) != nil || !rec.Until.After(now) {
-			ended = append(ended, kv[i])
-			continue
-		}
-		if keep != nil {
-			keep(rec.penalty())
-		}
-	}
-	if len(ended) > 0 {
-		if err := r.client.HDel(ctx, r.penaltiesKey(), ended...).Err(); err != nil {
-			return next, len(kv) / 2, fmt.Errorf("penalties: drop the ended: %w", err)
-		}
-	}
-	return next, len(kv) / 2, nil
-}
-
-// loadPenalties reads the hash into the book, and drops the fields that
-// have ended. A step that fails ends it, with the step's error.
+// loadPenalties reads the hash into the book, the penalties in force at
+// the time of each step. A step that fails ends it, with the step's
+// error.
 func (r *Redis) loadPenalties(ctx context.Context) error {
 	var cursor uint64
 	for {
 		step, cancel := context.WithTimeout(ctx, penaltyStepTimeout)
-		now := time.Now()
-		next, _, err := r.scanPenalties(step, cursor, now, func(p Penalty) { r.penalties.put(p, now) })
+		kv, next, err := r.client.HScan(step, r.penaltiesKeys()[0], cursor, "", penaltyScanCount).Result()
 		cancel()
-		if err != nil || next == 0 {
-			return err
+		if err != nil {
+			return fmt.Errorf("penalties: read the list: %w", err)
+		}
+		now := time.Now()
+		for i := 0; i+1 < len(kv); i += 2 {
+			var rec penaltyRecord
+			if json.Unmarshal([]byte(kv[i+1]), &rec) == nil && rec.Until.After(now) {
+				r.penalties.put(rec.penalty(), now)
+			}
+		}
+		if next == 0 {
+			return nil
 		}
 		cursor = next
 	}
@@ -183,7 +177,6 @@ func (r *Redis) keepPenalties(ctx context.Context, s *resetSubscription) {
 	defer t.Stop()
 	loads := penaltyStepLog{step: "load"}
 	sweeps := penaltyStepLog{step: "sweep"}
-	var cursor uint64
 	toLoad, loaded := false, false
 	for {
 		if toLoad {
@@ -204,8 +197,7 @@ func (r *Redis) keepPenalties(ctx context.Context, s *resetSubscription) {
 		case <-s.subscribed:
 			toLoad = true
 		case <-t.C:
-			var err error
-			cursor, err = r.sweepPenaltiesOnce(ctx, cursor)
+			err := r.sweepPenalties(ctx)
 			if ctx.Err() != nil {
 				return
 			}
@@ -216,33 +208,36 @@ func (r *Redis) keepPenalties(ctx context.Context, s *resetSubscription) {
 	}
 }
 
-// sweepPenaltiesOnce reads the hash from cursor, dropping the ended
-// fields, for one interval's share of a pass (at least penaltyScanCount
-// fields), and returns where to go on; it stops early at a pass's end or
-// a failed step.
-func (r *Redis) sweepPenaltiesOnce(ctx context.Context, cursor uint64) (uint64, error) {
+// sweepPenalties deletes the fields of the penalties that ended, in
+// steps of penaltySweepCount until one finds fewer. It runs the script
+// only when one has ended: a sweep with none to delete is one
+// ZRANGEBYSCORE of one element.
+func (r *Redis) sweepPenalties(ctx context.Context) error {
+	keys := r.penaltiesKeys()
 	step, cancel := context.WithTimeout(ctx, penaltyStepTimeout)
-	size, err := r.client.HLen(step, r.penaltiesKey()).Result()
+	due, err := r.client.ZRangeByScore(step, keys[1], &redis.ZRangeBy{
+		Min: "-inf", Max: strconv.FormatInt(time.Now().UnixMilli(), 10), Count: 1}).Result()
 	cancel()
 	if err != nil {
-		return cursor, fmt.Errorf("penalties: size the list: %w", err)
+		return fmt.Errorf("penalties: find the ended: %w", err)
 	}
-	if size == 0 {
-		return cursor, nil
+	if len(due) == 0 {
+		return nil
 	}
-	share := max(int(size/int64(penaltySweepPass/penaltySweepInterval)), penaltyScanCount)
-	for read := 0; read < share; {
+	for {
 		step, cancel := context.WithTimeout(ctx, penaltyStepTimeout)
-		next, n, err := r.scanPenalties(step, cursor, time.Now(), nil)
+		reply, err := r.evalsha(step, r.penaltyScript.call(keys, []any{"sweep", time.Now().UnixMilli(), penaltySweepCount}))
 		cancel()
 		if err != nil {
-			return cursor, err
+			return fmt.Errorf("penalties: drop the ended: %w", err)
 		}
-		if cursor, read = next, read+n; cursor == 0 {
-			return 0, nil
+		if len(reply) != 1 {
+			return errMalformedReply
+		}
+		if n, ok := reply[0].(int64); !ok || n < penaltySweepCount {
+			return nil
 		}
 	}
-	return cursor, nil
 }
 
 // penaltyStepLogGap is the least time between two lines of a step that

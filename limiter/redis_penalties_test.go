@@ -35,12 +35,8 @@ func TestRedisPenaltiesOutliveNothing(t *testing.T) {
 	}
 	// A field that ended a minute ago, as a restarted instance could
 	// find it.
-	old, _ := json.Marshal(map[string]any{"route": "r", "policy": "p", "pseudonym": ended,
-		"start": now.Add(-time.Hour), "until": now.Add(-time.Minute)})
 	admin := s.Client(t)
-	if err := admin.HSet(ctx, "rl:penalties", "r\x00"+ended, old).Err(); err != nil {
-		t.Fatal(err)
-	}
+	writePenalties(t, admin, limiter.Penalty{Route: "r", Policy: "p", Pseudonym: ended, Start: now.Add(-time.Hour), Until: now.Add(-time.Minute)})
 	b := redistest.NewLimiter(t, opts)
 	if !eventually(time.Second, func() bool { _, ok := b.Penalties().Find("r", subj, time.Now()); return ok }) {
 		t.Fatal("an instance started after the penalty does not find it")
@@ -48,7 +44,7 @@ func TestRedisPenaltiesOutliveNothing(t *testing.T) {
 	if _, ok := b.Penalties().Find("r", ended, time.Now()); ok {
 		t.Fatal("an ended penalty was loaded")
 	}
-	if !eventually(time.Second, func() bool { return !admin.HExists(ctx, "rl:penalties", "r\x00"+ended).Val() }) {
+	if !eventually(2*time.Second, func() bool { return !admin.HExists(ctx, "rl:{penalties}", "r\x00"+ended).Val() }) {
 		t.Fatal("the ended field is still in the hash")
 	}
 
@@ -79,7 +75,7 @@ func TestRedisPenaltyIsSharedWhenTheBookHasNoRoom(t *testing.T) {
 	if _, ok := a.Penalties().Find("r", subj, time.Now()); ok {
 		t.Fatal("held by a book whose route's penalties all end later")
 	}
-	if !s.Client(t).HExists(ctx, "rl:penalties", "r\x00"+subj).Val() {
+	if !s.Client(t).HExists(ctx, "rl:{penalties}", "r\x00"+subj).Val() {
 		t.Fatal("the penalty is not in the hash")
 	}
 	if !eventually(time.Second, func() bool { _, ok := b.Penalties().Find("r", subj, time.Now()); return ok }) {
@@ -131,8 +127,49 @@ func TestRedisPenaltyHashDropsEndedPenalties(t *testing.T) {
 		}
 	}
 	admin := s.Client(t)
-	if !eventually(3*time.Second, func() bool { return admin.HLen(ctx, "rl:penalties").Val() == 0 }) {
-		t.Fatalf("rl:penalties still holds %d fields of penalties that all ended", admin.HLen(ctx, "rl:penalties").Val())
+	if !eventually(3*time.Second, func() bool { return admin.HLen(ctx, "rl:{penalties}").Val() == 0 }) {
+		t.Fatalf("rl:{penalties} still holds %d fields of penalties that all ended", admin.HLen(ctx, "rl:{penalties}").Val())
+	}
+	if n := admin.ZCard(ctx, "rl:{penalties}:ends").Val(); n != 0 {
+		t.Fatalf("rl:{penalties}:ends still holds %d ends", n)
+	}
+}
+
+// The sweep reads only what ended: it runs no HSCAN and leaves every
+// penalty in force; a penalty imposed again with a later end after the
+// first ended stays, with its new end.
+func TestRedisPenaltySweepReadsOnlyWhatEnded(t *testing.T) {
+	s := redistest.Start(t)
+	a := redistest.NewLimiter(t, limiter.RedisOptions{Addrs: []string{s.Addr}})
+	admin := s.Client(t)
+	ctx := context.Background()
+	now := time.Now()
+	const n = 2000
+	for i := range n {
+		p := limiter.Penalty{Route: "r", Policy: "p", Pseudonym: "v1:s-" + strconv.Itoa(i), Start: now, Until: now.Add(time.Hour)}
+		if err := a.Penalties().Impose(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	again := limiter.Penalty{Route: "r", Policy: "p", Pseudonym: limitertest.Subject(), Start: now, Until: now.Add(50 * time.Millisecond)}
+	if err := a.Penalties().Impose(ctx, again); err != nil {
+		t.Fatal(err)
+	}
+	scans := commandCalls(t, admin, "hscan")
+	time.Sleep(100 * time.Millisecond)
+	again.Start, again.Until = time.Now(), time.Now().Add(time.Hour)
+	if err := a.Penalties().Impose(ctx, again); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2200 * time.Millisecond) // two sweeps at least
+	if got := commandCalls(t, admin, "hscan"); got != scans {
+		t.Fatalf("%d HSCAN calls in two sweeps, want none", got-scans)
+	}
+	if got := admin.HLen(ctx, "rl:{penalties}").Val(); got != n+1 {
+		t.Fatalf("the hash holds %d fields, want the %d in force", got, n+1)
+	}
+	if end := admin.ZScore(ctx, "rl:{penalties}:ends", "r\x00"+again.Pseudonym).Val(); end != float64(again.Until.UnixMilli()) {
+		t.Fatalf("the penalty imposed again ends at %v in Redis, want %v", end, again.Until.UnixMilli())
 	}
 }
 
@@ -144,24 +181,21 @@ func TestRedisPenaltiesLoadFromALargeHash(t *testing.T) {
 	ctx := context.Background()
 	now := time.Now()
 	const n = 5000
-	fields := make([]any, 0, 2*n)
-	for i := range n {
+	pens := make([]limiter.Penalty, n)
+	for i := range pens {
 		until := now.Add(time.Hour)
 		if i%2 == 1 {
 			until = now.Add(-time.Minute)
 		}
-		rec, _ := json.Marshal(map[string]any{"route": "r", "policy": "p", "pseudonym": "v1:s-" + strconv.Itoa(i), "start": now, "until": until})
-		fields = append(fields, "r\x00v1:s-"+strconv.Itoa(i), rec)
+		pens[i] = limiter.Penalty{Route: "r", Policy: "p", Pseudonym: "v1:s-" + strconv.Itoa(i), Start: now, Until: until}
 	}
-	if err := admin.HSet(ctx, "rl:penalties", fields...).Err(); err != nil {
-		t.Fatal(err)
-	}
+	writePenalties(t, admin, pens...)
 	b := redistest.NewLimiter(t, limiter.RedisOptions{Addrs: []string{s.Addr}})
 	if !eventually(2*time.Second, func() bool { return len(b.Penalties().List("r", time.Now())) == n/2 }) {
 		t.Fatalf("%d penalties loaded, want %d", len(b.Penalties().List("r", time.Now())), n/2)
 	}
-	if left := admin.HLen(ctx, "rl:penalties").Val(); left != n/2 {
-		t.Fatalf("the hash holds %d fields, want the %d in force", left, n/2)
+	if !eventually(2*time.Second, func() bool { return admin.HLen(ctx, "rl:{penalties}").Val() == n/2 }) {
+		t.Fatalf("the hash holds %d fields, want the %d in force", admin.HLen(ctx, "rl:{penalties}").Val(), n/2)
 	}
 }
 
@@ -174,14 +208,11 @@ func TestRedisPenaltiesLoadFailureIsLoggedAndRetried(t *testing.T) {
 	ctx := context.Background()
 	subj := limitertest.Subject()
 	now := time.Now()
-	rec, _ := json.Marshal(map[string]any{"route": "r", "policy": "p", "pseudonym": subj, "start": now, "until": now.Add(time.Hour)})
-	if err := admin.HSet(ctx, "rl:penalties", "r\x00"+subj, rec).Err(); err != nil {
-		t.Fatal(err)
-	}
+	writePenalties(t, admin, limiter.Penalty{Route: "r", Policy: "p", Pseudonym: subj, Start: now, Until: now.Add(time.Hour)})
 	const user = "no-hscan"
 	if err := admin.Do(ctx, "ACL", "SETUSER", user, "on", ">test-only-fake-password", "~rl:*", "resetchannels", "&rl:resets", "&rl:penalties",
 		"-@all", "+evalsha", "+script|load", "+ping", "+hello", "+time", "+hmget", "+hset", "+pexpire", "+get", "+set",
-		"+rpush", "+lpop", "+del", "+hdel", "+publish", "+subscribe").Err(); err != nil {
+		"+rpush", "+lpop", "+del", "+hdel", "+zadd", "+zscore", "+zrem", "+publish", "+subscribe").Err(); err != nil {
 		t.Fatal(err)
 	}
 	var log logLines
@@ -201,7 +232,7 @@ func TestRedisPenaltiesLoadFailureIsLoggedAndRetried(t *testing.T) {
 	if strings.Contains(log.String(), user) || strings.Contains(log.String(), "NOPERM") {
 		t.Fatalf("the log carries the error's text:\n%s", log.String())
 	}
-	if err := admin.Do(ctx, "ACL", "SETUSER", user, "+hscan", "+hlen").Err(); err != nil {
+	if err := admin.Do(ctx, "ACL", "SETUSER", user, "+hscan", "+zrangebyscore").Err(); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -227,14 +258,11 @@ func TestRedisPenaltiesCloseStopsALoad(t *testing.T) {
 	const n = 100_000
 	const steps = n / 1000 // a step reads about 1,000 fields
 	for at := 0; at < n; at += 10_000 {
-		fields := make([]any, 0, 2*10_000)
-		for i := at; i < at+10_000; i++ {
-			rec, _ := json.Marshal(map[string]any{"route": "r", "policy": "p", "pseudonym": "v1:s-" + strconv.Itoa(i), "start": now, "until": now.Add(time.Hour)})
-			fields = append(fields, "r\x00v1:s-"+strconv.Itoa(i), rec)
+		pens := make([]limiter.Penalty, 10_000)
+		for i := range pens {
+			pens[i] = limiter.Penalty{Route: "r", Policy: "p", Pseudonym: "v1:s-" + strconv.Itoa(at+i), Start: now, Until: now.Add(time.Hour)}
 		}
-		if err := admin.HSet(ctx, "rl:penalties", fields...).Err(); err != nil {
-			t.Fatal(err)
-		}
+		writePenalties(t, admin, pens...)
 	}
 	r, err := limiter.NewRedis(ctx, limiter.RedisOptions{Addrs: []string{s.Addr}})
 	if err != nil {
@@ -248,6 +276,27 @@ func TestRedisPenaltiesCloseStopsALoad(t *testing.T) {
 	r.Close()
 	if got := scans(); got >= steps/2 {
 		t.Fatalf("the load ran %d steps of about %d before Close returned, want a few", got, steps)
+	}
+}
+
+// writePenalties writes pens to Redis as Impose does: each a field of the
+// hash, and its end in the sorted set beside it.
+func writePenalties(t *testing.T, c *redis.Client, pens ...limiter.Penalty) {
+	t.Helper()
+	fields := make([]any, 0, 2*len(pens))
+	ends := make([]redis.Z, 0, len(pens))
+	for _, p := range pens {
+		rec, _ := json.Marshal(map[string]any{"route": p.Route, "policy": p.Policy, "pseudonym": p.Pseudonym, "start": p.Start, "until": p.Until})
+		field := p.Route + "\x00" + p.Pseudonym
+		fields = append(fields, field, rec)
+		ends = append(ends, redis.Z{Score: float64(p.Until.UnixMilli()), Member: field})
+	}
+	ctx := context.Background()
+	if err := c.HSet(ctx, "rl:{penalties}", fields...).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.ZAdd(ctx, "rl:{penalties}:ends", ends...).Err(); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -46,6 +46,10 @@ var Script = script()
 // (lease.lua).
 var Lease = read("lease_member.lua") + read("lease.lua")
 
+// Penalties is the script that writes, lifts and sweeps the penalties
+// shared over Redis (penalties.lua).
+var Penalties = read("penalties.lua")
+
 func script() string {
 	var b strings.Builder
 	b.WriteString(read("prelude.lua"))
