@@ -8,6 +8,7 @@ import (
 	"math"
 	"net/http"
 	"net/textproto"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -125,6 +126,13 @@ type settlementKey struct{}
 func readingOn(res *http.Response) *settlement {
 	s, _ := res.Request.Context().Value(settlementKey{}).(*settlement)
 	return s
+}
+
+// mayTrail reports whether res can end with a trailer: an HTTP/2 or
+// HTTP/3 response, or a chunked HTTP/1.1 one. Another's costs are all in
+// its head (settlement.finish).
+func mayTrail(res *http.Response) bool {
+	return res.ProtoMajor >= 2 || slices.Contains(res.TransferEncoding, "chunked")
 }
 
 // trailerBody is an upstream's body whose trailer may carry costs: they

@@ -134,7 +134,7 @@ func newForwarder(rt *route, target *url.URL, transport http.RoundTripper, logge
 			if !noRules {
 				rules.apply(res.Header)
 			}
-			if rt.asksTrailers && res.Body != http.NoBody && res.StatusCode != http.StatusSwitchingProtocols {
+			if rt.asksTrailers && res.Body != http.NoBody && res.StatusCode != http.StatusSwitchingProtocols && mayTrail(res) {
 				if s := readingOn(res); s != nil {
 					res.Body = &trailerBody{ReadCloser: res.Body, res: res, s: s}
 				}

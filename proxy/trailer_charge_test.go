@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -225,5 +226,58 @@ func TestSeveralCostFieldsChargeTheirSumClampedToMaxCost(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A response whose length its head gives can end with no trailer: its
+// cost is the head's, and a client that leaves does not make the gateway
+// read the rest of it.
+func TestAClientThatHangsUpOnAResponseOfKnownLengthEndsTheExchange(t *testing.T) {
+	gone := make(chan struct{})
+	rest := make(chan error, 1)
+	var once atomic.Bool
+	up, _ := answering(t, func(w http.ResponseWriter, r *http.Request) {
+		// The first part is more than the gateway buffers for its client
+		// (a response of known length is not flushed write by write).
+		first, body := "all the data"+strings.Repeat(".", 8<<10), make([]byte, 4<<20)
+		w.Header().Set("Content-Length", strconv.Itoa(len(first)+len(body)))
+		w.Header().Set("X-Usage-Cost", "2")
+		io.WriteString(w, first)
+		w.(http.Flusher).Flush()
+		if once.CompareAndSwap(false, true) {
+			<-gone
+			_, err := w.Write(body)
+			rest <- err
+			return
+		}
+		w.Write(body)
+	})
+	rt, pool := trailerRoute(up, time.Minute)
+	g := newGateway(t, setup{routes: []proxy.Route{rt}, pools: []proxy.Pool{pool}})
+	var watching atomic.Bool
+	watched := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if watching.CompareAndSwap(false, true) {
+			context.AfterFunc(r.Context(), func() { close(gone) })
+		}
+		g.handler.ServeHTTP(w, r)
+	}))
+	t.Cleanup(watched.Close)
+	if r := hangUpAfter(t, "GET", watched.URL+"/stream", "all the data"); r != 99 {
+		t.Fatalf("r=%d, want 99 (1 reserved)", r)
+	}
+	select {
+	case err := <-rest:
+		if err == nil {
+			t.Fatal("the gateway read 4 MiB after its client left, from a response that can carry no trailer")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the upstream still writes")
+	}
+	waitLogged(t, g, 1)
+	res := g.get(t, "/stream")
+	io.Copy(io.Discard, res.Body)
+	res.Body.Close()
+	if r := remaining(t, res, "usage"); r != 97 {
+		t.Fatalf("r=%d, want 97: the head's cost of 2 charged, 1 reserved", r)
 	}
 }
