@@ -152,16 +152,21 @@ func (c *connCounter) expect(peer net.Addr) connSlot {
 }
 
 func (c *connCounter) forget(s connSlot) {
-	if !s.counted {
-		return
+	if s.counted {
+		c.mu.Lock()
+		takeOne(c.unproven, s.client)
+		c.mu.Unlock()
 	}
-	c.mu.Lock()
-	if n := c.unproven[s.client]; n <= 1 {
-		delete(c.unproven, s.client)
+}
+
+// takeOne takes one from client's count in counts, which forgets a count
+// of none; c.mu is held.
+func takeOne(counts map[netip.Prefix]int, client netip.Prefix) {
+	if n := counts[client]; n <= 1 {
+		delete(counts, client)
 	} else {
-		c.unproven[s.client] = n - 1
+		counts[client] = n - 1
 	}
-	c.mu.Unlock()
 }
 
 // crowded reports whether reserve would refuse peer if each unproven
@@ -186,11 +191,7 @@ func (c *connCounter) crowded(peer net.Addr, unprovenTotal int64) bool {
 func (c *connCounter) release(s connSlot) {
 	if s.counted {
 		c.mu.Lock()
-		if n := c.clients[s.client]; n <= 1 {
-			delete(c.clients, s.client)
-		} else {
-			c.clients[s.client] = n - 1
-		}
+		takeOne(c.clients, s.client)
 		c.mu.Unlock()
 	}
 	c.releaseSlot()

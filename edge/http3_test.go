@@ -295,18 +295,7 @@ func TestHTTP3HandshakesInFlightAreHeldToTheCaps(t *testing.T) {
 
 	t.Run("a handshake in flight holds its client's place until it times out", func(t *testing.T) {
 		s, pool := provenClient(t, edge.Options{ReadHeaderTimeout: time.Second})
-		checking, release := make(chan struct{}), make(chan struct{})
-		var checked, released sync.Once
-		stalled := newQUICClient(t, "127.0.0.2", pool)
-		stalled.tls.VerifyConnection = func(tls.ConnectionState) error {
-			checked.Do(func() { close(checking) })
-			<-release
-			return nil
-		}
-		// Before the client's transport closes: it waits for the handshake.
-		t.Cleanup(func() { released.Do(func() { close(release) }) })
-		go stalled.dial(s.HTTP3Addr(), nil)
-		<-checking
+		stallHandshake(t, s, "127.0.0.2", pool)
 		if !newQUICClient(t, "127.0.0.2", pool).refused(s.HTTP3Addr()) {
 			t.Fatal("a second handshake ran beside the one holding the client's place")
 		}
@@ -354,24 +343,7 @@ func TestHTTP3AddressValidation(t *testing.T) {
 		edge.SetRetryAboveHandshakes(s, 1)
 		s.Serve()
 		pool := roots(cert)
-		// This client's handshake stays in flight: it does not send its
-		// Finished while it checks the certificate.
-		checking, release := make(chan struct{}), make(chan struct{})
-		var checked, released sync.Once
-		stalled := newQUICClient(t, "127.0.0.2", pool)
-		stalled.tls.VerifyConnection = func(tls.ConnectionState) error {
-			checked.Do(func() { close(checking) })
-			<-release
-			return nil
-		}
-		// Before the client's transport closes: it waits for the handshake.
-		t.Cleanup(func() { released.Do(func() { close(release) }) })
-		stalledDone := make(chan error, 1)
-		go func() {
-			_, err := stalled.dial(s.HTTP3Addr(), nil)
-			stalledDone <- err
-		}()
-		<-checking
+		release, stalledDone := stallHandshake(t, s, "127.0.0.2", pool)
 		var retry retrySeen
 		conn, err := newQUICClient(t, "127.0.0.3", pool).dial(s.HTTP3Addr(), retry.config())
 		if err != nil {
@@ -383,11 +355,37 @@ func TestHTTP3AddressValidation(t *testing.T) {
 		if !retry.seen.Load() {
 			t.Fatal("the client was not sent a Retry with a handshake in flight")
 		}
-		released.Do(func() { close(release) })
+		release()
 		if err := <-stalledDone; err != nil {
 			t.Fatalf("the stalled handshake: %v", err)
 		}
 	})
+}
+
+// stallHandshake starts a handshake from local to s that stays in flight
+// (the client does not send its Finished while it checks the
+// certificate), and returns once it is: release lets it finish, as the
+// test's end does, and done has the dial's result.
+func stallHandshake(t *testing.T, s *edge.Servers, local string, pool *x509.CertPool) (release func(), done <-chan error) {
+	t.Helper()
+	checking, released := make(chan struct{}), make(chan struct{})
+	var checked, once sync.Once
+	stalled := newQUICClient(t, local, pool)
+	stalled.tls.VerifyConnection = func(tls.ConnectionState) error {
+		checked.Do(func() { close(checking) })
+		<-released
+		return nil
+	}
+	release = func() { once.Do(func() { close(released) }) }
+	// Before the client's transport closes: it waits for the handshake.
+	t.Cleanup(release)
+	dialed := make(chan error, 1)
+	go func() {
+		_, err := stalled.dial(s.HTTP3Addr(), nil)
+		dialed <- err
+	}()
+	<-checking
+	return release, dialed
 }
 
 // close ends the client's transport and every connection it dialed.

@@ -80,6 +80,23 @@ func labeled(t *testing.T, reg *prometheus.Registry, name, label, value string) 
 	return 0
 }
 
+// decidedOrFull is m's decision of req: the zero Evaluated when the table
+// had no room for its subject (StoreFull), which only keeper's may not
+// meet.
+func decidedOrFull(t *testing.T, m *limiter.Memory, req limiter.Request, keeper string) limiter.Evaluated {
+	t.Helper()
+	switch o := m.Evaluate(context.Background(), req).(type) {
+	case limiter.Evaluated:
+		return o
+	case limiter.Unavailable:
+		if o.Category == limiter.StoreFull && req.Subject != keeper {
+			return limiter.Evaluated{}
+		}
+	}
+	t.Fatalf("%s: no decision", req.Subject)
+	return limiter.Evaluated{}
+}
+
 // A full table drops the least recently used keys, but never one that
 // holds a live lease: the holder of a concurrency limit of 2 stays at 2
 // in flight however many other subjects come and go meanwhile.
@@ -91,16 +108,7 @@ func TestMemoryNeverEvictsALiveLease(t *testing.T) {
 	// (store_full): that key is live.
 	acquire := func(subject string) limiter.Evaluated {
 		t.Helper()
-		switch o := m.Evaluate(context.Background(), limiter.Request{Policies: ps, Subject: subject, Cost: 1, EvaluationID: limitertest.Subject()}).(type) {
-		case limiter.Evaluated:
-			return o
-		case limiter.Unavailable:
-			if o.Category == limiter.StoreFull && subject != "holder" {
-				return limiter.Evaluated{}
-			}
-		}
-		t.Fatalf("%s: no decision", subject)
-		return limiter.Evaluated{}
+		return decidedOrFull(t, m, limiter.Request{Policies: ps, Subject: subject, Cost: 1, EvaluationID: limitertest.Subject()}, "holder")
 	}
 	for range 2 {
 		if !acquire("holder").Allowed {
@@ -167,16 +175,7 @@ func TestMemoryNeverEvictsAReservedPlace(t *testing.T) {
 	ps := limitertest.One(p)
 	ask := func(subject string) limiter.Evaluated {
 		t.Helper()
-		switch o := m.Evaluate(context.Background(), limiter.Request{Policies: ps, Subject: subject, Cost: 1, EvaluationID: limitertest.Subject(), MayDelay: true}).(type) {
-		case limiter.Evaluated:
-			return o
-		case limiter.Unavailable:
-			if o.Category == limiter.StoreFull && subject != "held" {
-				return limiter.Evaluated{}
-			}
-		}
-		t.Fatalf("%s: no decision", subject)
-		return limiter.Evaluated{}
+		return decidedOrFull(t, m, limiter.Request{Policies: ps, Subject: subject, Cost: 1, EvaluationID: limitertest.Subject(), MayDelay: true}, "held")
 	}
 	ask("held")
 	if e := ask("held"); !e.Allowed || e.Delay() != time.Second {
@@ -205,16 +204,7 @@ func TestMemoryNeverEvictsAKeyWithReservesInFlight(t *testing.T) {
 	ps := limitertest.One(p)
 	ask := func(subject string) limiter.Evaluated {
 		t.Helper()
-		switch o := m.Evaluate(context.Background(), limiter.Request{Policies: ps, Subject: subject, Cost: 1, EvaluationID: limitertest.Subject(), NewID: true}).(type) {
-		case limiter.Evaluated:
-			return o
-		case limiter.Unavailable:
-			if o.Category == limiter.StoreFull && subject != "holder" {
-				return limiter.Evaluated{}
-			}
-		}
-		t.Fatalf("%s: no decision", subject)
-		return limiter.Evaluated{}
+		return decidedOrFull(t, m, limiter.Request{Policies: ps, Subject: subject, Cost: 1, EvaluationID: limitertest.Subject(), NewID: true}, "holder")
 	}
 	settle := func(e limiter.Evaluated) {
 		t.Helper()

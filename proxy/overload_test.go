@@ -80,10 +80,15 @@ type overloadGateway struct {
 	cfg proxy.Config
 }
 
-func newOverloadGateway(t *testing.T, p proxy.Pool) *overloadGateway {
+// newOverloadGateway serves overloadConfig's routes on pool p, the
+// configuration edited by edits first.
+func newOverloadGateway(t *testing.T, p proxy.Pool, edits ...func(*proxy.Config)) *overloadGateway {
 	t.Helper()
 	g := &overloadGateway{poolGateway: &poolGateway{registry: prometheus.NewRegistry(), logs: &syncBuffer{}, t: t}}
 	g.cfg = overloadConfig(t, p)
+	for _, edit := range edits {
+		edit(&g.cfg)
+	}
 	h, err := proxy.NewHandler(proxy.Options{
 		Logger:    slog.New(slog.NewJSONHandler(g.logs, nil)),
 		AccessLog: true,
@@ -549,17 +554,9 @@ func TestOverloadAdaptiveLimitLearnsOnlyFromThePool(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}))
 	t.Cleanup(up.Close)
-	g := &overloadGateway{poolGateway: &poolGateway{registry: prometheus.NewRegistry(), logs: &syncBuffer{}, t: t}}
-	g.cfg = overloadConfig(t, proxy.Pool{Name: "legacy", Targets: []string{up.URL},
-		Overload: &overload.Options{Adaptive: true, MinLimit: 2, MaxInFlight: 64, Queue: 1024, QueueTimeout: 10 * time.Second}})
-	g.cfg.Routes[2].MaxBodyBytes = 16 // batch
-	h, err := proxy.NewHandler(proxy.Options{Logger: slog.New(slog.DiscardHandler), Metrics: proxy.NewMetrics(g.registry)}, g.cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(h.Close)
-	g.handler, g.Server = h, httptest.NewServer(h)
-	t.Cleanup(g.Close)
+	g := newOverloadGateway(t, proxy.Pool{Name: "legacy", Targets: []string{up.URL},
+		Overload: &overload.Options{Adaptive: true, MinLimit: 2, MaxInFlight: 64, Queue: 1024, QueueTimeout: 10 * time.Second}},
+		func(cfg *proxy.Config) { cfg.Routes[2].MaxBodyBytes = 16 }) // batch
 	// The probe: the backend's latency unloaded, from 16 requests.
 	for range 16 {
 		if a := g.request(t.Context(), "/default", "alice"); a.status != http.StatusOK {
