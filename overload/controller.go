@@ -147,7 +147,7 @@ func (c *Controller) Admit(ctx context.Context, p Priority, tenant string) (Admi
 	case admitted:
 		if ctx.Err() != nil {
 			// Given a slot as it left: the slot goes to the next.
-			c.release(w.admission, false)
+			c.release(w.admission, abandoned)
 			return Admission{}, Left
 		}
 		return w.admission, Admitted
@@ -181,13 +181,25 @@ func (c *Controller) dispatch() {
 	}
 }
 
-// release ends a's slot, its latency a sample of the pool's when
-// measured; c.mu is held.
-func (c *Controller) release(a Admission, measured bool) {
+// ending is how an Admission's exchange with the pool ended, which
+// decides whether its latency is a sample of the pool's.
+type ending uint8
+
+const (
+	answered ending = iota
+	failed
+	abandoned
+)
+
+// release ends a's slot, its latency a sample of the pool's as how says;
+// c.mu is held.
+func (c *Controller) release(a Admission, how ending) {
 	c.inFlight--
-	if g := c.gradient; g != nil && measured {
+	if g := c.gradient; g != nil && how != abandoned {
 		now := c.opts.Now()
-		g.sample(a.epoch, now.Sub(a.start), now, c.inFlight)
+		if d := now.Sub(a.start); how == answered || g.slow(d) {
+			g.sample(a.epoch, d, now, c.inFlight)
+		}
 	}
 	c.dispatch()
 }
@@ -202,19 +214,25 @@ type Admission struct {
 
 // Release ends the slot: the exchange with the pool is over, and its
 // latency counts toward the adaptive limit.
-func (a *Admission) Release() { a.end(true) }
+func (a *Admission) Release() { a.end(answered) }
+
+// Fail ends the slot of an exchange the pool failed (a reset, a broken
+// response): its latency counts toward the adaptive limit only when it is
+// no less than the pool's unloaded latency. A failure at once says
+// nothing of the pool's load, and would raise the limit.
+func (a *Admission) Fail() { a.end(failed) }
 
 // Abandon ends the slot without taking its latency as the pool's: the
 // client left, or the gateway answered instead of the pool.
-func (a *Admission) Abandon() { a.end(false) }
+func (a *Admission) Abandon() { a.end(abandoned) }
 
-func (a *Admission) end(measured bool) {
+func (a *Admission) end(how ending) {
 	c := a.c
 	if c == nil {
 		return
 	}
 	a.c = nil
 	c.mu.Lock()
-	c.release(*a, measured)
+	c.release(*a, how)
 	c.mu.Unlock()
 }

@@ -56,5 +56,8 @@
 // stays within [min_limit, max_in_flight].
 //
 // A request whose client left, or that the gateway answered itself, is
-// released without its latency (Admission.Abandon).
+// released without its latency (Admission.Abandon). One the pool failed
+// gives its latency only when no faster than the baseline
+// (Admission.Fail): a backend that fails at once would otherwise look
+// fast, and the limit would rise as it fails.
 package overload

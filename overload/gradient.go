@@ -119,6 +119,12 @@ func (g *gradient) sample(epoch uint64, d time.Duration, now time.Time, inFlight
 	g.startWindow(now, inFlight)
 }
 
+// slow reports whether d is no less than the unloaded latency, once a
+// probe has found it.
+func (g *gradient) slow(d time.Duration) bool {
+	return !g.probing && d >= g.baseline
+}
+
 func (g *gradient) startWindow(now time.Time, inFlight int) {
 	g.windowStart, g.samples, g.peak = now, 0, inFlight
 }

@@ -62,16 +62,19 @@ type exchange struct {
 
 // endAdmission frees the request's slot of its pool; the exchange's
 // latency counts toward the pool's adaptive limit when it is the pool's
-// (an answer, a failure, a timeout): not when the client left, the
-// gateway answered for the client's fault or no target took the request
-// (forwardWriter.unmeasured), or it became a tunnel, whose life says
-// nothing of the backend's speed.
+// (an answer, a timeout, a failure no faster than the pool unloaded): not
+// when the client left, the gateway answered for the client's fault or no
+// target took the request (forwardWriter.unmeasured), or it became a
+// tunnel, whose life says nothing of the backend's speed.
 func (x *exchange) endAdmission(r *http.Request, cw *capture) {
-	if r.Context().Err() != nil || cw.tunnel != nil || x.fw.unmeasured {
+	switch {
+	case r.Context().Err() != nil || cw.tunnel != nil || x.fw.unmeasured:
 		x.admission.Abandon()
-		return
+	case x.fw.failed:
+		x.admission.Fail()
+	default:
+		x.admission.Release()
 	}
-	x.admission.Release()
 }
 
 // record counts a request in the metrics and writes its access log line;

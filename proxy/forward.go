@@ -159,8 +159,9 @@ func newForwarder(rt *route, target *url.URL, transport http.RoundTripper, logge
 			var netErr net.Error
 			var bodyErr *clientBodyError
 			// unmeasured: the exchange's time is not the pool's (the
-			// client's fault, or a target that refused the connection).
-			unmeasured := true
+			// client's fault, or a target that refused the connection);
+			// failed: the pool's failure, a sample only when slow.
+			unmeasured, failed := true, false
 			switch {
 			case errors.As(err, &maxBytes):
 				writeProblem(w, problemTooLarge)
@@ -180,17 +181,18 @@ func newForwarder(rt *route, target *url.URL, transport http.RoundTripper, logge
 				logger.LogAttrs(r.Context(), slog.LevelWarn, "upstream timed out", slog.String("route", rt.OperationID), slog.String("error", err.Error()))
 				writeProblem(w, problemUpstreamTimeout)
 			case errors.Is(err, errUnrequestedUpgrade):
-				unmeasured = false
+				unmeasured, failed = false, true
 				logger.LogAttrs(r.Context(), slog.LevelWarn, "upstream switched protocols unasked", slog.String("route", rt.OperationID))
 				writeProblem(w, problemUpstreamFailed)
 			default:
 				var dialErr *dialError
 				unmeasured = errors.As(err, &dialErr)
+				failed = !unmeasured
 				logger.LogAttrs(r.Context(), slog.LevelWarn, "upstream failed", slog.String("route", rt.OperationID), slog.String("error", err.Error()))
 				writeProblem(w, problemUpstreamFailed)
 			}
 			if fw, ok := w.(*forwardWriter); ok {
-				fw.unmeasured = unmeasured
+				fw.unmeasured, fw.failed = unmeasured, failed
 			}
 		},
 	}

@@ -592,51 +592,72 @@ func TestOverloadAdaptiveLimitLearnsOnlyFromThePool(t *testing.T) {
 	}
 }
 
-// An upstream that fails slowly (here it holds each request 100 ms and
-// drops the connection: 502) is an overloaded backend, and its failures
-// are samples of its latency: the adaptive limit falls.
-func TestOverloadAdaptiveLimitLearnsFromSlowFailures(t *testing.T) {
-	var failing atomic.Bool
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if failing.Load() {
-			time.Sleep(100 * time.Millisecond)
-			panic(http.ErrAbortHandler)
-		}
-	}))
-	up.Config.ErrorLog = log.New(io.Discard, "", 0)
-	t.Cleanup(up.Close)
-	pool := proxy.Pool{Name: "legacy", Targets: []string{up.URL},
-		Overload: &overload.Options{Adaptive: true, MinLimit: 8, MaxInFlight: 64, Queue: 1024, QueueTimeout: 10 * time.Second}}
-	g := newOverloadGateway(t, pool)
-	for range 16 { // the probe, at 8
-		g.request(t.Context(), "/default", "alice")
-	}
-	// A lower floor, the limit learnt kept: 8.
-	pool.Overload = &overload.Options{Adaptive: true, MinLimit: 2, MaxInFlight: 64, Queue: 1024, QueueTimeout: 10 * time.Second}
-	cfg := g.cfg
-	cfg.Pools = []proxy.Pool{pool}
-	if err := g.handler.Swap(cfg); err != nil {
-		t.Fatal(err)
-	}
-	limit := func() float64 { return g.metric("gateway_upstream_limit", "pool", "legacy") }
-	if l := limit(); l != 8 {
-		t.Fatalf("limit %v after the probe, want 8", l)
-	}
-	failing.Store(true)
-	ctx, cancel := context.WithCancel(t.Context())
-	var wg sync.WaitGroup
-	for i := range 16 {
-		wg.Go(func() {
-			for ctx.Err() == nil {
-				g.request(ctx, "/default", fmt.Sprint("tenant-", i))
+// An upstream's failures are samples of its latency when no faster than
+// its unloaded latency: one that fails slowly (here it holds each request
+// 100 ms and drops the connection: 502) is an overloaded backend, and the
+// adaptive limit falls; failures at once say nothing of its load, and
+// leave the limit where it was.
+func TestOverloadAdaptiveLimitLearnsFromSlowFailuresOnly(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		failing time.Duration // how long a failure takes
+		falls   bool
+	}{
+		{"failures after 100 ms", 100 * time.Millisecond, true},
+		{"failures at once", 0, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var failing atomic.Bool
+			up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if failing.Load() {
+					time.Sleep(c.failing)
+					panic(http.ErrAbortHandler)
+				}
+				time.Sleep(20 * time.Millisecond)
+			}))
+			up.Config.ErrorLog = log.New(io.Discard, "", 0)
+			t.Cleanup(up.Close)
+			pool := proxy.Pool{Name: "legacy", Targets: []string{up.URL},
+				Overload: &overload.Options{Adaptive: true, MinLimit: 8, MaxInFlight: 64, Queue: 1024, QueueTimeout: 10 * time.Second}}
+			g := newOverloadGateway(t, pool)
+			for range 16 { // the probe, at 8: 20 ms unloaded
+				g.request(t.Context(), "/default", "alice")
+			}
+			// A lower floor, the limit learnt kept: 8.
+			pool.Overload = &overload.Options{Adaptive: true, MinLimit: 2, MaxInFlight: 64, Queue: 1024, QueueTimeout: 10 * time.Second}
+			cfg := g.cfg
+			cfg.Pools = []proxy.Pool{pool}
+			if err := g.handler.Swap(cfg); err != nil {
+				t.Fatal(err)
+			}
+			limit := func() float64 { return g.metric("gateway_upstream_limit", "pool", "legacy") }
+			if l := limit(); l != 8 {
+				t.Fatalf("limit %v after the probe, want 8", l)
+			}
+			failing.Store(true)
+			ctx, cancel := context.WithCancel(t.Context())
+			var wg sync.WaitGroup
+			for i := range 32 {
+				wg.Go(func() {
+					for ctx.Err() == nil {
+						g.request(ctx, "/default", fmt.Sprint("tenant-", i))
+					}
+				})
+			}
+			defer wg.Wait()
+			defer cancel()
+			if !c.falls {
+				time.Sleep(2 * time.Second)
+				if l := limit(); l > 8 {
+					t.Fatalf("limit %v after 2 s of failures at once, want at most 8: they were taken for a fast backend", l)
+				}
+				return
+			}
+			for deadline := time.Now().Add(20 * time.Second); limit() > 4; time.Sleep(50 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatalf("limit %v after 20 s of an upstream failing after 100 ms, want at most 4", limit())
+				}
 			}
 		})
-	}
-	defer wg.Wait()
-	defer cancel()
-	for deadline := time.Now().Add(20 * time.Second); limit() > 4; time.Sleep(50 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("limit %v after 20 s of an upstream failing after 100 ms, want at most 4", limit())
-		}
 	}
 }

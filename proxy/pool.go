@@ -350,8 +350,8 @@ type forwardWriter struct {
 	settle *settlement
 	// unmeasured: the gateway answered for a cause that says nothing of
 	// the pool's latency (the client's body, no target, a connection
-	// refused).
-	unmeasured bool
+	// refused); failed: the pool failed the exchange (overload.Admission.Fail).
+	unmeasured, failed bool
 	// client is the client's request context; late: the upstream's final
 	// head came after the client had left (the exchange read on to a
 	// cost trailer), so nothing more goes to the client.
