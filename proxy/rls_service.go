@@ -300,11 +300,13 @@ func plannedPerRequest(kind subject.Kind) bool {
 	return kind == subject.Principal || kind == subject.JWT
 }
 
-// rlsPlan is named, the value matched to the rule's plan entry, when the
-// rule has one and its route maps that plan; else "": a plan the route
-// does not map earns the budget of no plan, as on the request path, and a
-// plan entry the rule does not name is no part of the decision.
+// rlsPlan is named, the value matched to the rule's plan entry, spaces
+// trimmed as a plan header's are, when the rule has one and its route
+// maps that plan; else "": a plan the route does not map earns the budget
+// of no plan, as on the request path, and a plan entry the rule does not
+// name is no part of the decision.
 func rlsPlan(rule *rlsRule, named string) string {
+	named = strings.TrimSpace(named)
 	if rule.planAt < 0 || !rule.route.mapsPlan(named) {
 		return ""
 	}

@@ -345,6 +345,13 @@ func TestRateLimitServicePlans(t *testing.T) {
 			t.Fatalf("after: %v, want OK with 1 of gold's 2 left", st)
 		}
 	})
+	t.Run("a plan entry's value is trimmed as a plan header's is", func(t *testing.T) {
+		for i, want := range []rlsv3.RateLimitResponse_Code{rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OVER_LIMIT} {
+			if res := shouldRateLimit(t, c, "mail", 0, entries("principal=frank", "plan= gold ")); res.OverallCode != want {
+				t.Fatalf("call %d naming \" gold \": %v, want %v (gold's 2)", i, res.OverallCode, want)
+			}
+		}
+	})
 	t.Run("on a route only plans limit, a rule with a plan entry passes a subject on none of them, as HTTP does", func(t *testing.T) {
 		wantStatuses(t, statuses(t, g, "/mail", 3, "X-Auth-Principal", "bob", "X-Auth-Plan", "bronze"), 200, 200, 200)
 		for _, d := range []*ratelimitv3.RateLimitDescriptor{entries("principal=bob", "plan=bronze"), entries("principal=bob", "plan=bronze"), entries("principal=bob", "plan=bronze"), entries("principal=bob", "plan=")} {
