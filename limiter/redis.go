@@ -101,6 +101,11 @@ func (o RedisOptions) Validate() error {
 	if o.TLSCAFile != "" && !o.TLS {
 		problem("tls_ca_file", "Argument not valid here", "tls_ca_file needs tls = true.")
 	}
+	if strings.ContainsAny(o.KeyPrefix, "{}") {
+		// A "{}" would make Redis hash whole keys, and a subject's keys
+		// would leave its slot.
+		problem("key_prefix", "Invalid key prefix", "key_prefix %q holds a brace: the hash tags that keep each subject's keys on one Cluster slot are the gateway's to set.", o.KeyPrefix)
+	}
 	return errors.Join(errs...)
 }
 

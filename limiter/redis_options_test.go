@@ -41,6 +41,9 @@ func TestRedisOptionsValidateNamesTheFieldOfEachProblem(t *testing.T) {
 			t.Errorf("mode %q, master_name %q: %v", o.Mode, o.MasterName, err)
 		}
 	}
+	if err := (limiter.RedisOptions{Addrs: []string{"10.0.0.1:6379"}, KeyPrefix: "rl{}:"}).Validate(); !errors.As(err, &fe) || fe.Field != "key_prefix" {
+		t.Errorf("a key prefix with braces: %v", err)
+	}
 	if err := (limiter.RedisOptions{Addrs: []string{"10.0.0.1:6379"}, DB: -1}).Validate(); !errors.As(err, &fe) || fe.Field != "db" {
 		t.Errorf("db -1: %v", err)
 	}
