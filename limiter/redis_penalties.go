@@ -3,6 +3,7 @@ package limiter
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strconv"
@@ -84,10 +85,10 @@ func (p redisPenalties) Impose(ctx context.Context, pen Penalty) error {
 	}
 	field := penaltyField(pen.Route, pen.Pseudonym)
 	if _, err := r.evalsha(ctx, r.penaltyScript.call(r.penaltiesKeys(), []any{"impose", field, rec, pen.Until.UnixMilli()})); err != nil {
-		return fmt.Errorf("penalty: record it: %w", err)
+		return penaltyFailed("record it", err)
 	}
 	if err := r.client.Publish(ctx, r.penaltiesChannel(), rec).Err(); err != nil {
-		return fmt.Errorf("penalty: tell the other instances: %w", err)
+		return penaltyFailed("tell the other instances", err)
 	}
 	return nil
 }
@@ -100,18 +101,48 @@ func (p redisPenalties) List(route string, now time.Time) []Penalty {
 	return p.r.penalties.list(route, now)
 }
 
+// Lift is true when this instance's book or the hash held the penalty in
+// force: the book may have had no room for it, or not heard of it.
 func (p redisPenalties) Lift(ctx context.Context, route, pseudonym string) (bool, error) {
 	r := p.r
-	found := r.penalties.lift(route, pseudonym, time.Now())
-	if _, err := r.evalsha(ctx, r.penaltyScript.call(r.penaltiesKeys(), []any{"lift", penaltyField(route, pseudonym)})); err != nil {
-		return found, fmt.Errorf("penalty: take it off the list: %w", err)
+	now := time.Now()
+	found := r.penalties.lift(route, pseudonym, now)
+	reply, err := r.evalsha(ctx, r.penaltyScript.call(r.penaltiesKeys(), []any{"lift", penaltyField(route, pseudonym), now.UnixMilli()}))
+	if err != nil {
+		return found, penaltyFailed("take it off the list", err)
+	}
+	if len(reply) == 1 && reply[0] == int64(1) {
+		found = true
 	}
 	rec, _ := json.Marshal(penaltyRecord{Route: route, Pseudonym: pseudonym, Lifted: true, From: r.instance})
 	if err := r.client.Publish(ctx, r.penaltiesChannel(), rec).Err(); err != nil {
-		return found, fmt.Errorf("penalty: tell the other instances: %w", err)
+		return found, penaltyFailed("tell the other instances", err)
 	}
 	return found, nil
 }
+
+// penaltyError is a failed Impose or Lift, named by its error's class
+// (classifyRedisError), never by its text: a NOPERM reply of Redis 7.2
+// names the ACL user, and callers log the error. It is the context's
+// error (errors.Is) when that was the cause.
+type penaltyError struct {
+	doing, cause string
+	ctxErr       error
+}
+
+func penaltyFailed(doing string, err error) error {
+	cause, _ := classifyRedisError(err)
+	e := &penaltyError{doing: doing, cause: cause}
+	for _, c := range []error{context.Canceled, context.DeadlineExceeded} {
+		if errors.Is(err, c) {
+			e.ctxErr = c
+		}
+	}
+	return e
+}
+
+func (e *penaltyError) Error() string { return "penalty: " + e.doing + ": " + e.cause }
+func (e *penaltyError) Unwrap() error { return e.ctxErr }
 
 // penaltyMessage applies a message of the penalties channel to the book,
 // unless this instance published it: Impose and Lift applied it here
@@ -250,6 +281,9 @@ const penaltyStepLogGap = time.Minute
 // one a penaltyStepLogGap while it goes on, with the failures since the
 // last line; and a line when it works again. A line names the error's
 // class (classifyRedisError: noperm, timeout, ...), not its text.
+// A refusal by the ACL (noperm) is one line at Info while it lasts: the
+// base ACL of docs/redis.md has no penalties' commands, and is enough
+// where no route has a penalty.
 type penaltyStepLog struct {
 	step string
 	// cause is the last failure's class; "" when the last try worked.
@@ -270,9 +304,13 @@ func (l *penaltyStepLog) note(logger *slog.Logger, err error, now time.Time) {
 	}
 	cause, _ := classifyRedisError(err)
 	l.failures++
-	if cause == l.cause && now.Sub(l.logged) < penaltyStepLogGap {
+	if cause == l.cause && (cause == "noperm" || now.Sub(l.logged) < penaltyStepLogGap) {
 		return
 	}
-	logger.Warn("redis penalties: a step fails", "step", l.step, "cause", cause, "failures", l.failures)
+	if cause == "noperm" {
+		logger.Info("redis penalties: not loaded or swept: the Redis user may not run their commands", "step", l.step, "cause", cause)
+	} else {
+		logger.Warn("redis penalties: a step fails", "step", l.step, "cause", cause, "failures", l.failures)
+	}
 	l.cause, l.logged, l.failures = cause, now, 0
 }

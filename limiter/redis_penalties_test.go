@@ -3,7 +3,9 @@ package limiter_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -16,6 +18,7 @@ import (
 	"github.com/edgegate/gateway/limiter"
 	"github.com/edgegate/gateway/limiter/limitertest"
 	"github.com/edgegate/gateway/limiter/redistest"
+	"github.com/edgegate/gateway/lua"
 )
 
 // An instance that starts after a penalty was imposed finds it, from the
@@ -199,9 +202,9 @@ func TestRedisPenaltiesLoadFromALargeHash(t *testing.T) {
 	}
 }
 
-// An instance whose ACL user may not read the hash logs it, by the
-// error's class and no more than once while it goes on, and is not
-// Subscribed; once the user may, the next try reads the hash.
+// An instance whose ACL user may not read the hash says so once, at
+// Info, by the error's class, and is not Subscribed; once the user may,
+// the next try reads the hash.
 func TestRedisPenaltiesLoadFailureIsLoggedAndRetried(t *testing.T) {
 	s := redistest.Start(t)
 	admin := s.Client(t)
@@ -225,9 +228,12 @@ func TestRedisPenaltiesLoadFailureIsLoggedAndRetried(t *testing.T) {
 	default:
 	}
 	for _, step := range []string{"load", "sweep"} {
-		if n := log.count("a step fails", "step="+step, "cause=noperm"); n != 1 {
-			t.Fatalf("%d lines of the failing %s with its cause, want 1:\n%s", n, step, log.String())
+		if n := log.count("level=INFO", "not loaded or swept", "step="+step, "cause=noperm"); n != 1 {
+			t.Fatalf("%d lines of the refused %s with its cause, want 1:\n%s", n, step, log.String())
 		}
+	}
+	if n := log.count("level=WARN"); n != 0 {
+		t.Fatalf("%d warnings of a refusal by the ACL, want none:\n%s", n, log.String())
 	}
 	if strings.Contains(log.String(), user) || strings.Contains(log.String(), "NOPERM") {
 		t.Fatalf("the log carries the error's text:\n%s", log.String())
@@ -276,6 +282,202 @@ func TestRedisPenaltiesCloseStopsALoad(t *testing.T) {
 	r.Close()
 	if got := scans(); got >= steps/2 {
 		t.Fatalf("the load ran %d steps of about %d before Close returned, want a few", got, steps)
+	}
+}
+
+// A lift is found when the hash held the penalty in force, though this
+// instance's book did not: it had no room for it, or never heard of it.
+func TestRedisPenaltyLiftFindsWhatTheHashHeld(t *testing.T) {
+	s := redistest.Start(t)
+	admin := s.Client(t)
+	a := redistest.NewLimiter(t, limiter.RedisOptions{Addrs: []string{s.Addr}})
+	ctx := context.Background()
+	now := time.Now()
+	for i := range limiter.MaxPenalties {
+		a.HoldPenalty(limiter.Penalty{Route: "r", Policy: "p", Pseudonym: "v1:filler-" + strconv.Itoa(i), Start: now, Until: now.Add(limiter.MaxPenalty)})
+	}
+	for _, c := range []struct {
+		name  string
+		until time.Time
+		write func(limiter.Penalty)
+		found bool
+	}{
+		{"a penalty the book had no room for is found", now.Add(time.Minute), func(p limiter.Penalty) {
+			if err := a.Penalties().Impose(ctx, p); err != nil {
+				t.Fatal(err)
+			}
+		}, true},
+		{"a penalty the book never heard of is found", now.Add(time.Minute), func(p limiter.Penalty) { writePenalties(t, admin, p) }, true},
+		{"a penalty past its end is not found", now.Add(-time.Second), func(p limiter.Penalty) { writePenalties(t, admin, p) }, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			p := limiter.Penalty{Route: "r", Policy: "p", Pseudonym: limitertest.Subject(), Start: now.Add(-time.Minute), Until: c.until}
+			c.write(p)
+			if _, ok := a.Penalties().Find("r", p.Pseudonym, time.Now()); ok {
+				t.Fatal("the book holds it")
+			}
+			found, err := a.Penalties().Lift(ctx, "r", p.Pseudonym)
+			if err != nil || found != c.found {
+				t.Fatalf("lift: %v %v, want %v", found, err, c.found)
+			}
+			if admin.HExists(ctx, "rl:{penalties}", "r\x00"+p.Pseudonym).Val() {
+				t.Fatal("the field is still in the hash")
+			}
+		})
+	}
+}
+
+// A script that a refusal by the ACL ends part way leaves no field of
+// the hash without its end in the sorted set, so the sweep drops whatever
+// it wrote.
+func TestRedisPenaltyScriptEndedPartWayLeavesNothingUnswept(t *testing.T) {
+	for _, c := range []struct {
+		without string
+		ends    int64 // written before the refusal
+	}{{"zadd", 0}, {"hset", 1}} {
+		t.Run("a user without "+c.without+" writes no field without its end", func(t *testing.T) {
+			s := redistest.Start(t)
+			admin := s.Client(t)
+			ctx := context.Background()
+			user := "no-" + c.without
+			setPenaltiesUser(t, admin, user)
+			r := redistest.NewLimiter(t, limiter.RedisOptions{Addrs: []string{s.Addr}, Username: user, Password: "test-only-fake-password"})
+			// The gateway's own script needs HSET: the command is taken
+			// away once the instance is up, and another sweeps.
+			if err := admin.Do(ctx, "ACL", "SETUSER", user, "-"+c.without).Err(); err != nil {
+				t.Fatal(err)
+			}
+			redistest.NewLimiter(t, limiter.RedisOptions{Addrs: []string{s.Addr}})
+			now := time.Now()
+			p := limiter.Penalty{Route: "r", Policy: "p", Pseudonym: limitertest.Subject(), Start: now, Until: now.Add(500 * time.Millisecond)}
+			if err := r.Penalties().Impose(ctx, p); err == nil {
+				t.Fatal("recorded without " + c.without)
+			}
+			if n := admin.ZCard(ctx, "rl:{penalties}:ends").Val(); n != c.ends {
+				t.Fatalf("%d ends written before the refusal, want %d", n, c.ends)
+			}
+			for _, field := range admin.HKeys(ctx, "rl:{penalties}").Val() {
+				if err := admin.ZScore(ctx, "rl:{penalties}:ends", field).Err(); err != nil {
+					t.Fatalf("the field %q has no end in the sorted set: %v", field, err)
+				}
+			}
+			if !eventually(3*time.Second, func() bool {
+				return admin.HLen(ctx, "rl:{penalties}").Val() == 0 && admin.ZCard(ctx, "rl:{penalties}:ends").Val() == 0
+			}) {
+				t.Fatalf("%d fields and %d ends left unswept", admin.HLen(ctx, "rl:{penalties}").Val(), admin.ZCard(ctx, "rl:{penalties}:ends").Val())
+			}
+		})
+	}
+}
+
+// The penalties script refuses an op it does not know: it sweeps nothing.
+func TestRedisPenaltiesScriptRefusesAnUnknownOp(t *testing.T) {
+	s := redistest.Start(t)
+	admin := s.Client(t)
+	ctx := context.Background()
+	now := time.Now()
+	writePenalties(t, admin, limiter.Penalty{Route: "r", Policy: "p", Pseudonym: limitertest.Subject(), Start: now.Add(-time.Hour), Until: now.Add(-time.Minute)})
+	if err := admin.Eval(ctx, lua.Penalties, []string{"rl:{penalties}", "rl:{penalties}:ends"}, "sweeep", now.UnixMilli(), 1000).Err(); err == nil {
+		t.Fatal("an unknown op ran")
+	}
+	if n := admin.HLen(ctx, "rl:{penalties}").Val(); n != 1 {
+		t.Fatalf("the hash holds %d fields, want the 1 written", n)
+	}
+}
+
+// The errors of Impose and Lift name the Redis error's class, never its
+// text, which may name the ACL user; one that a context ended is still
+// that context's error.
+func TestRedisPenaltyErrorsNameTheClassAlone(t *testing.T) {
+	s := redistest.Start(t)
+	admin := s.Client(t)
+	const user = "alice-user"
+	setPenaltiesUser(t, admin, user, "+publish")
+	var log logLines
+	r := redistest.NewLimiter(t, limiter.RedisOptions{Addrs: []string{s.Addr}, Username: user, Password: "test-only-fake-password",
+		Logger: slog.New(slog.NewTextHandler(&log, nil))})
+	ctx := context.Background()
+	now := time.Now()
+	p := limiter.Penalty{Route: "r", Policy: "p", Pseudonym: limitertest.Subject(), Start: now, Until: now.Add(time.Minute)}
+	imposed := r.Penalties().Impose(ctx, p)
+	_, lifted := r.Penalties().Lift(ctx, "r", p.Pseudonym)
+	for name, err := range map[string]error{"impose": imposed, "lift": lifted} {
+		if err == nil || !strings.Contains(err.Error(), "noperm") {
+			t.Fatalf("%s: %v, want an error of class noperm", name, err)
+		}
+		for _, text := range []string{user, "NOPERM", "permissions"} {
+			if strings.Contains(err.Error(), text) {
+				t.Fatalf("%s: %q carries the reply's text", name, err)
+			}
+		}
+	}
+	if strings.Contains(log.String(), user) {
+		t.Fatalf("the log names the user:\n%s", log.String())
+	}
+	canceled, cancel := context.WithCancel(ctx)
+	cancel()
+	p.Pseudonym = limitertest.Subject()
+	if err := r.Penalties().Impose(canceled, p); !errors.Is(err, context.Canceled) {
+		t.Fatalf("impose on a canceled context: %v, want context.Canceled", err)
+	}
+}
+
+// A penalties step refused by the ACL says so once, at Info, for as long
+// as it lasts; another cause warns once a minute; a step that works
+// again says so.
+func TestPenaltyStepLogSaysARefusalByTheACLOnce(t *testing.T) {
+	noperm := reply("NOPERM User alice-user has no permissions to run the 'zrangebyscore' command")
+	start := time.Now()
+	for _, c := range []struct {
+		name        string
+		errs        func(second int) error
+		infos, warn int
+	}{
+		{"a refusal by the ACL for an hour is one line at Info", func(int) error { return noperm }, 1, 0},
+		{"a timeout for an hour warns once a minute", func(int) error { return context.DeadlineExceeded }, 0, 60},
+		{"a refusal after a timeout is one warning and one line at Info", func(s int) error {
+			if s < 30 {
+				return context.DeadlineExceeded
+			}
+			return noperm
+		}, 1, 1},
+		{"a refusal that ends says so", func(s int) error {
+			if s < 30 {
+				return noperm
+			}
+			return nil
+		}, 2, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var log logLines
+			logger := slog.New(slog.NewTextHandler(&log, nil))
+			l := limiter.NewPenaltyStepLog("sweep")
+			for second := range 3600 {
+				l.Note(logger, c.errs(second), start.Add(time.Duration(second)*time.Second))
+			}
+			if infos, warns := log.count("level=INFO"), log.count("level=WARN"); infos != c.infos || warns != c.warn {
+				t.Fatalf("%d lines at Info and %d warnings, want %d and %d:\n%s", infos, warns, c.infos, c.warn, log.String())
+			}
+			if strings.Contains(log.String(), "alice-user") {
+				t.Fatalf("the log names the user:\n%s", log.String())
+			}
+		})
+	}
+}
+
+// setPenaltiesUser sets user up on admin's Redis with the commands the
+// gateway and its penalties run, but those of without.
+func setPenaltiesUser(t *testing.T, admin *redis.Client, user string, without ...string) {
+	t.Helper()
+	args := []any{"ACL", "SETUSER", user, "reset", "on", ">test-only-fake-password", "~rl:*", "resetchannels", "&rl:resets", "&rl:penalties", "-@all"}
+	for _, c := range []string{"+evalsha", "+script|load", "+ping", "+hello", "+time", "+info", "+hmget", "+hset", "+pexpire", "+get", "+set",
+		"+rpush", "+lpop", "+del", "+hdel", "+hscan", "+zadd", "+zscore", "+zrem", "+zrangebyscore", "+publish", "+subscribe"} {
+		if !slices.Contains(without, c) {
+			args = append(args, c)
+		}
+	}
+	if err := admin.Do(context.Background(), args...).Err(); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -10,23 +10,37 @@
 -- ARGV[1] 'impose', 'lift' or 'sweep', then
 --   impose: 2 the field, 3 the penalty, 4 its end in ms. Nothing is written
 --     when the field holds a penalty that ends no sooner.
---   lift: 2 the field.
+--     Reply: {1 when written, else 0}.
+--   lift: 2 the field, 3 now in ms.
+--     Reply: {1 when the field held a penalty in force at now, else 0}.
 --   sweep: 2 now in ms, 3 the most fields deleted. Deletes the fields that
 --     ended at now: a field written again since with a later end is not
 --     among them.
--- Reply: {the number of fields written or deleted}.
+--     Reply: {the number of fields deleted}.
+-- Any other op is an error.
+--
+-- Redis keeps the writes of a script a failed call ends (an ACL without
+-- HSET, say), so the sorted set is written first and emptied last: every
+-- field of the hash has its end there, and the sweep deletes it.
 local op = ARGV[1]
 if op == 'impose' then
   local held = redis.call('ZSCORE', KEYS[2], ARGV[2])
   if held and tonumber(held) >= tonumber(ARGV[4]) then
     return {0}
   end
-  redis.call('HSET', KEYS[1], ARGV[2], ARGV[3])
   redis.call('ZADD', KEYS[2], ARGV[4], ARGV[2])
+  redis.call('HSET', KEYS[1], ARGV[2], ARGV[3])
   return {1}
 elseif op == 'lift' then
+  local held = redis.call('ZSCORE', KEYS[2], ARGV[2])
+  local deleted = redis.call('HDEL', KEYS[1], ARGV[2])
   redis.call('ZREM', KEYS[2], ARGV[2])
-  return {redis.call('HDEL', KEYS[1], ARGV[2])}
+  if deleted == 1 and held and tonumber(held) > tonumber(ARGV[3]) then
+    return {1}
+  end
+  return {0}
+elseif op ~= 'sweep' then
+  return redis.error_reply('ERR penalties: unknown op')
 end
 local ended = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', ARGV[2], 'LIMIT', 0, ARGV[3])
 if #ended > 0 then
