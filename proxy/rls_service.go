@@ -204,9 +204,9 @@ func (h *Handler) decideDescriptor(ctx context.Context, call *rlsCall, req *rlsv
 		// No subject a rule could name: refused unhashed.
 		return overLimit, nil
 	}
-	if rule.planAt >= 0 && repeatsKey(pairs, rlsPlanKey) {
-		// Which plan is ambiguous, as a plan header sent twice is on
-		// HTTP, which refuses the request.
+	if repeatsKey(pairs, rule.Descriptor[rule.subjectAt].Key) || rule.planAt >= 0 && repeatsKey(pairs, rlsPlanKey) {
+		// Whose budget, or which plan, is ambiguous, as a credential or
+		// plan header sent twice is on HTTP, which refuses the request.
 		return overLimit, nil
 	}
 	rt := rule.route

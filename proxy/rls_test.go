@@ -331,11 +331,13 @@ func TestRateLimitServicePlans(t *testing.T) {
 			t.Fatalf("dave with free spent, naming gold: %v, want OVER_LIMIT", res.OverallCode)
 		}
 	})
-	t.Run("a descriptor with two plan entries is OVER_LIMIT and charges nothing", func(t *testing.T) {
+	t.Run("a descriptor with two plan or two subject entries is OVER_LIMIT and charges nothing", func(t *testing.T) {
 		for _, d := range []*ratelimitv3.RateLimitDescriptor{
 			entries("principal=erin", "plan=gold", "plan=gold"),
 			entries("principal=erin", "plan=bronze", "plan=gold"),
 			entries("plan=gold", "principal=erin", "plan=gold"),
+			entries("principal=erin", "principal=mallory", "plan=gold"),
+			entries("principal=mallory", "principal=erin", "plan=gold"),
 		} {
 			if res := shouldRateLimit(t, c, "mail", 0, d); res.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT {
 				t.Errorf("%v: %v, want OVER_LIMIT", d.Entries, res.OverallCode)
