@@ -377,7 +377,11 @@ func TestRedisPenaltiesScriptRefusesAnUnknownOp(t *testing.T) {
 	ctx := context.Background()
 	now := time.Now()
 	writePenalties(t, admin, limiter.Penalty{Route: "r", Policy: "p", Pseudonym: limitertest.Subject(), Start: now.Add(-time.Hour), Until: now.Add(-time.Minute)})
-	if err := admin.Eval(ctx, lua.Penalties, []string{"rl:{penalties}", "rl:{penalties}:ends"}, "sweeep", now.UnixMilli(), 1000).Err(); err == nil {
+	sha, err := admin.ScriptLoad(ctx, lua.Penalties).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.EvalSha(ctx, sha, []string{"rl:{penalties}", "rl:{penalties}:ends"}, "sweeep", now.UnixMilli(), 1000).Err(); err == nil {
 		t.Fatal("an unknown op ran")
 	}
 	if n := admin.HLen(ctx, "rl:{penalties}").Val(); n != 1 {
