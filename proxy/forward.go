@@ -200,7 +200,7 @@ func newForwarder(rt *route, target *url.URL, transport http.RoundTripper, logge
 
 // clientGone reports whether the client of r, a request forwarded
 // through w, went away: by its own context, which on a route that reads
-// on to a cost trailer is not r's (settlement.readOn).
+// on to a cost trailer is not r's (forwardWriter.client).
 func clientGone(w http.ResponseWriter, r *http.Request) bool {
 	if fw, ok := w.(*forwardWriter); ok && fw.client != nil {
 		return fw.client.Err() != nil

@@ -56,10 +56,16 @@ func (h *Handler) penalized(w http.ResponseWriter, c *compiled, rt *route, pseud
 	if left <= 0 {
 		return false
 	}
+	answerPenalized(w, x, left)
+	return true
+}
+
+// answerPenalized answers a request whose subject is in the penalty box
+// for left more.
+func answerPenalized(w http.ResponseWriter, x *exchange, left time.Duration) {
 	x.outcome = "penalized"
 	w.Header()["Retry-After"] = []string{strconv.FormatInt(max(ceilSeconds(left), 1), 10)}
 	writeProblem(w, problemPenalized)
-	return true
 }
 
 // penaltyLeft is what is left of the subject's penalty on the route; 0
@@ -84,9 +90,7 @@ func (h *Handler) impose(ctx context.Context, w http.ResponseWriter, c *compiled
 	if penalty == 0 {
 		return false
 	}
-	x.outcome = "penalized"
-	w.Header()["Retry-After"] = []string{strconv.FormatInt(max(ceilSeconds(penalty), 1), 10)}
-	writeProblem(w, problemPenalized)
+	answerPenalized(w, x, penalty)
 	return true
 }
 

@@ -352,9 +352,10 @@ type forwardWriter struct {
 	// the pool's latency (the client's body, no target, a connection
 	// refused); failed: the pool failed the exchange (overload.Admission.Fail).
 	unmeasured, failed bool
-	// client is the client's request context; late: the upstream's final
-	// head came after the client had left (the exchange read on to a
-	// cost trailer), so nothing more goes to the client.
+	// client is the client's request context when the exchange with the
+	// upstream outlives it (settlement.readOn; nil otherwise); late: the
+	// upstream's final head came after the client had left, so nothing
+	// more goes to the client.
 	client context.Context
 	late   bool
 }
@@ -385,7 +386,7 @@ func (f *forwardWriter) WriteHeader(code int) {
 		if f.settle != nil && !f.settle.headed {
 			f.settle.head(code, h)
 		}
-		if f.client.Err() != nil {
+		if f.client != nil && f.client.Err() != nil {
 			// Logged as the client's abort; the body is not copied to
 			// nobody (the trailer's body reads on, bounded, on Close).
 			code, f.late = statusClientClosed, true
@@ -407,7 +408,7 @@ func (f *forwardWriter) Write(p []byte) (int, error) {
 func (rt *route) forward(w http.ResponseWriter, r *http.Request, x *exchange) {
 	p := rt.pool
 	fw := x.fw
-	*fw = forwardWriter{ResponseWriter: w, route: rt, settle: x.settling, client: r.Context()}
+	*fw = forwardWriter{ResponseWriter: w, route: rt, settle: x.settling}
 	i := p.pick(-1)
 	if i < 0 {
 		fw.unmeasured = true
@@ -417,7 +418,7 @@ func (rt *route) forward(w http.ResponseWriter, r *http.Request, x *exchange) {
 	fw.resend = len(p.members) > 1 && mayResend(r)
 	out := r // as the upstream exchange sees it
 	if s := x.settling; s != nil && byHeader(s.charges) {
-		out = r.WithContext(s.readOn(r.Context(), p.ResponseTimeout))
+		out, fw.client = r.WithContext(s.readOn(r.Context(), p.ResponseTimeout)), r.Context()
 	}
 	for attempt := 0; ; attempt++ {
 		m := p.members[i]
