@@ -132,12 +132,7 @@ func NewMemory(opts MemoryOptions) *Memory {
 		s.leases = make(map[memoryKey]map[evaluationKey]heldLease)
 	}
 	if opts.Registerer != nil {
-		const help = "Keys the memory backend, full, dropped early (result=evicted: each gave a subject a fresh budget) or refused to hold (result=refused: every key held was live; the request got 503)."
-		for result, n := range map[string]*atomic.Uint64{"evicted": &m.evictions.evicted, "refused": &m.evictions.refused} {
-			opts.Registerer.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
-				Name: "gateway_limiter_evictions_total", Help: help, ConstLabels: prometheus.Labels{"result": result},
-			}, func() float64 { return float64(n.Load()) }))
-		}
+		m.evictions.register(opts.Registerer, "gateway_limiter_evictions_total", "Keys the memory backend, full, dropped early (result=evicted: each gave a subject a fresh budget) or refused to hold (result=refused: every key held was live; the request got 503).")
 		m.penalties.book.register(opts.Registerer)
 	}
 	go m.sweeper()

@@ -5,6 +5,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"unsafe"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // memoryShard holds the keys whose hash selects it. Slots are addressed by
@@ -150,6 +152,15 @@ func (s *memoryShard) len() int { return s.index.n }
 // (refused).
 type evictionCounts struct {
 	evicted, refused atomic.Uint64
+}
+
+// register exports the counts to reg as the counter name, by result.
+func (c *evictionCounts) register(reg prometheus.Registerer, name, help string) {
+	for result, n := range map[string]*atomic.Uint64{"evicted": &c.evicted, "refused": &c.refused} {
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: name, Help: help, ConstLabels: prometheus.Labels{"result": result},
+		}, func() float64 { return float64(n.Load()) }))
+	}
 }
 
 // insert gives key a slot, dropping the least recently used keys while the

@@ -4,7 +4,6 @@ import (
 	"container/heap"
 	"context"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -69,9 +68,9 @@ type penaltyBook struct {
 	// started before then and comes late (a message published before the
 	// lift) stays lifted.
 	lifted map[penaltyID]time.Time
-	// evicted counts the penalties ended early to make room; refused,
-	// those not held for want of room.
-	evicted, refused atomic.Uint64
+	// evictions count the penalties ended early to make room (evicted),
+	// and those not held for want of room (refused).
+	evictions evictionCounts
 }
 
 // routePenalties are one route's penalties, by pseudonym and by end.
@@ -116,22 +115,10 @@ const liftMemory = 10 * time.Second
 
 type penaltyID struct{ route, pseudonym string }
 
-// penaltyPut is what the book did with a penalty put in it.
-type penaltyPut int
-
-const (
-	penaltyRecorded penaltyPut = iota
-	// penaltyStands: a penalty of the subject that ends no sooner, or a
-	// lift after its start, stands.
-	penaltyStands
-	// penaltyNoRoom: the book is full and makeRoom ended none.
-	penaltyNoRoom
-)
-
 // put records p unless a penalty of the same subject that ends no
-// sooner, or a later lift, stands, or the book has no room for it
-// (makeRoom).
-func (b *penaltyBook) put(p Penalty, now time.Time) penaltyPut {
+// sooner, or a later lift, stands (stands), or the book has no room for it
+// (makeRoom; counted as refused).
+func (b *penaltyBook) put(p Penalty, now time.Time) (stands bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	rp := b.routes[p.Route]
@@ -140,21 +127,21 @@ func (b *penaltyBook) put(p Penalty, now time.Time) penaltyPut {
 		old = rp.bySubject[p.Pseudonym]
 	}
 	if old != nil && !old.Until.Before(p.Until) {
-		return penaltyStands
+		return true
 	}
 	if at, ok := b.lifted[penaltyID{p.Route, p.Pseudonym}]; ok && !p.Start.After(at) {
-		return penaltyStands
+		return true
 	}
 	if old != nil {
 		old.Penalty = p
 		heap.Fix(&rp.ends, old.at)
-		return penaltyRecorded
+		return false
 	}
 	if b.held >= maxPenalties {
 		b.dropEnded(now)
 		if b.held >= maxPenalties && !b.makeRoom(p) {
-			b.refused.Add(1)
-			return penaltyNoRoom
+			b.evictions.refused.Add(1)
+			return false
 		}
 		rp = b.routes[p.Route]
 	}
@@ -169,7 +156,7 @@ func (b *penaltyBook) put(p Penalty, now time.Time) penaltyPut {
 	rp.bySubject[p.Pseudonym] = held
 	heap.Push(&rp.ends, held)
 	b.held++
-	return penaltyRecorded
+	return false
 }
 
 // makeRoom ends early the penalty that ends soonest on the route that
@@ -191,7 +178,7 @@ func (b *penaltyBook) makeRoom(p Penalty) bool {
 		return false
 	}
 	b.remove(rp, soonest)
-	b.evicted.Add(1)
+	b.evictions.evicted.Add(1)
 	return true
 }
 
@@ -270,10 +257,5 @@ func (b *penaltyBook) lift(route, pseudonym string, now time.Time) bool {
 
 // register exports the book's counts to reg.
 func (b *penaltyBook) register(reg prometheus.Registerer) {
-	const help = "Penalties this instance's book, full, ended early to make room (result=evicted) or did not hold (result=refused: every penalty on the penalty's route, which held most, ended later); either subject is out of the penalty box on this instance."
-	for result, n := range map[string]*atomic.Uint64{"evicted": &b.evicted, "refused": &b.refused} {
-		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name: "gateway_limiter_penalty_evictions_total", Help: help, ConstLabels: prometheus.Labels{"result": result},
-		}, func() float64 { return float64(n.Load()) }))
-	}
+	b.evictions.register(reg, "gateway_limiter_penalty_evictions_total", "Penalties this instance's book, full, ended early to make room (result=evicted) or did not hold (result=refused: every penalty on the penalty's route, which held most, ended later); either subject is out of the penalty box on this instance.")
 }

@@ -74,7 +74,7 @@ func (r *Redis) Penalties() Penalties { return redisPenalties{r} }
 
 func (p redisPenalties) Impose(ctx context.Context, pen Penalty) error {
 	r := p.r
-	if r.penalties.put(pen, pen.Start) == penaltyStands {
+	if r.penalties.put(pen, pen.Start) {
 		return nil
 	}
 	// Recorded, or not for want of room here: the others have their own.
