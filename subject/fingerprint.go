@@ -20,7 +20,7 @@ func (in Inbound) fingerprintIdentity(k Kind) string {
 	if fp == "" || k == JA4 {
 		return fp
 	}
-	addr := r.clientIdentity(r.clientAddr(in.req, in.peer, in.peerTrusted))
+	addr := r.clientIdentity(in.peer) // an untrusted peer's own address
 	if addr == "" {
 		return ""
 	}
