@@ -33,16 +33,20 @@ func fieldValue(req *http.Request, k Kind) (string, error) {
 	case sourceHeader:
 		v = req.Header.Get(k.field)
 	case sourceCookie:
-		cookies := req.CookiesNamed(k.field)
-		if len(cookies) > 1 {
-			return "", ErrAmbiguousCredential
+		// Every cookie Go's parser keeps under the name is one of those
+		// read as it: none of these, none to parse.
+		n := cookiesReadAs(req.Header["Cookie"], k.field)
+		if n == 0 {
+			break
 		}
-		if cookiesReadAs(req.Header["Cookie"], k.field) > len(cookies) {
+		cookies := req.CookiesNamed(k.field)
+		switch {
+		case len(cookies) > 1:
+			return "", ErrAmbiguousCredential
+		case n > len(cookies):
 			return "", ErrBadSubject // a value Go's parser drops, or a name PHP folds
 		}
-		if len(cookies) == 1 {
-			v = cookies[0].Value
-		}
+		v = cookies[0].Value
 	case sourceQuery:
 		var err error
 		if v, err = queryValue(req.URL.RawQuery, k.field); err != nil {
