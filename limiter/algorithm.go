@@ -179,20 +179,24 @@ type algorithmSpec struct {
 	// of budget taken with an admission decided as d may be spent from:
 	// until the end of the period d was counted in (budget_lease.go).
 	leaseLife func(p *Policy, d Decision) time.Duration
+	// reserveLife, for the algorithms a response may charge, is how long
+	// a reserve stays held for a request in flight whose settlement never
+	// comes: the window, or the refill of max_cost.
+	reserveLife func(p *Policy) time.Duration
 }
 
 var algorithms = [...]algorithmSpec{
 	FixedWindow: {name: "fixed-window", fields: windowFields, optional: []string{"calendar", "timezone", "max_delay", "lease"},
 		quota: limit, period: window, quotaWindow: window, decide: decideFixedWindow, giveBack: giveBackFixedWindow,
-		leaseLife: windowLeft},
+		leaseLife: windowLeft, reserveLife: window},
 	// The sliding counter weighs the previous window by the fraction that
 	// still overlaps; it never keeps a log of requests, so its decisions
 	// are estimates.
 	SlidingCounter: {name: "sliding-counter", fields: windowFields, certainty: Approximate, quota: limit, period: window, quotaWindow: window,
-		keepsPrev: true, decide: decideSlidingCounter, giveBack: giveBackSlidingCounter},
+		keepsPrev: true, decide: decideSlidingCounter, giveBack: giveBackSlidingCounter, reserveLife: window},
 	TokenBucket: {name: "token-bucket", fields: []string{"capacity", "refill_tokens", "refill_period"}, optional: []string{"max_delay", "lease"},
 		quota: capacity, period: refillPeriod, quotaWindow: bucketFill,
-		decide: decideTokenBucket, giveBack: giveBackTokenBucket, leaseLife: untilRefill},
+		decide: decideTokenBucket, giveBack: giveBackTokenBucket, leaseLife: untilRefill, reserveLife: maxCostRefill},
 	Concurrency: {name: "concurrency", fields: []string{"limit"}, optional: []string{"lease_ttl"}, quota: limit, period: leaseTTL, quotaWindow: leaseTTL,
 		leases: true, decide: decideConcurrency, giveBack: giveBackConcurrency},
 }

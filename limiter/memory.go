@@ -279,7 +279,7 @@ func (m *Memory) evaluate(req Request, keys []memoryKey, returned, starts []int6
 	if charge && req.Phase == Admission && set.chargedByResponse {
 		for k, p := range ps {
 			if steps[k].charged && p.ChargedByResponse() {
-				m.shards[keys[k][0]%memoryShards].holdReserve(keys[k], nowMillis+p.reserveLife().Milliseconds())
+				m.shards[keys[k][0]%memoryShards].holdReserve(keys[k], nowMillis+p.Algorithm.spec().reserveLife(p).Milliseconds())
 			}
 		}
 	}

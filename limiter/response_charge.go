@@ -2,7 +2,6 @@ package limiter
 
 import (
 	"strings"
-	"time"
 
 	"github.com/edgegate/gateway/internal/option"
 )
@@ -64,16 +63,6 @@ func (s *Statuses) Codes() []int {
 // request is admitted.
 func (p *Policy) ChargedByResponse() bool {
 	return p.CountStatuses != (Statuses{}) || p.CostHeader != ""
-}
-
-// reserveLife is how long a reserve of p stays held for a request in
-// flight whose settlement never comes: the policy's window, or for a
-// bucket the refill of max_cost.
-func (p *Policy) reserveLife() time.Duration {
-	if p.Algorithm == TokenBucket {
-		return refill(p, p.MaxCost)
-	}
-	return p.Period()
 }
 
 // validateResponseCharge adds the problems of CountStatuses and

@@ -8,6 +8,9 @@ func refillPeriod(p *Policy) time.Duration { return p.RefillPeriod }
 // bucketFill is the time a drained bucket takes to fill again.
 func bucketFill(p *Policy) time.Duration { return refill(p, p.Capacity) }
 
+// maxCostRefill is the time the bucket takes to gain max_cost tokens.
+func maxCostRefill(p *Policy) time.Duration { return refill(p, p.MaxCost) }
+
 // refill is the time the bucket takes to gain n tokens.
 func refill(p *Policy, n int64) time.Duration {
 	periods := (n + p.RefillTokens - 1) / p.RefillTokens
