@@ -132,7 +132,7 @@ func NewMemory(opts MemoryOptions) *Memory {
 		s.leases = make(map[memoryKey]map[evaluationKey]heldLease)
 	}
 	if opts.Registerer != nil {
-		m.evictions.register(opts.Registerer, "gateway_limiter_evictions_total", "Keys the memory backend, full, dropped early (result=evicted: each gave a subject a fresh budget) or refused to hold (result=refused: every key held was live; the request got 503).")
+		m.evictions.register(opts.Registerer, prometheus.CounterOpts{Name: "gateway_limiter_evictions_total", Help: "Keys the memory backend, full, dropped early (result=evicted: each gave a subject a fresh budget) or refused to hold (result=refused: every key held was live; the request got 503)."})
 		m.penalties.book.register(opts.Registerer)
 	}
 	go m.sweeper()

@@ -3,10 +3,7 @@ package limiter
 import (
 	"slices"
 	"sync"
-	"sync/atomic"
 	"unsafe"
-
-	"github.com/prometheus/client_golang/prometheus"
 )
 
 // memoryShard holds the keys whose hash selects it. Slots are addressed by
@@ -146,22 +143,6 @@ func (s *memoryShard) find(key memoryKey) (uint32, *memorySlot) {
 }
 
 func (s *memoryShard) len() int { return s.index.n }
-
-// evictionCounts count what a full shard did to make room: keys dropped
-// early (evicted), and new keys refused because every key held was live
-// (refused).
-type evictionCounts struct {
-	evicted, refused atomic.Uint64
-}
-
-// register exports the counts to reg as the counter name, by result.
-func (c *evictionCounts) register(reg prometheus.Registerer, name, help string) {
-	for result, n := range map[string]*atomic.Uint64{"evicted": &c.evicted, "refused": &c.refused} {
-		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name: name, Help: help, ConstLabels: prometheus.Labels{"result": result},
-		}, func() float64 { return float64(n.Load()) }))
-	}
-}
 
 // insert gives key a slot, dropping the least recently used keys while the
 // shard is full. A key that holds anything live (live), or that the same

@@ -4,6 +4,7 @@ import (
 	"container/heap"
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -71,6 +72,23 @@ type penaltyBook struct {
 	// evictions count the penalties ended early to make room (evicted),
 	// and those not held for want of room (refused).
 	evictions evictionCounts
+}
+
+// evictionCounts count what a full store (a memory shard, the penalty
+// book) did to make room: entries dropped early (evicted), and new ones
+// refused because none could go (refused).
+type evictionCounts struct {
+	evicted, refused atomic.Uint64
+}
+
+// register exports the counts to reg as the counter opts name, one series
+// a result.
+func (c *evictionCounts) register(reg prometheus.Registerer, opts prometheus.CounterOpts) {
+	for result, n := range map[string]*atomic.Uint64{"evicted": &c.evicted, "refused": &c.refused} {
+		o := opts
+		o.ConstLabels = prometheus.Labels{"result": result}
+		reg.MustRegister(prometheus.NewCounterFunc(o, func() float64 { return float64(n.Load()) }))
+	}
 }
 
 // routePenalties are one route's penalties, by pseudonym and by end.
@@ -257,5 +275,5 @@ func (b *penaltyBook) lift(route, pseudonym string, now time.Time) bool {
 
 // register exports the book's counts to reg.
 func (b *penaltyBook) register(reg prometheus.Registerer) {
-	b.evictions.register(reg, "gateway_limiter_penalty_evictions_total", "Penalties this instance's book, full, ended early to make room (result=evicted) or did not hold (result=refused: every penalty on the penalty's route, which held most, ended later); either subject is out of the penalty box on this instance.")
+	b.evictions.register(reg, prometheus.CounterOpts{Name: "gateway_limiter_penalty_evictions_total", Help: "Penalties this instance's book, full, ended early to make room (result=evicted) or did not hold (result=refused: every penalty on the penalty's route, which held most, ended later); either subject is out of the penalty box on this instance."})
 }
